@@ -1,0 +1,242 @@
+"""Block cache with vLLM v1 semantics (chained block keys, ref counts, a free pool).
+
+The pool has ``capacity_blocks`` physical blocks. Each is in exactly one state::
+
+    empty        no key, ref 0        reused first (vLLM prepends hashless blocks)
+    cached-free  key,    ref 0        evictable; the policy orders them
+    pinned       ref > 0              held by running requests; never evicted
+
+A request's life: ``match`` (longest run of cached keys from block 0) -> ``acquire`` (pin
+the hits, take new blocks: empty ones first, then policy victims) -> ``commit`` (its full
+blocks get their keys) -> ``release`` (tail first: the deepest block becomes evictable
+first). A key may be held by several blocks (vLLM does not de-duplicate: a block recomputed
+because of the recompute cap, or because an ancestor was evicted, is cached again); a lookup
+takes the earliest-registered holder still present.
+
+All per-request work is a few numpy calls on the request's block arrays; only duplicate
+keys (rare) take a Python path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab.cache.events import EMPTY, MatchResult, Observer, Removed, Stored
+from prefixlab.errors import ConfigError
+from prefixlab.policies.base import EntryView, EvictionPolicy
+
+I64 = npt.NDArray[np.int64]
+
+
+class BlockCache:
+    """vLLM-style prefix cache over a fixed pool of physical blocks."""
+
+    structure = "block"
+
+    def __init__(
+        self,
+        capacity_blocks: int,
+        policy: EvictionPolicy,
+        num_keys: int,
+        *,
+        block_tokens: int = 16,
+        max_free_blocks: int | None = None,
+        observers: Sequence[Observer] = (),
+    ) -> None:
+        if capacity_blocks <= 0:
+            raise ConfigError(f"capacity_blocks must be positive, got {capacity_blocks}")
+        if max_free_blocks is not None and max_free_blocks < 0:
+            raise ConfigError(f"max_free_blocks must be >= 0, got {max_free_blocks}")
+        if "block" not in policy.structures:
+            raise ConfigError(f"policy '{policy.name}' does not apply to the block cache")
+        self.capacity_blocks = capacity_blocks
+        self.block_tokens = block_tokens
+        self.max_free_blocks = max_free_blocks
+        self.policy = policy
+        self.view = EntryView(capacity_blocks)
+        self.view.size[:] = block_tokens
+        policy.bind(self.view)
+        self.key_block = np.full(max(num_keys, 1), -1, dtype=np.int64)
+        self._has_dup = np.zeros(max(num_keys, 1), dtype=bool)
+        self._dups: dict[int, list[int]] = {}
+        # Empty blocks as a stack whose top (the end) is the front of vLLM's free queue.
+        self._empty = np.arange(capacity_blocks - 1, -1, -1, dtype=np.int64)
+        self._num_empty = capacity_blocks
+        self.num_cached_free = 0
+        self.observers = list(observers)
+
+    # ------------------------------------------------------------------ lookup
+    def match(self, keys: I64, block_tokens_end: int | None = None) -> MatchResult:
+        """Longest run of cached keys from the first one (``keys`` = lookup keys)."""
+        holders = self.key_block[keys]
+        misses = np.flatnonzero(holders < 0)
+        n = int(misses[0]) if misses.size else int(keys.shape[0])
+        if n == keys.shape[0] and block_tokens_end is not None:
+            tokens = block_tokens_end
+        else:
+            tokens = n * self.block_tokens
+        return MatchResult(n, tokens, holders[:n])
+
+    def num_available(self) -> int:
+        """Blocks a new request could take now (empty + evictable)."""
+        return self._num_empty + self.num_cached_free
+
+    # ------------------------------------------------------------------ lifecycle
+    def acquire(self, match: MatchResult, num_blocks: int) -> I64 | None:
+        """Pin the hit blocks and take ``num_blocks - hits`` new ones.
+
+        Returns every block the request holds, in position order, or ``None`` when it cannot
+        fit even after evicting every unpinned block (nothing is changed then).
+        """
+        v = self.view
+        hits = match.entries
+        need = num_blocks - int(hits.shape[0])
+        hit_free = hits[v.ref[hits] == 0]
+        if need > self._num_empty + self.num_cached_free - int(hit_free.shape[0]):
+            return None
+        if hits.shape[0]:
+            self.policy.on_access(hits)
+            if hit_free.shape[0]:
+                self.policy.on_pinned(hit_free)
+                self.num_cached_free -= int(hit_free.shape[0])
+            v.ref[hits] += 1
+            v.last_access[hits] = v.now
+            v.hits[hits] += 1
+        take = min(need, self._num_empty)
+        fresh = self._empty[self._num_empty - take : self._num_empty][::-1]
+        self._num_empty -= take
+        if need > take:
+            victims = self.policy.evict(need - take)
+            if victims.shape[0] != need - take:
+                raise AssertionError(
+                    f"policy '{self.policy.name}' returned {victims.shape[0]} victims, "
+                    f"{need - take} needed"
+                )
+            self.num_cached_free -= int(victims.shape[0])
+            self._drop_keys(victims, evicted=True)
+            fresh = np.concatenate([fresh, victims])
+        v.ref[fresh] = 1
+        return np.concatenate([hits, fresh]) if hits.shape[0] else fresh
+
+    def commit(self, held: I64, keys: I64, num_hit: int) -> None:
+        """Register keys for the request's new full blocks (positions num_hit..len(keys))."""
+        n = int(keys.shape[0])
+        if n <= num_hit:
+            return
+        v = self.view
+        blocks = held[num_hit:n]
+        new_keys = keys[num_hit:n]
+        v.key[blocks] = new_keys
+        v.depth[blocks] = np.arange(num_hit, n, dtype=np.int64)
+        v.parent[blocks] = held[num_hit - 1 : n - 1] if num_hit else np.concatenate(
+            [[-1], held[: n - 1]]
+        )
+        v.created[blocks] = v.now
+        v.last_access[blocks] = v.now
+        v.hits[blocks] = 0
+        current = self.key_block[new_keys]
+        fresh = current < 0
+        v.is_primary[blocks] = fresh
+        self.key_block[new_keys[fresh]] = blocks[fresh]
+        if not fresh.all():
+            for k, b in zip(new_keys[~fresh].tolist(), blocks[~fresh].tolist(), strict=True):
+                holders = self._dups.setdefault(k, [int(self.key_block[k])])
+                holders.append(b)
+                self._has_dup[k] = True
+        self.policy.on_insert(blocks)
+        if self.observers:
+            self._emit(Stored(new_keys))
+
+    def release(self, held: I64) -> None:
+        """Unpin a request's blocks, tail first; keyless ones return to the empty pool."""
+        v = self.view
+        order = held[::-1]
+        v.ref[order] -= 1
+        zero = order[v.ref[order] == 0]
+        if not zero.shape[0]:
+            return
+        keyed_mask = v.key[zero] >= 0
+        keyed = zero[keyed_mask]
+        keyless = zero[~keyed_mask]
+        if keyless.shape[0]:
+            self._push_empty(keyless)
+        if keyed.shape[0]:
+            self.num_cached_free += int(keyed.shape[0])
+            self.policy.on_evictable(keyed)
+        if self.max_free_blocks is not None and self.num_cached_free > self.max_free_blocks:
+            extra = self.policy.evict(self.num_cached_free - self.max_free_blocks)
+            self.num_cached_free -= int(extra.shape[0])
+            self._drop_keys(extra, evicted=True)
+            self._push_empty(extra)
+
+    # ------------------------------------------------------------------ internals
+    def _push_empty(self, blocks: I64) -> None:
+        # prepend_n(blocks): blocks[0] becomes the front, i.e. the top of our stack.
+        n = int(blocks.shape[0])
+        self._empty[self._num_empty : self._num_empty + n] = blocks[::-1]
+        self._num_empty += n
+
+    def _drop_keys(self, blocks: I64, evicted: bool) -> None:
+        v = self.view
+        keys = v.key[blocks]
+        if self.observers:
+            self._emit(Removed(keys.copy(), evicted))
+        v.key[blocks] = -1
+        primary = v.is_primary[blocks]
+        self.key_block[keys[primary]] = -1
+        dup = self._has_dup[keys]
+        if dup.any():
+            for k, b in zip(keys[dup].tolist(), blocks[dup].tolist(), strict=True):
+                self._drop_duplicate(k, b)
+        v.is_primary[blocks] = True
+
+    def _drop_duplicate(self, key: int, block: int) -> None:
+        holders = self._dups[key]
+        holders.remove(block)
+        first = holders[0]
+        self.key_block[key] = first
+        self.view.is_primary[first] = True
+        if len(holders) == 1:
+            del self._dups[key]
+            self._has_dup[key] = False
+
+    def _emit(self, event: Stored | Removed) -> None:
+        for obs in self.observers:
+            obs.on_event(event)
+
+    # ------------------------------------------------------------------ checks
+    def cached_keys(self) -> set[int]:
+        """Keys with at least one holder (for tests and reference comparisons)."""
+        return set(np.flatnonzero(self.key_block >= 0).tolist())
+
+    def check(self) -> None:
+        """Verify every structural invariant; raises AssertionError on the first broken one."""
+        v = self.view
+        cap = self.capacity_blocks
+        assert (v.ref >= 0).all(), "negative ref count"
+        empty = self._empty[: self._num_empty]
+        assert np.unique(empty).shape[0] == empty.shape[0], "block twice in the empty pool"
+        assert (v.key[empty] < 0).all() and (v.ref[empty] == 0).all(), "bad empty block"
+        cached_free = int(np.count_nonzero((v.key >= 0) & (v.ref == 0)))
+        assert cached_free == self.num_cached_free, "cached-free count drifted"
+        unkeyed_free = int(np.count_nonzero((v.key < 0) & (v.ref == 0)))
+        assert unkeyed_free == self._num_empty, "a keyless free block is not in the empty pool"
+        pinned = int(np.count_nonzero(v.ref > 0))
+        assert pinned + cached_free + self._num_empty == cap, "blocks leaked"
+        if self.max_free_blocks is not None:
+            assert self.num_cached_free <= self.max_free_blocks, "free-pool bound exceeded"
+        held_keys = np.flatnonzero(self.key_block >= 0)
+        holders = self.key_block[held_keys]
+        assert (v.key[holders] == held_keys).all(), "key map points at a block without the key"
+        assert v.is_primary[holders].all(), "primary holder not marked"
+        keyed = np.flatnonzero(v.key >= 0)
+        orphans = keyed[self.key_block[v.key[keyed]] != keyed]
+        for b in orphans.tolist():
+            k = int(v.key[b])
+            assert b in self._dups.get(k, ()), f"block {b} holds key {k} but is not registered"
+            assert not v.is_primary[b], f"secondary holder {b} marked primary"
+        for k, hs in self._dups.items():
+            assert len(hs) >= 2 and hs[0] == self.key_block[k], f"bad duplicate list for {k}"

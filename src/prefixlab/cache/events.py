@@ -1,0 +1,81 @@
+"""Typed cache events (the vocabulary of vLLM/SGLang KV events) and the observer protocol.
+
+Events carry numpy arrays so one event describes a whole request's blocks. Metrics are
+observers: nothing in a cache structure computes a report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(slots=True, frozen=True)
+class Hit:
+    """A request found ``num_blocks`` cached blocks (``num_tokens`` tokens) of its prefix."""
+
+    request: int
+    num_blocks: int
+    num_tokens: int
+
+
+@dataclass(slots=True, frozen=True)
+class Miss:
+    """``num_blocks`` of the request's lookup blocks were not served from cache."""
+
+    request: int
+    num_blocks: int
+    num_tokens: int
+
+
+@dataclass(slots=True, frozen=True)
+class Stored:
+    """Blocks (or nodes) newly cached under these dense key ids."""
+
+    keys: I64
+
+
+@dataclass(slots=True, frozen=True)
+class Removed:
+    """Cached entries dropped; ``evicted`` is False for pool-bound trimming or clears."""
+
+    keys: I64
+    evicted: bool = True
+
+
+@dataclass(slots=True, frozen=True)
+class Admitted:
+    """An admission policy accepted a candidate (hybrid checkpoints, tiered caches)."""
+
+    keys: I64
+
+
+@dataclass(slots=True, frozen=True)
+class Rejected:
+    """An admission policy refused a candidate."""
+
+    keys: I64
+
+
+Event = Hit | Miss | Stored | Removed | Admitted | Rejected
+
+
+class Observer(Protocol):
+    def on_event(self, event: Event) -> None: ...
+
+
+@dataclass(slots=True, frozen=True)
+class MatchResult:
+    """Result of a prefix lookup: how much hit and which entries hold it."""
+
+    num_hit_blocks: int
+    num_hit_tokens: int
+    entries: I64
+
+
+EMPTY = np.zeros(0, dtype=np.int64)

@@ -1,0 +1,297 @@
+"""Radix prefix cache with SGLang semantics.
+
+The tree is built over *pages*: one page is one block of ``block_tokens`` tokens, named by
+its chained block key (``block_tokens=1`` gives SGLang's token-level tree). Two sequences
+share a k-page prefix exactly when their first k chained keys are equal, so edges split at
+the same places as a token tree, while matching costs one dict lookup per node plus one
+vectorised comparison per edge::
+
+    root ─[a b c]─ n1 ─[d e]─ n2          match [a b x]: walk n1, differ at page 2
+                      └─[f]─ n3           -> split n1 into [a b] + [c]; hit = 2 pages
+
+Nodes are the policy's entries. Only unlocked leaves are evictable; when a leaf goes, its
+parent is offered if it is now an unlocked leaf. Running requests lock their matched path
+and reserve pages for their new tokens; tree pages + reserved pages <= capacity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab.cache.events import MatchResult, Observer, Removed, Stored
+from prefixlab.errors import ConfigError
+from prefixlab.policies.base import EntryView, EvictionPolicy
+
+I64 = npt.NDArray[np.int64]
+ROOT = 0
+
+
+@dataclass(slots=True)
+class RadixHandle:
+    """What a running request holds: its locked path end and its reserved pages."""
+
+    last_node: int
+    reserved_blocks: int
+
+
+class RadixCache:
+    """SGLang-style radix tree over block keys with lock counts and leaf-only eviction."""
+
+    structure = "radix"
+
+    def __init__(
+        self,
+        capacity_blocks: int,
+        policy: EvictionPolicy,
+        num_keys: int = 0,
+        *,
+        block_tokens: int = 16,
+        observers: Sequence[Observer] = (),
+    ) -> None:
+        if capacity_blocks <= 0:
+            raise ConfigError(f"capacity_blocks must be positive, got {capacity_blocks}")
+        if "radix" not in policy.structures:
+            raise ConfigError(f"policy '{policy.name}' does not apply to the radix cache")
+        self.capacity_blocks = capacity_blocks
+        self.block_tokens = block_tokens
+        self.policy = policy
+        size = capacity_blocks + 2  # every node holds >= 1 page, plus the root
+        self.view = EntryView(size)
+        policy.bind(self.view)
+        self.edges: list[I64 | None] = [None] * size
+        self.children: list[dict[int, int] | None] = [None] * size
+        self.edges[ROOT] = np.zeros(0, dtype=np.int64)
+        self.children[ROOT] = {}
+        self._free_ids = list(range(size - 1, 0, -1))
+        self._evictable = np.zeros(size, dtype=bool)
+        self.tree_blocks = 0
+        self.reserved_blocks = 0
+        self.protected_blocks = 0  # pages in locked nodes
+        self.observers = list(observers)
+
+    # ------------------------------------------------------------------ lookup
+    def match(self, keys: I64, block_tokens_end: int | None = None) -> MatchResult:
+        """Walk the tree along ``keys``; split the edge where the match ends inside it."""
+        i, path = self._walk(keys)
+        n = int(keys.shape[0])
+        tokens = block_tokens_end if (i == n and block_tokens_end is not None) else (
+            i * self.block_tokens
+        )
+        return MatchResult(i, tokens, np.array(path, dtype=np.int64))
+
+    def _walk(self, keys: I64) -> tuple[int, list[int]]:
+        """Longest matched prefix (pages) and the node path, splitting a partial edge."""
+        node, i, n = ROOT, 0, int(keys.shape[0])
+        path: list[int] = []
+        while i < n:
+            children = self.children[node]
+            assert children is not None
+            child = children.get(int(keys[i]))
+            if child is None:
+                break
+            edge = self.edges[child]
+            assert edge is not None
+            span = min(int(edge.shape[0]), n - i)
+            diff = np.flatnonzero(edge[:span] != keys[i : i + span])
+            m = int(diff[0]) if diff.size else span
+            if m < edge.shape[0]:
+                child = self._split(child, m)
+            path.append(child)
+            node, i = child, i + m
+        return i, path
+
+    def num_available(self) -> int:
+        return self.capacity_blocks - self.reserved_blocks - self.protected_blocks
+
+    # ------------------------------------------------------------------ lifecycle
+    def acquire(self, match: MatchResult, num_blocks: int) -> RadixHandle | None:
+        """Lock the matched path, then reserve pages for the rest (evicting leaves)."""
+        v = self.view
+        path = match.entries
+        need = num_blocks - match.num_hit_blocks
+        newly_locked = int(v.size[path][v.ref[path] == 0].sum()) // self.block_tokens
+        free_now = self.capacity_blocks - self.tree_blocks - self.reserved_blocks
+        evictable = self.tree_blocks - self.protected_blocks - newly_locked
+        if need > free_now + evictable:
+            return None
+        if path.shape[0]:
+            self.policy.on_access(path)
+            v.last_access[path] = v.now
+            v.hits[path] += 1
+        last = int(path[-1]) if path.shape[0] else ROOT
+        self._lock(last)
+        while self.capacity_blocks - self.tree_blocks - self.reserved_blocks < need:
+            victims = self.policy.evict(1)
+            if not victims.shape[0]:
+                raise AssertionError(f"policy '{self.policy.name}' found no victim")
+            self._remove_leaf(int(victims[0]))
+        self.reserved_blocks += need
+        return RadixHandle(last, need)
+
+    def commit(self, handle: RadixHandle, keys: I64, num_hit: int) -> None:
+        """Insert the request's keyed pages; its reserved pages become tree pages."""
+        v = self.view
+        i, path = self._walk(keys)
+        n = int(keys.shape[0])
+        node = path[-1] if path else ROOT
+        if path:
+            arr = np.array(path, dtype=np.int64)
+            self.policy.on_access(arr)
+            v.last_access[arr] = v.now
+        if i < n:
+            grow = min(n - i, handle.reserved_blocks)
+            if grow > 0:
+                self._add_leaf(node, keys[i : i + grow])
+                handle.reserved_blocks -= grow
+                self.reserved_blocks -= grow
+
+    def release(self, handle: RadixHandle) -> None:
+        """Free unused reserved pages and unlock the path."""
+        self.reserved_blocks -= handle.reserved_blocks
+        handle.reserved_blocks = 0
+        self._unlock(handle.last_node)
+
+    # ------------------------------------------------------------------ internals
+    def _new_node(self, parent: int, edge: I64) -> int:
+        v = self.view
+        node = self._free_ids.pop()
+        self.edges[node] = edge
+        self.children[node] = {}
+        v.parent[node] = parent
+        v.key[node] = int(edge[0])
+        v.size[node] = int(edge.shape[0]) * self.block_tokens
+        v.depth[node] = int(v.depth[parent]) + int(edge.shape[0]) if parent != ROOT else int(
+            edge.shape[0]
+        )
+        v.created[node] = v.now
+        v.last_access[node] = v.now
+        v.hits[node] = 0
+        v.ref[node] = 0
+        children = self.children[parent]
+        assert children is not None
+        children[int(edge[0])] = node
+        return node
+
+    def _split(self, child: int, m: int) -> int:
+        """Split ``child``'s edge after m pages; return the new upper node."""
+        v = self.view
+        edge = self.edges[child]
+        assert edge is not None and 0 < m < edge.shape[0]
+        parent = int(v.parent[child])
+        upper = self._new_node(parent, edge[:m])
+        v.ref[upper] = v.ref[child]
+        v.last_access[upper] = v.last_access[child]
+        v.created[upper] = v.created[child]
+        v.hits[upper] = v.hits[child]
+        self.edges[child] = edge[m:]
+        v.key[child] = int(edge[m])
+        v.size[child] = int(edge.shape[0] - m) * self.block_tokens
+        v.parent[child] = upper
+        upper_children = self.children[upper]
+        assert upper_children is not None
+        upper_children[int(edge[m])] = child
+        self.policy.on_insert(np.array([upper], dtype=np.int64))
+        return upper
+
+    def _add_leaf(self, parent: int, edge: I64) -> None:
+        leaf = self._new_node(parent, edge.copy())
+        self.tree_blocks += int(edge.shape[0])
+        self._refresh(parent)
+        arr = np.array([leaf], dtype=np.int64)
+        self.policy.on_insert(arr)
+        self._refresh(leaf)
+        if self.observers:
+            self._emit(Stored(edge.copy()))
+
+    def _remove_leaf(self, leaf: int) -> None:
+        v = self.view
+        edge = self.edges[leaf]
+        assert edge is not None and not self.children[leaf] and v.ref[leaf] == 0
+        parent = int(v.parent[leaf])
+        parent_children = self.children[parent]
+        assert parent_children is not None
+        del parent_children[int(edge[0])]
+        self.tree_blocks -= int(edge.shape[0])
+        self._evictable[leaf] = False
+        self.edges[leaf] = None
+        self.children[leaf] = None
+        v.key[leaf] = -1
+        v.parent[leaf] = -1
+        self._free_ids.append(leaf)
+        if self.observers:
+            self._emit(Removed(edge.copy(), True))
+        self._refresh(parent)
+
+    def _refresh(self, node: int) -> None:
+        """Tell the policy when a node starts or stops being an unlocked leaf."""
+        if node == ROOT:
+            return
+        now = bool(self.view.ref[node] == 0 and not self.children[node])
+        if now != self._evictable[node]:
+            self._evictable[node] = now
+            arr = np.array([node], dtype=np.int64)
+            if now:
+                self.policy.on_evictable(arr)
+            else:
+                self.policy.on_pinned(arr)
+
+    def _lock(self, node: int) -> None:
+        v = self.view
+        while node != ROOT:
+            if v.ref[node] == 0:
+                self.protected_blocks += int(v.size[node]) // self.block_tokens
+            v.ref[node] += 1
+            self._refresh(node)
+            node = int(v.parent[node])
+
+    def _unlock(self, node: int) -> None:
+        v = self.view
+        while node != ROOT:
+            v.ref[node] -= 1
+            if v.ref[node] == 0:
+                self.protected_blocks -= int(v.size[node]) // self.block_tokens
+            self._refresh(node)
+            node = int(v.parent[node])
+
+    def _emit(self, event: Stored | Removed) -> None:
+        for obs in self.observers:
+            obs.on_event(event)
+
+    # ------------------------------------------------------------------ checks
+    def cached_keys(self) -> set[int]:
+        out: set[int] = set()
+        for edge in self.edges[1:]:
+            if edge is not None:
+                out.update(edge.tolist())
+        return out
+
+    def check(self) -> None:
+        """Verify every structural invariant; raises AssertionError on the first broken one."""
+        v = self.view
+        total = protected = 0
+        for node, edge in enumerate(self.edges):
+            if node == ROOT or edge is None:
+                continue
+            parent = int(v.parent[node])
+            pc = self.children[parent]
+            assert pc is not None and pc.get(int(edge[0])) == node, f"node {node} unlinked"
+            assert edge.shape[0] > 0, f"empty edge at {node}"
+            assert v.size[node] == edge.shape[0] * self.block_tokens, f"size of {node}"
+            base = 0 if parent == ROOT else int(v.depth[parent])
+            assert v.depth[node] == base + edge.shape[0], f"depth of {node}"
+            assert v.ref[node] >= 0, f"negative lock on {node}"
+            if parent != ROOT:
+                assert v.ref[parent] >= v.ref[node], f"child {node} locked more than parent"
+            leaf_free = v.ref[node] == 0 and not self.children[node]
+            assert self._evictable[node] == leaf_free, f"evictable flag of {node}"
+            total += int(edge.shape[0])
+            if v.ref[node] > 0:
+                protected += int(edge.shape[0])
+        assert total == self.tree_blocks, "tree page count drifted"
+        assert protected == self.protected_blocks, "protected page count drifted"
+        assert self.reserved_blocks >= 0
+        assert self.tree_blocks + self.reserved_blocks <= self.capacity_blocks, "over capacity"

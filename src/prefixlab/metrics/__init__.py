@@ -1,0 +1,5 @@
+"""Metrics: observers of cache and runner events, and their summaries."""
+
+from prefixlab.metrics.replay import ReplayMetrics
+
+__all__ = ["ReplayMetrics"]

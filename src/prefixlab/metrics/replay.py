@@ -1,0 +1,56 @@
+"""Hit-ratio metrics, computed only from events (DESIGN §5).
+
+token hit ratio   = sum of prefill tokens served from cache / sum of input tokens
+request hit ratio = requests with at least one hit block / requests
+block hit ratio   = hit lookup blocks / lookup blocks
+All cold misses are included.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab.cache.events import Event, Hit, Miss, Removed
+
+I64 = npt.NDArray[np.int64]
+
+
+class ReplayMetrics:
+    """Accumulates per-request hits and cache evictions from events."""
+
+    def __init__(self, num_requests: int) -> None:
+        self.hit_tokens: I64 = np.zeros(num_requests, dtype=np.int64)
+        self.hit_blocks: I64 = np.zeros(num_requests, dtype=np.int64)
+        self.miss_blocks: I64 = np.zeros(num_requests, dtype=np.int64)
+        self.num_evictions = 0
+        self.num_trimmed = 0
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, Hit):
+            self.hit_tokens[event.request] = event.num_tokens
+            self.hit_blocks[event.request] = event.num_blocks
+        elif isinstance(event, Miss):
+            self.miss_blocks[event.request] = event.num_blocks
+        elif isinstance(event, Removed):
+            if event.evicted:
+                self.num_evictions += int(event.keys.shape[0])
+            else:
+                self.num_trimmed += int(event.keys.shape[0])
+
+    def summary(self, input_tokens: I64) -> dict[str, float | int]:
+        n = int(input_tokens.shape[0])
+        num_input = int(input_tokens.sum())
+        num_hit = int(self.hit_tokens.sum())
+        lookups = int(self.hit_blocks.sum() + self.miss_blocks.sum())
+        return {
+            "num_requests": n,
+            "num_input_tokens": num_input,
+            "num_hit_tokens": num_hit,
+            "token_hit_ratio": num_hit / num_input if num_input else 0.0,
+            "request_hit_ratio": float(np.count_nonzero(self.hit_blocks)) / n if n else 0.0,
+            "num_lookup_blocks": lookups,
+            "num_hit_blocks": int(self.hit_blocks.sum()),
+            "block_hit_ratio": int(self.hit_blocks.sum()) / lookups if lookups else 0.0,
+            "num_evictions": self.num_evictions,
+        }

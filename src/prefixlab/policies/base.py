@@ -1,0 +1,325 @@
+"""Eviction-policy protocol, adapters and the registry.
+
+A cache structure owns every byte of bookkeeping; a policy only *ranks*. Entries are small
+integers (a physical block id, a radix node id). The structure tells the policy what happens
+to entries, in batches (numpy int arrays, in the order the events happened)::
+
+    on_insert(e)     new entries (pinned: a request is using them)
+    on_access(e)     entries hit by a request (they get pinned next)
+    on_pinned(e)     ref count left 0: no longer evictable
+    on_evictable(e)  ref count reached 0: evictable, in release order
+    on_remove(e)     the structure dropped entries itself (not through evict)
+    evict(n)         choose n evictable entries, forget them, return them in eviction order
+
+Three ways to write a policy, from fastest to simplest:
+
+* subclass :class:`EvictionPolicy` and implement the batch hooks with numpy (``lru``, ``vllm``);
+* subclass :class:`PerEntryPolicy` and implement per-entry hooks plus ``pop_victim``;
+* subclass :class:`PriorityPolicy` and implement ``priority(e)`` only (SGLang style): the
+  lowest priority among evictable entries is evicted first.
+
+Policies read entry metadata through the read-only :class:`EntryView` the structure binds.
+"""
+
+from __future__ import annotations
+
+import heapq
+import inspect
+import itertools
+from collections.abc import Callable, Iterator
+from importlib.metadata import entry_points
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab.errors import ConfigError
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+EMPTY = np.zeros(0, dtype=np.int64)
+
+
+class EntryView:
+    """Entry metadata a structure exposes to its policy (read-only for policies).
+
+    Attributes are arrays indexed by entry id. ``key`` is the dense key id (-1 when the
+    entry holds none); ``depth`` the block index of the entry in its sequence (block cache)
+    or the node's token depth (radix); ``size`` its tokens; ``parent`` its prefix parent
+    entry or -1; ``now`` the structure's current time.
+    """
+
+    def __init__(self, num_entries: int) -> None:
+        self.num_entries = num_entries
+        self.key = np.full(num_entries, -1, dtype=np.int64)
+        self.depth = np.zeros(num_entries, dtype=np.int64)
+        self.size = np.zeros(num_entries, dtype=np.int64)
+        self.parent = np.full(num_entries, -1, dtype=np.int64)
+        self.created = np.zeros(num_entries, dtype=np.float64)
+        self.last_access = np.zeros(num_entries, dtype=np.float64)
+        self.hits = np.zeros(num_entries, dtype=np.int64)
+        self.ref = np.zeros(num_entries, dtype=np.int64)
+        self.is_primary = np.ones(num_entries, dtype=bool)
+        self.now = 0.0
+        self.request_index = 0
+
+    def grow(self, num_entries: int) -> None:
+        """Enlarge every array (radix trees allocate node ids as they grow)."""
+        for name, fill in (("key", -1), ("depth", 0), ("size", 0), ("parent", -1),
+                           ("created", 0), ("last_access", 0), ("hits", 0), ("ref", 0),
+                           ("is_primary", True)):
+            old = getattr(self, name)
+            new = np.full(num_entries, fill, dtype=old.dtype)
+            new[: old.shape[0]] = old
+            setattr(self, name, new)
+        self.num_entries = num_entries
+
+
+class EvictionPolicy:
+    """Base class: batch hooks, all no-ops, and a generic parameter/clone protocol."""
+
+    name: ClassVar[str] = "base"
+    #: structures this policy is meaningful on ("block", "radix")
+    structures: ClassVar[frozenset[str]] = frozenset({"block", "radix"})
+    #: needs the whole trace in advance (offline policies such as OPT)
+    needs_future: ClassVar[bool] = False
+
+    view: EntryView
+
+    def bind(self, view: EntryView) -> None:
+        """Attach to a structure; called once before any hook."""
+        self.view = view
+
+    def prepare(self, future: Any) -> None:
+        """Receive the trace's block layout (only policies with ``needs_future`` use it)."""
+
+    def on_insert(self, entries: I64) -> None: ...
+    def on_access(self, entries: I64) -> None: ...
+    def on_pinned(self, entries: I64) -> None: ...
+    def on_evictable(self, entries: I64) -> None: ...
+    def on_remove(self, entries: I64) -> None: ...
+
+    def evict(self, n: int) -> I64:
+        """Choose and forget ``n`` evictable entries (fewer only if fewer are evictable)."""
+        raise NotImplementedError
+
+    # --------------------------------------------------------------- parameters
+    def params(self) -> dict[str, Any]:
+        """Constructor arguments, each stored under its own name (river style)."""
+        return {name: getattr(self, name) for name in parameters(type(self))}
+
+    def clone(self) -> EvictionPolicy:
+        """A fresh, unbound policy with the same parameters."""
+        return type(self)(**self.params())
+
+    def spec(self) -> str:
+        """The spec string that rebuilds this policy (``name:k=v,...``)."""
+        p = self.params()
+        if not p:
+            return self.name
+        return self.name + ":" + ",".join(f"{k}={v}" for k, v in p.items())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.spec()!r})"
+
+
+class PerEntryPolicy(EvictionPolicy):
+    """Adapter: implement per-entry hooks; the batch hooks loop over them."""
+
+    def insert(self, e: int) -> None: ...
+    def access(self, e: int) -> None: ...
+    def pinned(self, e: int) -> None: ...
+    def evictable(self, e: int) -> None: ...
+    def remove(self, e: int) -> None: ...
+
+    def pop_victim(self) -> int:
+        """Remove and return the next victim (an evictable entry), or -1 if none."""
+        raise NotImplementedError
+
+    def on_insert(self, entries: I64) -> None:
+        for e in entries.tolist():
+            self.insert(e)
+
+    def on_access(self, entries: I64) -> None:
+        for e in entries.tolist():
+            self.access(e)
+
+    def on_pinned(self, entries: I64) -> None:
+        for e in entries.tolist():
+            self.pinned(e)
+
+    def on_evictable(self, entries: I64) -> None:
+        for e in entries.tolist():
+            self.evictable(e)
+
+    def on_remove(self, entries: I64) -> None:
+        for e in entries.tolist():
+            self.remove(e)
+
+    def evict(self, n: int) -> I64:
+        out: list[int] = []
+        for _ in range(n):
+            e = self.pop_victim()
+            if e < 0:
+                break
+            out.append(e)
+        return np.array(out, dtype=np.int64)
+
+
+class PriorityPolicy(EvictionPolicy):
+    """Adapter: implement ``priority(e)``; the lowest priority is evicted first.
+
+    Priorities are computed when an entry becomes evictable (or is accessed while
+    evictable); ties go to the entry that became evictable first. A heap with lazy
+    invalidation holds the candidates.
+    """
+
+    def bind(self, view: EntryView) -> None:
+        super().bind(view)
+        self._heap: list[tuple[Any, int, int]] = []
+        self._token = np.zeros(view.num_entries, dtype=np.int64)
+        self._free = np.zeros(view.num_entries, dtype=bool)
+        self._seq = itertools.count()
+
+    def priority(self, e: int) -> Any:
+        raise NotImplementedError
+
+    def _ensure(self) -> None:
+        n = self.view.num_entries
+        if self._token.shape[0] < n:
+            self._token = np.resize(self._token, n)
+            self._free = np.concatenate([self._free, np.zeros(n - self._free.shape[0], bool)])
+
+    def _push(self, e: int) -> None:
+        tok = next(self._seq)
+        self._token[e] = tok
+        heapq.heappush(self._heap, (self.priority(e), tok, e))
+
+    def on_evictable(self, entries: I64) -> None:
+        self._ensure()
+        self._free[entries] = True
+        for e in entries.tolist():
+            self._push(e)
+
+    def on_access(self, entries: I64) -> None:
+        # Priority may depend on access metadata: re-rank entries that stay evictable.
+        self._ensure()
+        for e in entries[self._free[entries]].tolist():
+            self._push(e)
+
+    def on_pinned(self, entries: I64) -> None:
+        self._ensure()
+        self._free[entries] = False
+        self._token[entries] = -1
+
+    on_remove = on_pinned
+
+    def evict(self, n: int) -> I64:
+        out: list[int] = []
+        heap, token = self._heap, self._token
+        while len(out) < n and heap:
+            _, tok, e = heapq.heappop(heap)
+            if token[e] == tok:
+                token[e] = -1
+                self._free[e] = False
+                out.append(e)
+        return np.array(out, dtype=np.int64)
+
+
+# ------------------------------------------------------------------------ registry
+P = TypeVar("P", bound=type[EvictionPolicy])
+POLICIES: dict[str, type[EvictionPolicy]] = {}
+_PLUGINS_LOADED = False
+
+
+def register(name: str) -> Callable[[P], P]:
+    """Class decorator: register a policy under a stable name."""
+
+    def deco(cls: P) -> P:
+        if name in POLICIES and POLICIES[name] is not cls:
+            raise ConfigError(f"policy name '{name}' is registered twice")
+        cls.name = name
+        POLICIES[name] = cls
+        return cls
+
+    return deco
+
+
+def _load_all() -> None:
+    global _PLUGINS_LOADED
+    import prefixlab.policies.builtin  # noqa: F401  (registers the built-in policies)
+
+    if not _PLUGINS_LOADED:
+        _PLUGINS_LOADED = True
+        for ep in entry_points(group="prefixlab.policies"):
+            ep.load()
+
+
+def registered() -> dict[str, type[EvictionPolicy]]:
+    """Every registered policy, built-ins and third-party entry points."""
+    _load_all()
+    return dict(sorted(POLICIES.items()))
+
+
+def describe(cls: type[EvictionPolicy]) -> str:
+    """One-line description: the first line of the class docstring."""
+    return (inspect.getdoc(cls) or "").splitlines()[0] if cls.__doc__ else ""
+
+
+def parameters(cls: type[EvictionPolicy]) -> dict[str, Any]:
+    """Constructor parameters and their defaults."""
+    if cls.__init__ is object.__init__:
+        return {}
+    sig = inspect.signature(cls.__init__)
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {n: p.default for n, p in sig.parameters.items() if n != "self" and p.kind in kinds}
+
+
+def _parse_value(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"s3fifo:small_ratio=0.1,x=2"`` -> ``("s3fifo", {"small_ratio": 0.1, "x": 2})``."""
+    name, _, rest = spec.strip().partition(":")
+    kwargs: dict[str, Any] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"policy spec '{spec}': expected key=value, got '{item}'")
+        kwargs[key.strip()] = _parse_value(value.strip())
+    return name, kwargs
+
+
+def make_policy(spec: str, structure: str | None = None) -> EvictionPolicy:
+    """Build a policy from its spec string, with errors that name the bad part."""
+    name, kwargs = parse_spec(spec)
+    known = registered()
+    if name not in known:
+        raise ConfigError(f"unknown policy '{name}'; known: {', '.join(known)}")
+    cls = known[name]
+    if structure is not None and structure not in cls.structures:
+        raise ConfigError(f"policy '{name}' does not apply to the {structure} structure")
+    allowed = parameters(cls)
+    for key in kwargs:
+        if key not in allowed:
+            raise ConfigError(
+                f"policy '{name}' has no parameter '{key}'; it takes: "
+                f"{', '.join(allowed) or 'no parameters'}"
+            )
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"policy '{spec}': {exc}") from None
+
+
+def iter_policies() -> Iterator[tuple[str, type[EvictionPolicy]]]:
+    yield from registered().items()

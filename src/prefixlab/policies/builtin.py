@@ -1,0 +1,16 @@
+"""Importing this module registers every built-in policy."""
+
+from prefixlab.policies import (  # noqa: F401
+    arc,
+    fifo,
+    hashtable,
+    lecar,
+    lfu,
+    lru,
+    mru,
+    opt,
+    s3fifo,
+    sglang_lru,
+    sieve,
+    vllm,
+)

@@ -1,0 +1,114 @@
+"""LeCaR (Vietri et al., HotStorage'18): regret-minimising mix of LRU and LFU.
+
+On each eviction an expert (LRU or LFU) is drawn with probability given by its weight; the
+victim's key enters that expert's history. A later miss on a key in an expert's history is
+regret for that expert: its weight is multiplied by exp(-learning_rate * discount^age),
+with ``discount = 0.005 ** (1 / capacity)`` and age counted in insertions. Randomness comes
+from a seeded generator.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict
+
+import numpy as np
+
+from prefixlab.policies._ordered import GhostList, oldest_where
+from prefixlab.policies.base import EntryView, PerEntryPolicy, register
+
+
+@register("lecar")
+class LeCaR(PerEntryPolicy):
+    """LeCaR: LRU and LFU experts weighted by regret over their ghost histories."""
+
+    def __init__(self, learning_rate: float = 0.45, seed: int = 0) -> None:
+        if learning_rate <= 0:
+            raise ValueError(f"learning_rate must be positive, got {learning_rate}")
+        self.learning_rate = learning_rate
+        self.seed = seed
+
+    def bind(self, view: EntryView) -> None:
+        super().bind(view)
+        cap = view.num_entries
+        self.discount = 0.005 ** (1.0 / cap)
+        self.w_lru = 0.5
+        self.rng = np.random.default_rng(self.seed)
+        self.recency: OrderedDict[int, None] = OrderedDict()
+        self.freq: dict[int, int] = {}
+        self.lfu_heap: list[tuple[int, int, int]] = []
+        self.hist_lru = GhostList(cap)
+        self.hist_lfu = GhostList(cap)
+        self.time = 0
+        self._stamp: dict[int, int] = {}
+        self._free: set[int] = set()
+
+    def _touch(self, e: int) -> None:
+        self.time += 1
+        self.recency.pop(e, None)
+        self.recency[e] = None
+        self._stamp[e] = self.time
+        heapq.heappush(self.lfu_heap, (self.freq[e], self.time, e))
+
+    def insert(self, e: int) -> None:
+        key = int(self.view.key[e])
+        for hist, is_lru in ((self.hist_lru, True), (self.hist_lfu, False)):
+            when = hist.pop(key)
+            if when is not None:
+                regret = self.discount ** (self.time - when)
+                w_lru, w_lfu = self.w_lru, 1.0 - self.w_lru
+                if is_lru:
+                    w_lru *= math.exp(-self.learning_rate * regret)
+                else:
+                    w_lfu *= math.exp(-self.learning_rate * regret)
+                self.w_lru = w_lru / (w_lru + w_lfu)
+        self.freq[e] = 1
+        self._touch(e)
+
+    def access(self, e: int) -> None:
+        if e in self.freq:
+            self.freq[e] += 1
+            self._touch(e)
+
+    def evictable(self, e: int) -> None:
+        self._free.add(e)
+
+    def pinned(self, e: int) -> None:
+        self._free.discard(e)
+
+    def remove(self, e: int) -> None:
+        self._free.discard(e)
+        self.recency.pop(e, None)
+        self.freq.pop(e, None)
+        self._stamp.pop(e, None)
+
+    def _lfu_victim(self) -> int:
+        skipped: list[tuple[int, int, int]] = []
+        victim = -1
+        while self.lfu_heap:
+            item = heapq.heappop(self.lfu_heap)
+            f, t, e = item
+            if self._stamp.get(e) != t:
+                continue  # stale
+            if e in self._free:
+                victim = e
+                skipped.append(item)  # removal below drops the stamp, so it becomes stale
+                break
+            skipped.append(item)
+        for item in skipped:
+            heapq.heappush(self.lfu_heap, item)
+        return victim
+
+    def pop_victim(self) -> int:
+        if not self._free:
+            return -1
+        use_lru = self.rng.random() < self.w_lru
+        if use_lru:
+            victim = oldest_where(self.recency, self._free.__contains__)
+        else:
+            victim = self._lfu_victim()
+        hist = self.hist_lru if use_lru else self.hist_lfu
+        hist.add(int(self.view.key[victim]), float(self.time))
+        self.remove(victim)
+        return victim

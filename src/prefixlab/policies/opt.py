@@ -1,0 +1,52 @@
+"""Offline OPT (Belady): evict the evictable block whose next use is farthest.
+
+A first pass over the trace lists, for every key, the requests whose lookup range contains
+it. When a block becomes evictable after request r, its next use is the first such request
+after r (never = +inf).
+
+Prefix-aware by construction: a request that can hit a block also looks up every ancestor
+of it (keys are chained), so next_use(parent) <= next_use(child). Ties go to the deepest
+block, then to a non-primary holder of a duplicated key, so OPT never evicts a prefix while
+keeping an extension of it that is evictable.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from prefixlab.policies.base import I64, PriorityPolicy, register
+from prefixlab.workload.trace import BlockLayout
+
+NEVER = float("inf")
+
+
+@register("opt")
+class OPT(PriorityPolicy):
+    """Belady's offline optimum, prefix-aware: farthest next use first, deepest on ties."""
+
+    needs_future = True
+
+    def prepare(self, future: BlockLayout) -> None:
+        lay = future
+        num_keys = max(lay.num_distinct_keys, 1)
+        counts = lay.num_lookup_blocks
+        starts = lay.key_offsets[:-1]
+        idx = np.repeat(starts, counts) + np.arange(int(counts.sum())) - np.repeat(
+            np.cumsum(counts) - counts, counts
+        )
+        keys = lay.keys[idx]
+        reqs = np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
+        order = np.lexsort((reqs, keys))
+        self._occ_req: I64 = reqs[order]
+        self._occ_start: I64 = np.zeros(num_keys + 1, dtype=np.int64)
+        np.cumsum(np.bincount(keys, minlength=num_keys), out=self._occ_start[1:])
+
+    def next_use(self, key: int, after: int) -> float:
+        lo, hi = int(self._occ_start[key]), int(self._occ_start[key + 1])
+        pos = lo + int(np.searchsorted(self._occ_req[lo:hi], after, side="right"))
+        return float(self._occ_req[pos]) if pos < hi else NEVER
+
+    def priority(self, e: int) -> tuple[float, int, bool]:
+        v = self.view
+        nxt = self.next_use(int(v.key[e]), v.request_index)
+        return (-nxt, -int(v.depth[e]), bool(v.is_primary[e]))

@@ -1,0 +1,180 @@
+"""The replay runner: requests one at a time, no time model (Marconi / LPC / libCacheSim).
+
+For each request in arrival order::
+
+    match (lookup blocks, capped)  ->  count reuse  ->  acquire (pin hits, take new blocks)
+    ->  commit (cache its keyed blocks: input, and output when known)  ->  release
+
+Logical time is the request index, so results do not depend on wall-clock speed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab.cache.block import BlockCache
+from prefixlab.cache.events import Hit, Miss, Observer
+from prefixlab.cache.radix import RadixCache
+from prefixlab.errors import CapacityError, ConfigError
+from prefixlab.metrics.replay import ReplayMetrics
+from prefixlab.policies.base import EvictionPolicy, make_policy
+from prefixlab.workload.trace import BlockLayout, Trace
+
+I64 = npt.NDArray[np.int64]
+STRUCTURES = ("block", "radix")
+
+
+@dataclass(slots=True, frozen=True)
+class ReplayConfig:
+    """How to replay: structure, capacity and block-hashing options."""
+
+    capacity_blocks: int
+    structure: str = "block"
+    block_tokens: int | None = None
+    max_free_blocks: int | None = None
+    cache_partial: bool = False
+    min_recompute_tokens: int = 1
+    extra_key: int | str | None = None
+
+    def validate(self) -> None:
+        if self.structure not in STRUCTURES:
+            raise ConfigError(
+                f"unknown structure '{self.structure}'; known: {', '.join(STRUCTURES)}"
+            )
+        if self.capacity_blocks <= 0:
+            raise ConfigError(f"capacity_blocks must be positive, got {self.capacity_blocks}")
+        if self.max_free_blocks is not None and self.structure != "block":
+            raise ConfigError("max_free_blocks applies to the block structure only")
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    """Summary of one replay plus per-request detail."""
+
+    policy: str
+    capacity_blocks: int
+    structure: str
+    metrics: dict[str, float | int]
+    elapsed_s: float
+    num_blocks_processed: int
+    hit_tokens: I64 = field(repr=False)
+    input_tokens: I64 = field(repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "policy": self.policy,
+            "structure": self.structure,
+            "capacity_blocks": self.capacity_blocks,
+        }
+        out.update(self.metrics)
+        out["elapsed_s"] = self.elapsed_s
+        out["blocks_per_s"] = (
+            self.num_blocks_processed / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        )
+        return out
+
+
+def build_cache(
+    config: ReplayConfig,
+    policy: EvictionPolicy,
+    layout: BlockLayout,
+    observers: Sequence[Observer] = (),
+) -> BlockCache | RadixCache:
+    """Make the configured structure for a trace layout."""
+    config.validate()
+    if config.structure == "block":
+        return BlockCache(
+            config.capacity_blocks,
+            policy,
+            layout.num_distinct_keys,
+            block_tokens=layout.block_tokens,
+            max_free_blocks=config.max_free_blocks,
+            observers=observers,
+        )
+    return RadixCache(
+        config.capacity_blocks,
+        policy,
+        layout.num_distinct_keys,
+        block_tokens=layout.block_tokens,
+        observers=observers,
+    )
+
+
+def replay(
+    trace: Trace,
+    policy: EvictionPolicy | str,
+    config: ReplayConfig,
+    observers: Sequence[Observer] = (),
+    check_every: int = 0,
+    on_step: Callable[[int], None] | None = None,
+) -> ReplayResult:
+    """Replay ``trace`` through one cache and policy.
+
+    Args:
+        trace: the requests.
+        policy: a policy object (fresh, unbound) or a spec string such as ``"s3fifo"``.
+        config: structure, capacity and hashing options.
+        observers: extra event observers.
+        check_every: run the structure's invariant checker every this many requests.
+        on_step: called with each request index (progress bars).
+    """
+    config.validate()
+    pol = make_policy(policy, config.structure) if isinstance(policy, str) else policy
+    layout = trace.block_layout(
+        config.block_tokens, config.extra_key, config.cache_partial, config.min_recompute_tokens
+    )
+    n = len(trace)
+    metrics = ReplayMetrics(n)
+    all_obs: list[Observer] = [metrics, *observers]
+    cache = build_cache(config, pol, layout, all_obs)
+    if pol.needs_future:
+        pol.prepare(layout)
+    view = cache.view
+    keys_all, offs = layout.keys, layout.key_offsets
+    num_lookup = layout.num_lookup_blocks.tolist()
+    lookup_end = layout.lookup_end_tokens.tolist()
+    held_blocks = layout.num_blocks_held.tolist()
+    bt = layout.block_tokens
+    start = time.perf_counter()
+    for r in range(n):
+        view.now = float(r)
+        view.request_index = r
+        keys = keys_all[offs[r] : offs[r + 1]]
+        nl = num_lookup[r]
+        m = cache.match(keys[:nl], lookup_end[r])
+        handle = cache.acquire(m, held_blocks[r])
+        if handle is None:
+            raise CapacityError(
+                f"request {r} needs {held_blocks[r]} blocks of {bt} tokens "
+                f"({int(trace.input_length[r])} input + {int(trace.output_length[r])} output "
+                f"tokens) but the cache holds {config.capacity_blocks} blocks in all; "
+                "raise the capacity"
+            )
+        for obs in all_obs:
+            obs.on_event(Hit(r, m.num_hit_blocks, m.num_hit_tokens))
+            obs.on_event(Miss(r, nl - m.num_hit_blocks, (nl - m.num_hit_blocks) * bt))
+        cache.commit(handle, keys, m.num_hit_blocks)  # type: ignore[arg-type]
+        cache.release(handle)  # type: ignore[arg-type]
+        if check_every and r % check_every == 0:
+            cache.check()
+        if on_step is not None:
+            on_step(r)
+    elapsed = time.perf_counter() - start
+    if check_every:
+        cache.check()
+    return ReplayResult(
+        policy=pol.spec(),
+        capacity_blocks=config.capacity_blocks,
+        structure=config.structure,
+        metrics=metrics.summary(trace.input_length),
+        elapsed_s=elapsed,
+        num_blocks_processed=int(layout.num_blocks_held.sum()),
+        hit_tokens=metrics.hit_tokens,
+        input_tokens=trace.input_length,
+    )

@@ -1,0 +1,43 @@
+"""Mooncake trace loader (FAST'25 release).
+
+Each line: ``{"timestamp": ms, "input_length": n, "output_length": n, "hash_ids": [...]}``
+with one id per 512-token block of the input (the last one may be partial). There are no
+sessions or text. Source: kvcache-ai/Mooncake, FAST25-release/traces.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefixlab.errors import TraceFormatError
+from prefixlab.workload.loaders.base import FieldReader, check_hash_ids, iter_json_lines
+from prefixlab.workload.loaders.base import register_loader
+from prefixlab.workload.trace import Request, Trace
+
+MOONCAKE_BLOCK_TOKENS = 512
+
+
+@register_loader("mooncake")
+def load_mooncake(path: Path, limit: int | None = None) -> Trace:
+    """Read a Mooncake JSONL trace (hash form, 512-token blocks)."""
+    requests: list[Request] = []
+    for lineno, obj in iter_json_lines(path):
+        f = FieldReader(path, lineno, obj)
+        inp = f.int_("input_length")
+        hids = f.int_list("hash_ids")
+        assert hids is not None
+        check_hash_ids(f, hids, inp, MOONCAKE_BLOCK_TOKENS)
+        requests.append(
+            Request(
+                arrival_s=f.float_("timestamp") / 1000.0,
+                input_length=inp,
+                output_length=f.int_("output_length"),
+                hash_ids=hids,
+                hashed_tokens=inp,
+            )
+        )
+        if limit is not None and len(requests) >= limit:
+            break
+    if not requests:
+        raise TraceFormatError(str(path), 0, None, "no requests in file")
+    return Trace.from_requests(requests, block_tokens=MOONCAKE_BLOCK_TOKENS, name=path.stem)

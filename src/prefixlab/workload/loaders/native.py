@@ -1,0 +1,137 @@
+"""prefixlab's native JSONL trace format (see docs/trace-format.md).
+
+An optional first line ``{"prefixlab_trace": 1, "block_tokens": B}`` is the header (required
+for hash-form traces: it gives the block size the ids cover). Then one request per line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from prefixlab.errors import TraceFormatError
+from prefixlab.workload.loaders.base import (
+    FieldReader,
+    check_hash_ids,
+    iter_json_lines,
+    register_loader,
+)
+from prefixlab.workload.trace import Request, Trace
+
+FORMAT_VERSION = 1
+
+
+def _read_request(f: FieldReader, block_tokens: int | None) -> Request:
+    inp_tokens = f.int_list("input_tokens", required=False)
+    hash_ids = f.int_list("hash_ids", required=False)
+    if (inp_tokens is None) == (hash_ids is None):
+        raise f.fail("input_tokens", "give exactly one of 'input_tokens' or 'hash_ids'")
+    out_tokens = f.int_list("output_tokens", required=False)
+    if inp_tokens is not None:
+        inp = f.int_("input_length", required=False, default=len(inp_tokens))
+        if inp != len(inp_tokens):
+            raise f.fail("input_length", f"{inp} but input_tokens has {len(inp_tokens)}")
+    else:
+        inp = f.int_("input_length")
+    if out_tokens is not None:
+        out = f.int_("output_length", required=False, default=len(out_tokens))
+        if out != len(out_tokens):
+            raise f.fail("output_length", f"{out} but output_tokens has {len(out_tokens)}")
+    else:
+        out = f.int_("output_length")
+    hashed = None
+    if hash_ids is not None:
+        if block_tokens is None:
+            raise f.fail("hash_ids", "hash-form requests need a header line with block_tokens")
+        hashed = f.int_("hashed_tokens", required=False, default=inp)
+        if hashed > inp + out:
+            raise f.fail("hashed_tokens", f"{hashed} exceeds input+output ({inp + out})")
+        check_hash_ids(f, hash_ids, hashed, block_tokens)
+    return Request(
+        arrival_s=f.float_("arrival_s", required=False),
+        input_length=inp,
+        output_length=out,
+        session_id=f.str_("session_id"),
+        turn=f.int_("turn", required=False),
+        task=f.str_("task"),
+        input_tokens=inp_tokens,
+        output_tokens=out_tokens,
+        hash_ids=hash_ids,
+        hashed_tokens=hashed,
+        prompt_text=f.str_("prompt_text"),
+    )
+
+
+@register_loader("native")
+def load_native(path: Path, limit: int | None = None) -> Trace:
+    """Read a native JSONL trace; every line is validated before the trace is returned."""
+    block_tokens: int | None = None
+    requests: list[Request] = []
+    for lineno, obj in iter_json_lines(path):
+        f = FieldReader(path, lineno, obj)
+        if "prefixlab_trace" in obj:
+            if requests:
+                raise f.fail("prefixlab_trace", "the header must be the first line")
+            version = f.int_("prefixlab_trace")
+            if version != FORMAT_VERSION:
+                raise f.fail("prefixlab_trace", f"unsupported version {version}")
+            bt = f.int_("block_tokens", required=False)
+            if bt == 0 and "block_tokens" in obj:
+                raise f.fail("block_tokens", "must be positive")
+            block_tokens = bt or None
+            continue
+        requests.append(_read_request(f, block_tokens))
+        if limit is not None and len(requests) >= limit:
+            break
+    if not requests:
+        raise TraceFormatError(str(path), 0, None, "no requests in file")
+    forms = {r.hash_ids is None for r in requests}
+    if len(forms) > 1:
+        first = next(i for i, r in enumerate(requests) if (r.hash_ids is None) != (
+            requests[0].hash_ids is None))
+        raise TraceFormatError(str(path), first + 1, "hash_ids", "mixes token and hash forms")
+    return Trace.from_requests(requests, block_tokens=block_tokens, name=path.stem)
+
+
+def _request_dict(r: Request) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "arrival_s": r.arrival_s,
+        "input_length": r.input_length,
+        "output_length": r.output_length,
+    }
+    for key in ("session_id", "task", "prompt_text"):
+        value = getattr(r, key)
+        if value is not None:
+            d[key] = value
+    if r.turn:
+        d["turn"] = r.turn
+    if r.input_tokens is not None:
+        d["input_tokens"] = list(r.input_tokens)
+    if r.output_tokens is not None:
+        d["output_tokens"] = list(r.output_tokens)
+    if r.hash_ids is not None:
+        d["hash_ids"] = list(r.hash_ids)
+        if r.hashed_tokens is not None and r.hashed_tokens != r.input_length:
+            d["hashed_tokens"] = r.hashed_tokens
+    return d
+
+
+def write_native(trace: Trace, path: str | Path) -> None:
+    """Write a trace as native JSONL, atomically (a temp file renamed into place)."""
+    path = Path(path)
+    header: dict[str, Any] = {"prefixlab_trace": FORMAT_VERSION}
+    if trace.block_tokens is not None:
+        header["block_tokens"] = trace.block_tokens
+    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(header) + "\n")
+            for r in trace:
+                fh.write(json.dumps(_request_dict(r), separators=(",", ":")) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,335 @@
+"""Requests and traces.
+
+A :class:`Trace` stores its requests column-wise (numpy arrays, variable-length content as
+flattened values plus offsets). Two content forms exist:
+
+* **token form**: ``input_tokens`` and optionally ``output_tokens`` (token ids);
+* **hash form**: ``hash_ids``, one key per block of the sequence the request leaves behind
+  (equal key = equal prefix up to and including that block), ``hashed_tokens`` (tokens the
+  ids cover) and a trace-level ``block_tokens``. Block j is full when
+  ``(j + 1) * block_tokens <= hashed_tokens``.
+
+Block keys are derived once per (block size, extra key) by :meth:`Trace.block_layout`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab.errors import ConfigError
+from prefixlab.workload.hashing import chained_block_keys, salt_hash_ids
+
+I64 = npt.NDArray[np.int64]
+U64 = npt.NDArray[np.uint64]
+F64 = npt.NDArray[np.float64]
+
+
+@dataclass(slots=True)
+class Request:
+    """One LLM call. Either token form (``input_tokens``) or hash form (``hash_ids``)."""
+
+    arrival_s: float
+    input_length: int
+    output_length: int
+    session_id: str | None = None
+    turn: int = 0
+    task: str | None = None
+    input_tokens: Sequence[int] | None = None
+    output_tokens: Sequence[int] | None = None
+    hash_ids: Sequence[int] | None = None
+    hashed_tokens: int | None = None
+    prompt_text: str | None = None
+
+
+def _csr(parts: Sequence[Sequence[int]], dtype: type) -> tuple[npt.NDArray[np.generic], I64]:
+    lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
+    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    values = np.empty(int(offsets[-1]), dtype=dtype)
+    for i, p in enumerate(parts):
+        values[offsets[i] : offsets[i + 1]] = p
+    return values, offsets
+
+
+@dataclass(slots=True, frozen=True)
+class BlockLayout:
+    """Block keys of every request of a trace for one block size, interned to dense ids.
+
+    ``keys[key_offsets[r]:key_offsets[r+1]]`` are the dense key ids of the blocks request r
+    leaves cached (full blocks, plus the trailing partial block when asked for).
+    ``num_lookup_blocks[r]`` of them (a prefix) are inside the input and may be hit, already
+    capped so at least ``min_recompute_tokens`` of the input is recomputed.
+    ``lookup_end_tokens[r]`` is the hit length in tokens when all lookup blocks hit.
+    ``num_blocks_held[r]`` = ceil((input + output) / block_tokens): what the request holds
+    while it runs.
+    """
+
+    block_tokens: int
+    keys: I64
+    key_offsets: I64
+    num_lookup_blocks: I64
+    lookup_end_tokens: I64
+    num_blocks_held: I64
+    num_distinct_keys: int
+    raw_keys: U64 = field(repr=False)
+
+    def request_keys(self, r: int) -> I64:
+        return self.keys[self.key_offsets[r] : self.key_offsets[r + 1]]
+
+
+class Trace:
+    """An ordered, column-wise collection of requests."""
+
+    def __init__(
+        self,
+        *,
+        arrival_s: F64,
+        input_length: I64,
+        output_length: I64,
+        session_id: list[str | None],
+        turn: I64,
+        task: list[str | None],
+        prompt_text: list[str | None] | None = None,
+        input_tokens: tuple[I64, I64] | None = None,
+        output_tokens: tuple[I64, I64, npt.NDArray[np.bool_]] | None = None,
+        hash_ids: tuple[U64, I64] | None = None,
+        hashed_tokens: I64 | None = None,
+        block_tokens: int | None = None,
+        name: str = "trace",
+    ) -> None:
+        n = int(arrival_s.shape[0])
+        if (input_tokens is None) == (hash_ids is None):
+            raise ConfigError("a trace holds exactly one content form: token ids or hash_ids")
+        if hash_ids is not None and (block_tokens is None or block_tokens <= 0):
+            raise ConfigError("a hash-form trace needs a positive trace-level block_tokens")
+        self.arrival_s = arrival_s
+        self.input_length = input_length
+        self.output_length = output_length
+        self.session_id = session_id
+        self.turn = turn
+        self.task = task
+        self.prompt_text = prompt_text if prompt_text is not None else [None] * n
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.hash_ids = hash_ids
+        self.hashed_tokens = hashed_tokens
+        self.block_tokens = block_tokens
+        self.name = name
+        self._layouts: dict[tuple[int, str, bool, int], BlockLayout] = {}
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_requests(
+        cls, requests: Sequence[Request], block_tokens: int | None = None, name: str = "trace"
+    ) -> Trace:
+        """Build a trace from request objects (all of one content form)."""
+        if not requests:
+            raise ConfigError("a trace needs at least one request")
+        token_form = requests[0].hash_ids is None
+        for i, r in enumerate(requests):
+            if (r.hash_ids is None) != token_form:
+                raise ConfigError(f"request {i}: all requests of a trace need the same form")
+        kw: dict[str, object] = {}
+        if token_form:
+            for i, r in enumerate(requests):
+                if r.input_tokens is None:
+                    raise ConfigError(f"request {i}: neither input_tokens nor hash_ids given")
+            kw["input_tokens"] = _csr([r.input_tokens or () for r in requests], np.int64)
+            has_out = np.array([r.output_tokens is not None for r in requests], dtype=bool)
+            if has_out.any():
+                vals, offs = _csr([r.output_tokens or () for r in requests], np.int64)
+                kw["output_tokens"] = (vals, offs, has_out)
+        else:
+            kw["hash_ids"] = _csr([r.hash_ids or () for r in requests], np.uint64)
+            kw["hashed_tokens"] = np.array(
+                [r.input_length if r.hashed_tokens is None else r.hashed_tokens for r in requests],
+                dtype=np.int64,
+            )
+            kw["block_tokens"] = block_tokens
+        return cls(
+            arrival_s=np.array([r.arrival_s for r in requests], dtype=np.float64),
+            input_length=np.array([r.input_length for r in requests], dtype=np.int64),
+            output_length=np.array([r.output_length for r in requests], dtype=np.int64),
+            session_id=[r.session_id for r in requests],
+            turn=np.array([r.turn for r in requests], dtype=np.int64),
+            task=[r.task for r in requests],
+            prompt_text=[r.prompt_text for r in requests],
+            name=name,
+            **kw,  # type: ignore[arg-type]
+        )
+
+    # ------------------------------------------------------------------ access
+    def __len__(self) -> int:
+        return int(self.arrival_s.shape[0])
+
+    @property
+    def is_hash_form(self) -> bool:
+        return self.hash_ids is not None
+
+    def __getitem__(self, i: int) -> Request:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(i)
+        i %= n
+        inp = out = hid = None
+        if self.input_tokens is not None:
+            v, o = self.input_tokens
+            inp = v[o[i] : o[i + 1]].tolist()
+        if self.output_tokens is not None and self.output_tokens[2][i]:
+            v, o, _ = self.output_tokens
+            out = v[o[i] : o[i + 1]].tolist()
+        if self.hash_ids is not None:
+            hv, ho = self.hash_ids
+            hid = hv[ho[i] : ho[i + 1]].tolist()
+        return Request(
+            arrival_s=float(self.arrival_s[i]),
+            input_length=int(self.input_length[i]),
+            output_length=int(self.output_length[i]),
+            session_id=self.session_id[i],
+            turn=int(self.turn[i]),
+            task=self.task[i],
+            input_tokens=inp,
+            output_tokens=out,
+            hash_ids=hid,
+            hashed_tokens=None if self.hashed_tokens is None else int(self.hashed_tokens[i]),
+            prompt_text=self.prompt_text[i],
+        )
+
+    def __iter__(self) -> Iterator[Request]:
+        for i in range(len(self)):
+            yield self[i]
+
+    # ------------------------------------------------------------------ blocks
+    def block_layout(
+        self,
+        block_tokens: int | None = None,
+        extra_key: int | str | None = None,
+        cache_partial: bool = False,
+        min_recompute_tokens: int = 1,
+    ) -> BlockLayout:
+        """Block keys of every request, computed once (vectorised) and memoised."""
+        bt = self._resolve_block_tokens(block_tokens)
+        if min_recompute_tokens < 0:
+            raise ConfigError(f"min_recompute_tokens must be >= 0, got {min_recompute_tokens}")
+        memo = (bt, str(extra_key), cache_partial, min_recompute_tokens)
+        if memo not in self._layouts:
+            self._layouts[memo] = self._build_layout(
+                bt, extra_key, cache_partial, min_recompute_tokens
+            )
+        return self._layouts[memo]
+
+    def _resolve_block_tokens(self, block_tokens: int | None) -> int:
+        if self.is_hash_form:
+            if block_tokens is not None and block_tokens != self.block_tokens:
+                raise ConfigError(
+                    f"block_tokens={block_tokens} does not match this hash-form trace, whose "
+                    f"ids cover {self.block_tokens}-token blocks"
+                )
+            assert self.block_tokens is not None
+            return self.block_tokens
+        if block_tokens is None:
+            raise ConfigError("a token-form trace needs block_tokens to form blocks")
+        if block_tokens <= 0:
+            raise ConfigError(f"block_tokens must be positive, got {block_tokens}")
+        return block_tokens
+
+    def _sequence_keys(
+        self, bt: int, extra_key: int | str | None, cache_partial: bool
+    ) -> tuple[U64, I64, I64]:
+        """Raw keys of the blocks each request leaves behind, and its number of input keys."""
+        if self.hash_ids is not None:
+            assert self.hashed_tokens is not None
+            values, offsets = self.hash_ids
+            keyed = self.hashed_tokens // bt
+            short = np.flatnonzero(keyed > np.diff(offsets))
+            if short.size:
+                r = int(short[0])
+                raise ConfigError(
+                    f"request {r}: hash_ids has {int(np.diff(offsets)[r])} ids but "
+                    f"hashed_tokens={int(self.hashed_tokens[r])} claims {int(keyed[r])} full blocks"
+                )
+            if cache_partial:
+                keyed = np.minimum(-(-self.hashed_tokens // bt), np.diff(offsets))
+            starts = offsets[:-1]
+            take = np.repeat(starts - _starts(keyed)[:-1], keyed) + np.arange(int(keyed.sum()))
+            raw = salt_hash_ids(values[take], extra_key)
+            in_full = np.minimum(self.input_length // bt, keyed)
+            partial_ok = cache_partial & (self.hashed_tokens == self.input_length)
+            partial_ok &= (self.input_length % bt > 0) & (keyed > in_full)
+            return raw, _starts(keyed), in_full + partial_ok
+        assert self.input_tokens is not None
+        in_vals, in_offs = self.input_tokens
+        if self.output_tokens is None:
+            seq_vals, seq_offs = in_vals, in_offs
+        else:
+            seq_vals, seq_offs = _concat_ragged(in_vals, in_offs, *self.output_tokens)
+        raw, key_offs = chained_block_keys(seq_vals, seq_offs, bt, extra_key, cache_partial)
+        in_full = self.input_length // bt
+        lookable = in_full.copy()
+        if cache_partial:
+            # The input's trailing partial block can only match a cached sequence that ended
+            # at the same token, i.e. the same key: it is key number in_full when the
+            # request's own sequence ends there (no output tokens given).
+            seq_len = np.diff(seq_offs)
+            lookable += (self.input_length % bt > 0) & (seq_len == self.input_length)
+        return raw, key_offs, lookable
+
+    def _build_layout(
+        self, bt: int, extra_key: int | str | None, cache_partial: bool, min_recompute: int
+    ) -> BlockLayout:
+        raw, key_offs, lookable = self._sequence_keys(bt, extra_key, cache_partial)
+        if raw.shape[0]:
+            _, dense = np.unique(raw, return_inverse=True)
+            dense = dense.astype(np.int64).reshape(-1)
+            num_distinct = int(dense.max()) + 1
+        else:
+            dense = np.zeros(0, dtype=np.int64)
+            num_distinct = 0
+        # Cap: hit tokens <= input_length - min_recompute_tokens, block-aligned, except a
+        # cached trailing partial block which hits as a whole (ends at input_length).
+        cap_full = np.maximum(self.input_length - min_recompute, 0) // bt
+        in_full = np.minimum(self.input_length // bt, lookable)
+        num_lookup = np.minimum(in_full, cap_full)
+        partial_hit = (lookable > in_full) & (min_recompute == 0) & (num_lookup == in_full)
+        num_lookup = num_lookup + partial_hit
+        lookup_end = np.where(partial_hit, self.input_length, num_lookup * bt)
+        held = -(-(self.input_length + self.output_length) // bt)
+        return BlockLayout(
+            block_tokens=bt,
+            keys=dense,
+            key_offsets=key_offs,
+            num_lookup_blocks=num_lookup.astype(np.int64),
+            lookup_end_tokens=lookup_end.astype(np.int64),
+            num_blocks_held=held.astype(np.int64),
+            num_distinct_keys=num_distinct,
+            raw_keys=raw,
+        )
+
+
+def _starts(counts: I64) -> I64:
+    out = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def _concat_ragged(
+    a_vals: I64, a_offs: I64, b_vals: I64, b_offs: I64, b_present: npt.NDArray[np.bool_]
+) -> tuple[I64, I64]:
+    """Per-row concatenation of two ragged arrays (rows of b absent where not present)."""
+    a_len = np.diff(a_offs)
+    b_len = np.where(b_present, np.diff(b_offs), 0)
+    offs = _starts(a_len + b_len)
+    out = np.empty(int(offs[-1]), dtype=np.int64)
+    rows = np.arange(a_len.shape[0])
+    a_dst = np.repeat(offs[:-1], a_len) + np.arange(int(a_len.sum())) - np.repeat(
+        _starts(a_len)[:-1], a_len
+    )
+    out[a_dst] = a_vals
+    b_src_rows = np.repeat(rows, b_len)
+    b_rel = np.arange(int(b_len.sum())) - np.repeat(_starts(b_len)[:-1], b_len)
+    out[offs[b_src_rows] + a_len[b_src_rows] + b_rel] = b_vals[b_offs[b_src_rows] + b_rel]
+    return out, offs
