@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from prefixlab.cache.events import EMPTY, MatchResult, Observer, Removed, Stored
+from prefixlab.cache.events import MatchResult, Observer, Removed, Stored
 from prefixlab.errors import ConfigError
 from prefixlab.policies.base import EntryView, EvictionPolicy
 
@@ -131,8 +131,8 @@ class BlockCache:
         new_keys = keys[num_hit:n]
         v.key[blocks] = new_keys
         v.depth[blocks] = np.arange(num_hit, n, dtype=np.int64)
-        v.parent[blocks] = held[num_hit - 1 : n - 1] if num_hit else np.concatenate(
-            [[-1], held[: n - 1]]
+        v.parent[blocks] = (
+            held[num_hit - 1 : n - 1] if num_hit else np.concatenate([[-1], held[: n - 1]])
         )
         v.created[blocks] = v.now
         v.last_access[blocks] = v.now
@@ -194,7 +194,13 @@ class BlockCache:
         v.is_primary[blocks] = True
 
     def _drop_duplicate(self, key: int, block: int) -> None:
-        holders = self._dups[key]
+        """Drop one holder of a key that had several (possibly several in one batch)."""
+        holders = self._dups.get(key)
+        if holders is None:
+            # The other holders went earlier in this batch: this was the last one.
+            if self.key_block[key] == block:
+                self.key_block[key] = -1
+            return
         holders.remove(block)
         first = holders[0]
         self.key_block[key] = first

@@ -78,8 +78,10 @@ class RadixCache:
         """Walk the tree along ``keys``; split the edge where the match ends inside it."""
         i, path = self._walk(keys)
         n = int(keys.shape[0])
-        tokens = block_tokens_end if (i == n and block_tokens_end is not None) else (
-            i * self.block_tokens
+        tokens = (
+            block_tokens_end
+            if (i == n and block_tokens_end is not None)
+            else (i * self.block_tokens)
         )
         return MatchResult(i, tokens, np.array(path, dtype=np.int64))
 
@@ -164,8 +166,8 @@ class RadixCache:
         v.parent[node] = parent
         v.key[node] = int(edge[0])
         v.size[node] = int(edge.shape[0]) * self.block_tokens
-        v.depth[node] = int(v.depth[parent]) + int(edge.shape[0]) if parent != ROOT else int(
-            edge.shape[0]
+        v.depth[node] = (
+            int(v.depth[parent]) + int(edge.shape[0]) if parent != ROOT else int(edge.shape[0])
         )
         v.created[node] = v.now
         v.last_access[node] = v.now

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import heapq
 import inspect
-import itertools
 from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, TypeVar
@@ -65,9 +64,17 @@ class EntryView:
 
     def grow(self, num_entries: int) -> None:
         """Enlarge every array (radix trees allocate node ids as they grow)."""
-        for name, fill in (("key", -1), ("depth", 0), ("size", 0), ("parent", -1),
-                           ("created", 0), ("last_access", 0), ("hits", 0), ("ref", 0),
-                           ("is_primary", True)):
+        for name, fill in (
+            ("key", -1),
+            ("depth", 0),
+            ("size", 0),
+            ("parent", -1),
+            ("created", 0),
+            ("last_access", 0),
+            ("hits", 0),
+            ("ref", 0),
+            ("is_primary", True),
+        ):
             old = getattr(self, name)
             new = np.full(num_entries, fill, dtype=old.dtype)
             new[: old.shape[0]] = old
@@ -171,44 +178,43 @@ class PriorityPolicy(EvictionPolicy):
 
     Priorities are computed when an entry becomes evictable (or is accessed while
     evictable); ties go to the entry that became evictable first. A heap with lazy
-    invalidation holds the candidates.
+    invalidation holds the candidates. Override ``priorities`` to rank a batch with numpy.
     """
 
     def bind(self, view: EntryView) -> None:
         super().bind(view)
         self._heap: list[tuple[Any, int, int]] = []
-        self._token = np.zeros(view.num_entries, dtype=np.int64)
+        self._token = np.full(view.num_entries, -1, dtype=np.int64)
         self._free = np.zeros(view.num_entries, dtype=bool)
-        self._seq = itertools.count()
+        self._next_token = 0
 
     def priority(self, e: int) -> Any:
         raise NotImplementedError
 
-    def _ensure(self) -> None:
-        n = self.view.num_entries
-        if self._token.shape[0] < n:
-            self._token = np.resize(self._token, n)
-            self._free = np.concatenate([self._free, np.zeros(n - self._free.shape[0], bool)])
+    def priorities(self, entries: I64) -> list[Any]:
+        """Priorities of a batch (default: ``priority`` entry by entry)."""
+        return [self.priority(e) for e in entries.tolist()]
 
-    def _push(self, e: int) -> None:
-        tok = next(self._seq)
-        self._token[e] = tok
-        heapq.heappush(self._heap, (self.priority(e), tok, e))
+    def _push(self, entries: I64) -> None:
+        n = int(entries.shape[0])
+        if n == 0:
+            return
+        tokens = np.arange(self._next_token, self._next_token + n, dtype=np.int64)
+        self._next_token += n
+        self._token[entries] = tokens
+        heap = self._heap
+        for item in zip(self.priorities(entries), tokens.tolist(), entries.tolist(), strict=True):
+            heapq.heappush(heap, item)
 
     def on_evictable(self, entries: I64) -> None:
-        self._ensure()
         self._free[entries] = True
-        for e in entries.tolist():
-            self._push(e)
+        self._push(entries)
 
     def on_access(self, entries: I64) -> None:
         # Priority may depend on access metadata: re-rank entries that stay evictable.
-        self._ensure()
-        for e in entries[self._free[entries]].tolist():
-            self._push(e)
+        self._push(entries[self._free[entries]])
 
     def on_pinned(self, entries: I64) -> None:
-        self._ensure()
         self._free[entries] = False
         self._token[entries] = -1
 
@@ -223,6 +229,9 @@ class PriorityPolicy(EvictionPolicy):
                 token[e] = -1
                 self._free[e] = False
                 out.append(e)
+        if len(heap) > 4 * self.view.num_entries + 1024:
+            self._heap = [item for item in heap if token[item[2]] == item[1]]
+            heapq.heapify(self._heap)
         return np.array(out, dtype=np.int64)
 
 

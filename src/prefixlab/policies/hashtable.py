@@ -6,7 +6,9 @@ the one with the longest prefix (deepest) first, so a prefix outlives its extens
 
 from __future__ import annotations
 
-from prefixlab.policies.base import PriorityPolicy, register
+from typing import Any
+
+from prefixlab.policies.base import I64, PriorityPolicy, register
 
 
 @register("hashtable")
@@ -16,3 +18,7 @@ class HashTable(PriorityPolicy):
     def priority(self, e: int) -> tuple[float, int]:
         v = self.view
         return (float(v.last_access[e]), -int(v.depth[e]))
+
+    def priorities(self, entries: I64) -> list[Any]:
+        v = self.view
+        return list(zip(v.last_access[entries].tolist(), (-v.depth[entries]).tolist(), strict=True))

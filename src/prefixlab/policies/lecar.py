@@ -88,7 +88,7 @@ class LeCaR(PerEntryPolicy):
         victim = -1
         while self.lfu_heap:
             item = heapq.heappop(self.lfu_heap)
-            f, t, e = item
+            _f, t, e = item
             if self._stamp.get(e) != t:
                 continue  # stale
             if e in self._free:

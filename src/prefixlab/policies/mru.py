@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prefixlab.policies.base import PriorityPolicy, register
+from typing import Any
+
+from prefixlab.policies.base import I64, PriorityPolicy, register
 
 
 @register("mru")
@@ -12,3 +14,9 @@ class MRU(PriorityPolicy):
     def priority(self, e: int) -> tuple[float, int]:
         v = self.view
         return (-float(v.last_access[e]), -int(v.depth[e]))
+
+    def priorities(self, entries: I64) -> list[Any]:
+        v = self.view
+        return list(
+            zip((-v.last_access[entries]).tolist(), (-v.depth[entries]).tolist(), strict=True)
+        )

@@ -12,7 +12,10 @@ keeping an extension of it that is evictable.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 from prefixlab.policies.base import I64, PriorityPolicy, register
 from prefixlab.workload.trace import BlockLayout
@@ -31,8 +34,10 @@ class OPT(PriorityPolicy):
         num_keys = max(lay.num_distinct_keys, 1)
         counts = lay.num_lookup_blocks
         starts = lay.key_offsets[:-1]
-        idx = np.repeat(starts, counts) + np.arange(int(counts.sum())) - np.repeat(
-            np.cumsum(counts) - counts, counts
+        idx = (
+            np.repeat(starts, counts)
+            + np.arange(int(counts.sum()))
+            - np.repeat(np.cumsum(counts) - counts, counts)
         )
         keys = lay.keys[idx]
         reqs = np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
@@ -40,6 +45,17 @@ class OPT(PriorityPolicy):
         self._occ_req: I64 = reqs[order]
         self._occ_start: I64 = np.zeros(num_keys + 1, dtype=np.int64)
         np.cumsum(np.bincount(keys, minlength=num_keys), out=self._occ_start[1:])
+        # One sorted array of (key, request) pairs answers a whole batch's next uses.
+        self._stride = int(counts.shape[0]) + 1
+        self._occ_code: I64 = keys[order] * self._stride + self._occ_req
+
+    def next_uses(self, keys: I64, after: int) -> npt.NDArray[np.float64]:
+        """Next request (> after) that looks up each key; +inf if none."""
+        pos = np.searchsorted(self._occ_code, keys * self._stride + after, side="right")
+        found = pos < self._occ_start[keys + 1]
+        out = np.full(keys.shape[0], NEVER)
+        out[found] = self._occ_req[pos[found]]
+        return out
 
     def next_use(self, key: int, after: int) -> float:
         lo, hi = int(self._occ_start[key]), int(self._occ_start[key + 1])
@@ -50,3 +66,15 @@ class OPT(PriorityPolicy):
         v = self.view
         nxt = self.next_use(int(v.key[e]), v.request_index)
         return (-nxt, -int(v.depth[e]), bool(v.is_primary[e]))
+
+    def priorities(self, entries: I64) -> list[Any]:
+        v = self.view
+        nxt = self.next_uses(v.key[entries], v.request_index)
+        return list(
+            zip(
+                (-nxt).tolist(),
+                (-v.depth[entries]).tolist(),
+                v.is_primary[entries].tolist(),
+                strict=True,
+            )
+        )

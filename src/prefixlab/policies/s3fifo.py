@@ -30,7 +30,7 @@ class S3FIFO(PerEntryPolicy):
     def bind(self, view: EntryView) -> None:
         super().bind(view)
         cap = view.num_entries
-        self.small_target = max(1, int(round(self.small_ratio * cap)))
+        self.small_target = max(1, round(self.small_ratio * cap))
         self.small: OrderedDict[int, None] = OrderedDict()
         self.main: OrderedDict[int, None] = OrderedDict()
         self.ghost = GhostList(max(1, cap - self.small_target))

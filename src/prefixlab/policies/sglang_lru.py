@@ -8,7 +8,9 @@ which the tail-first release makes the deepest.
 
 from __future__ import annotations
 
-from prefixlab.policies.base import PriorityPolicy, register
+from typing import Any
+
+from prefixlab.policies.base import I64, PriorityPolicy, register
 
 
 @register("sglang-lru")
@@ -17,3 +19,6 @@ class SGLangLRU(PriorityPolicy):
 
     def priority(self, e: int) -> float:
         return float(self.view.last_access[e])
+
+    def priorities(self, entries: I64) -> list[Any]:
+        return self.view.last_access[entries].tolist()  # type: ignore[no-any-return]

@@ -51,10 +51,11 @@ def _powers(base: int, n: int) -> U64:
     return out[:n]
 
 
-def extra_key_salt(extra_key: int | str | None) -> np.uint64:
+def extra_key_salt(extra_key: int | str | None) -> int:
     """Salt of an extra key (LoRA adapter, tenant, multimodal id); 0 when there is none."""
     if extra_key is None or extra_key == 0:
-        return np.uint64(0)
+        return 0
+    value: int
     if isinstance(extra_key, str):
         acc = 0xCBF29CE484222325  # FNV-1a, stable across runs (unlike hash())
         for byte in extra_key.encode():
@@ -62,7 +63,7 @@ def extra_key_salt(extra_key: int | str | None) -> np.uint64:
         value = acc
     else:
         value = int(extra_key) & _MASK
-    return splitmix64(np.array([value], dtype=np.uint64))[0]
+    return int(splitmix64(np.array([value], dtype=np.uint64))[0])
 
 
 def prefix_hashes(tokens: I64, offsets: I64) -> U64:
@@ -125,7 +126,7 @@ def chained_block_keys(
     covered = np.minimum((block_idx + 1) * block_tokens, lengths[seq_of])
     hashes = prefix_hashes(tokens, offsets)[offsets[seq_of] + covered - 1]
     salt = extra_key_salt(extra_key)
-    length_mix = splitmix64(covered.astype(np.uint64) ^ salt)
+    length_mix = splitmix64(covered.astype(np.uint64) ^ np.uint64(salt))
     return splitmix64(hashes ^ length_mix), key_offsets
 
 
@@ -134,4 +135,4 @@ def salt_hash_ids(hash_ids: U64, extra_key: int | str | None) -> U64:
     salt = extra_key_salt(extra_key)
     if salt == 0:
         return hash_ids
-    return splitmix64(hash_ids ^ salt)
+    return splitmix64(hash_ids ^ np.uint64(salt))

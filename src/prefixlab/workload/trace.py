@@ -45,11 +45,15 @@ class Request:
     prompt_text: str | None = None
 
 
+def _seq(values: Sequence[int] | None) -> Sequence[int]:
+    return () if values is None else values
+
+
 def _csr(parts: Sequence[Sequence[int]], dtype: type) -> tuple[npt.NDArray[np.generic], I64]:
     lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
     offsets = np.zeros(len(parts) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    values = np.empty(int(offsets[-1]), dtype=dtype)
+    values: npt.NDArray[np.generic] = np.empty(int(offsets[-1]), dtype=dtype)
     for i, p in enumerate(parts):
         values[offsets[i] : offsets[i + 1]] = p
     return values, offsets
@@ -112,7 +116,7 @@ class Trace:
         self.session_id = session_id
         self.turn = turn
         self.task = task
-        self.prompt_text = prompt_text if prompt_text is not None else [None] * n
+        self.prompt_text: list[str | None] = prompt_text if prompt_text is not None else [None] * n
         self.input_tokens = input_tokens
         self.output_tokens = output_tokens
         self.hash_ids = hash_ids
@@ -138,13 +142,13 @@ class Trace:
             for i, r in enumerate(requests):
                 if r.input_tokens is None:
                     raise ConfigError(f"request {i}: neither input_tokens nor hash_ids given")
-            kw["input_tokens"] = _csr([r.input_tokens or () for r in requests], np.int64)
+            kw["input_tokens"] = _csr([_seq(r.input_tokens) for r in requests], np.int64)
             has_out = np.array([r.output_tokens is not None for r in requests], dtype=bool)
             if has_out.any():
-                vals, offs = _csr([r.output_tokens or () for r in requests], np.int64)
+                vals, offs = _csr([_seq(r.output_tokens) for r in requests], np.int64)
                 kw["output_tokens"] = (vals, offs, has_out)
         else:
-            kw["hash_ids"] = _csr([r.hash_ids or () for r in requests], np.uint64)
+            kw["hash_ids"] = _csr([_seq(r.hash_ids) for r in requests], np.uint64)
             kw["hashed_tokens"] = np.array(
                 [r.input_length if r.hashed_tokens is None else r.hashed_tokens for r in requests],
                 dtype=np.int64,
@@ -325,11 +329,44 @@ def _concat_ragged(
     offs = _starts(a_len + b_len)
     out = np.empty(int(offs[-1]), dtype=np.int64)
     rows = np.arange(a_len.shape[0])
-    a_dst = np.repeat(offs[:-1], a_len) + np.arange(int(a_len.sum())) - np.repeat(
-        _starts(a_len)[:-1], a_len
+    a_dst = (
+        np.repeat(offs[:-1], a_len)
+        + np.arange(int(a_len.sum()))
+        - np.repeat(_starts(a_len)[:-1], a_len)
     )
     out[a_dst] = a_vals
     b_src_rows = np.repeat(rows, b_len)
     b_rel = np.arange(int(b_len.sum())) - np.repeat(_starts(b_len)[:-1], b_len)
     out[offs[b_src_rows] + a_len[b_src_rows] + b_rel] = b_vals[b_offs[b_src_rows] + b_rel]
     return out, offs
+
+
+def to_hash_form(trace: Trace, block_tokens: int, extra_key: int | str | None = None) -> Trace:
+    """Convert a token-form trace to hash form: ids = chained keys of each sequence's blocks.
+
+    Every block of the sequence (input, plus output when the trace has output tokens) gets
+    an id, the trailing partial one included; ``hashed_tokens`` is the sequence length. A
+    replay of the result equals a replay of the original (tested).
+    """
+    if trace.is_hash_form:
+        raise ConfigError("trace is already in hash form")
+    assert trace.input_tokens is not None
+    in_vals, in_offs = trace.input_tokens
+    if trace.output_tokens is None:
+        seq_vals, seq_offs = in_vals, in_offs
+    else:
+        seq_vals, seq_offs = _concat_ragged(in_vals, in_offs, *trace.output_tokens)
+    raw, key_offs = chained_block_keys(seq_vals, seq_offs, block_tokens, extra_key, True)
+    return Trace(
+        arrival_s=trace.arrival_s,
+        input_length=trace.input_length,
+        output_length=trace.output_length,
+        session_id=trace.session_id,
+        turn=trace.turn,
+        task=trace.task,
+        prompt_text=trace.prompt_text,
+        hash_ids=(raw, key_offs),
+        hashed_tokens=np.diff(seq_offs),
+        block_tokens=block_tokens,
+        name=trace.name,
+    )

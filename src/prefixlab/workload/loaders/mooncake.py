@@ -10,8 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefixlab.errors import TraceFormatError
-from prefixlab.workload.loaders.base import FieldReader, check_hash_ids, iter_json_lines
-from prefixlab.workload.loaders.base import register_loader
+from prefixlab.workload.loaders.base import (
+    FieldReader,
+    check_hash_ids,
+    iter_json_lines,
+    register_loader,
+)
 from prefixlab.workload.trace import Request, Trace
 
 MOONCAKE_BLOCK_TOKENS = 512

@@ -90,8 +90,11 @@ def load_native(path: Path, limit: int | None = None) -> Trace:
         raise TraceFormatError(str(path), 0, None, "no requests in file")
     forms = {r.hash_ids is None for r in requests}
     if len(forms) > 1:
-        first = next(i for i, r in enumerate(requests) if (r.hash_ids is None) != (
-            requests[0].hash_ids is None))
+        first = next(
+            i
+            for i, r in enumerate(requests)
+            if (r.hash_ids is None) != (requests[0].hash_ids is None)
+        )
         raise TraceFormatError(str(path), first + 1, "hash_ids", "mixes token and hash forms")
     return Trace.from_requests(requests, block_tokens=block_tokens, name=path.stem)
 

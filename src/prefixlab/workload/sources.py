@@ -1,0 +1,21 @@
+"""Resolve a trace source: a file path, or ``gen:NAME[:k=v,...]`` for a generated workload."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefixlab.errors import ConfigError
+from prefixlab.policies.base import parse_spec
+from prefixlab.workload.generators import GENERATORS
+from prefixlab.workload.loaders import load_trace
+from prefixlab.workload.trace import Trace
+
+
+def open_trace(source: str, fmt: str = "native", **loader_kwargs: Any) -> Trace:
+    """Load a file (``fmt`` picks the loader) or run a generator (``gen:sessions:seed=3``)."""
+    if source.startswith("gen:"):
+        name, kwargs = parse_spec(source[4:])
+        if name not in GENERATORS:
+            raise ConfigError(f"unknown generator '{name}'; known: {', '.join(sorted(GENERATORS))}")
+        return GENERATORS[name](**kwargs)
+    return load_trace(source, fmt, **loader_kwargs)
