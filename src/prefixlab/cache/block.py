@@ -56,6 +56,8 @@ class BlockCache:
         self.block_tokens = block_tokens
         self.max_free_blocks = max_free_blocks
         self.policy = policy
+        # Per-hit metadata costs two passes per block: keep it only for policies that read it.
+        self._track_access = policy.reads_access_metadata
         self.view = EntryView(capacity_blocks)
         self.view.size[:] = block_tokens
         policy.bind(self.view)
@@ -94,7 +96,9 @@ class BlockCache:
         v = self.view
         hits = match.entries
         need = num_blocks - int(hits.shape[0])
-        hit_free = hits[v.ref[hits] == 0]
+        refs = v.ref[hits]
+        free_mask = refs == 0
+        hit_free = hits if free_mask.all() else hits[free_mask]
         if need > self._num_empty + self.num_cached_free - int(hit_free.shape[0]):
             return None
         if hits.shape[0]:
@@ -102,9 +106,10 @@ class BlockCache:
             if hit_free.shape[0]:
                 self.policy.on_pinned(hit_free)
                 self.num_cached_free -= int(hit_free.shape[0])
-            v.ref[hits] += 1
-            v.last_access[hits] = v.now
-            v.hits[hits] += 1
+            v.ref[hits] = refs + 1
+            if self._track_access:
+                v.last_access[hits] = v.now
+                v.hits[hits] += 1
         take = min(need, self._num_empty)
         fresh = self._empty[self._num_empty - take : self._num_empty][::-1]
         self._num_empty -= take
@@ -154,13 +159,17 @@ class BlockCache:
         """Unpin a request's blocks, tail first; keyless ones return to the empty pool."""
         v = self.view
         order = held[::-1]
-        v.ref[order] -= 1
-        zero = order[v.ref[order] == 0]
+        refs = v.ref[order] - 1
+        v.ref[order] = refs
+        zero_mask = refs == 0
+        zero = order if zero_mask.all() else order[zero_mask]
         if not zero.shape[0]:
             return
         keyed_mask = v.key[zero] >= 0
-        keyed = zero[keyed_mask]
-        keyless = zero[~keyed_mask]
+        if keyed_mask.all():
+            keyed, keyless = zero, zero[:0]
+        else:
+            keyed, keyless = zero[keyed_mask], zero[~keyed_mask]
         if keyless.shape[0]:
             self._push_empty(keyless)
         if keyed.shape[0]:

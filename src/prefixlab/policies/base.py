@@ -90,6 +90,9 @@ class EvictionPolicy:
     structures: ClassVar[frozenset[str]] = frozenset({"block", "radix"})
     #: needs the whole trace in advance (offline policies such as OPT)
     needs_future: ClassVar[bool] = False
+    #: reads ``last_access`` / ``hits`` of entries; policies that keep their own order set
+    #: this to False and the structure skips maintaining them on hits
+    reads_access_metadata: ClassVar[bool] = True
 
     view: EntryView
 

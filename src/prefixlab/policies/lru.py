@@ -12,6 +12,8 @@ from prefixlab.policies.base import I64, EntryView, EvictionPolicy, register
 class LRU(EvictionPolicy):
     """Least recently used: recency by hit or insertion, entry by entry in event order."""
 
+    reads_access_metadata = False
+
     def bind(self, view: EntryView) -> None:
         super().bind(view)
         self._queue = SegmentQueue(view.num_entries)

@@ -19,6 +19,8 @@ class VLLM(EvictionPolicy):
 
     structures = frozenset({"block"})
 
+    reads_access_metadata = False
+
     def bind(self, view: EntryView) -> None:
         super().bind(view)
         self._queue = SegmentQueue(view.num_entries)

@@ -1,0 +1,202 @@
+"""Command-line interface: a thin shell (parse -> build -> run -> write)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from prefixlab.errors import ConfigError, PrefixlabError
+from prefixlab.model import get_model
+from prefixlab.policies.base import describe, make_policy, parameters, registered
+from prefixlab.runner.replay import ReplayConfig, ReplayResult, replay
+from prefixlab.workload.loaders.base import LOADERS
+from prefixlab.workload.sources import open_trace
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Simulate and compare cache policies for LLM serving.",
+)
+err = Console(stderr=True)
+
+
+def _fail(message: str) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(2)
+
+
+def _capacity_blocks(
+    capacity_blocks: int | None, capacity_bytes: int | None, model: str | None, block_tokens: int
+) -> int:
+    if (capacity_blocks is None) == (capacity_bytes is None):
+        raise ConfigError("give exactly one of --capacity-blocks or --capacity-bytes")
+    if capacity_blocks is not None:
+        return capacity_blocks
+    assert capacity_bytes is not None
+    if model is None:
+        raise ConfigError("--capacity-bytes needs --model to know the KV bytes per block")
+    per_block = get_model(model).kv_bytes_per_block(block_tokens)
+    blocks = capacity_bytes // per_block
+    if blocks <= 0:
+        raise ConfigError(
+            f"--capacity-bytes {capacity_bytes} holds no block: one {block_tokens}-token block "
+            f"of {model} takes {per_block} bytes"
+        )
+    return blocks
+
+
+def _write_per_request(path: Path, results: list[ReplayResult]) -> list[Path]:
+    """Per-request CSVs (one per policy), each written to a temp file then renamed."""
+    targets: list[tuple[Path, ReplayResult]] = []
+    if len(results) == 1:
+        targets.append((path, results[0]))
+    else:
+        for res in results:
+            safe = res.policy.replace(":", "_").replace(",", "_").replace("=", "-")
+            targets.append((path.with_name(f"{path.stem}.{safe}{path.suffix or '.csv'}"), res))
+    for target, res in targets:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", newline="") as fh:
+                w = csv.writer(fh)
+                w.writerow(["index", "hit_tokens", "input_tokens"])
+                for i, (h, n) in enumerate(
+                    zip(res.hit_tokens.tolist(), res.input_tokens.tolist(), strict=True)
+                ):
+                    w.writerow([i, h, n])
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return [t for t, _ in targets]
+
+
+def _result_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="prefix cache replay", show_lines=False)
+    cols = [
+        ("policy", "policy", "{}"),
+        ("structure", "structure", "{}"),
+        ("capacity_blocks", "capacity (blocks)", "{:,}"),
+        ("token_hit_ratio", "token hit", "{:.4f}"),
+        ("request_hit_ratio", "request hit", "{:.4f}"),
+        ("block_hit_ratio", "block hit", "{:.4f}"),
+        ("num_evictions", "evictions", "{:,}"),
+        ("elapsed_s", "time (s)", "{:.2f}"),
+        ("blocks_per_s", "blocks/s", "{:,.0f}"),
+    ]
+    for _, title, _ in cols:
+        table.add_column(title, justify="left" if title in ("policy", "structure") else "right")
+    for row in rows:
+        table.add_row(*(fmt.format(row[key]) for key, _, fmt in cols))
+    return table
+
+
+@app.command("replay")
+def replay_cmd(
+    trace: Annotated[str, typer.Argument(help="Trace file, or gen:NAME[:k=v,...] to generate.")],
+    policy: Annotated[
+        list[str], typer.Option("--policy", "-p", help="Policy spec (repeatable), e.g. lru.")
+    ],
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help=f"Trace format: {', '.join(sorted(LOADERS))}.")
+    ] = "native",
+    block_tokens: Annotated[
+        int | None, typer.Option(help="Tokens per block (token-form traces).")
+    ] = None,
+    capacity_blocks: Annotated[int | None, typer.Option(help="Cache capacity in blocks.")] = None,
+    capacity_bytes: Annotated[
+        int | None, typer.Option(help="Cache capacity in bytes (needs --model).")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model preset for byte sizes.")] = None,
+    structure: Annotated[str, typer.Option(help="Cache structure: block or radix.")] = "block",
+    max_free_blocks: Annotated[
+        int | None, typer.Option(help="Bound on cached unreferenced blocks (block cache).")
+    ] = None,
+    cache_partial: Annotated[
+        bool, typer.Option(help="Also cache each sequence's trailing partial block.")
+    ] = False,
+    min_recompute_tokens: Annotated[
+        int, typer.Option(help="Tokens of each prompt always recomputed (vLLM: 1).")
+    ] = 1,
+    limit: Annotated[int | None, typer.Option(help="Read at most this many requests.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON list.")] = False,
+    per_request: Annotated[
+        Path | None, typer.Option(help="Write per-request CSV (index,hit_tokens,input_tokens).")
+    ] = None,
+) -> None:
+    """Replay a trace through a prefix cache under each policy and compare hit ratios."""
+    try:
+        kwargs: dict[str, Any] = {"limit": limit} if limit is not None else {}
+        tr = open_trace(trace, fmt, **kwargs)
+        bt = tr.block_tokens if tr.is_hash_form else block_tokens
+        if bt is None:
+            raise ConfigError("this token-form trace needs --block-tokens")
+        config = ReplayConfig(
+            capacity_blocks=_capacity_blocks(capacity_blocks, capacity_bytes, model, bt),
+            structure=structure,
+            block_tokens=block_tokens,
+            max_free_blocks=max_free_blocks,
+            cache_partial=cache_partial,
+            min_recompute_tokens=min_recompute_tokens,
+        )
+        config.validate()
+        policies = [make_policy(spec, structure) for spec in policy]
+        results = [replay(tr, pol, config) for pol in policies]
+        written = _write_per_request(per_request, results) if per_request else []
+    except PrefixlabError as exc:
+        _fail(str(exc))
+        return
+    rows = [r.as_dict() for r in results]
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    out = Console()
+    out.print(_result_table(rows))
+    out.print(
+        f"trace: {tr.name} ({len(tr):,} requests, {int(tr.input_length.sum()):,} input tokens)"
+    )
+    for path in written:
+        out.print(f"per-request detail: {path}")
+
+
+@app.command("policies")
+def policies_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List every registered policy with its parameters and a one-line description."""
+    entries = [
+        {
+            "name": name,
+            "structures": sorted(cls.structures),
+            "parameters": {k: v for k, v in parameters(cls).items()},
+            "description": describe(cls),
+        }
+        for name, cls in registered().items()
+    ]
+    if as_json:
+        sys.stdout.write(json.dumps(entries, indent=2) + "\n")
+        return
+    table = Table(title="registered policies")
+    for col in ("name", "structures", "parameters", "description"):
+        table.add_column(col)
+    for e in entries:
+        params = ", ".join(f"{k}={v}" for k, v in e["parameters"].items()) or "-"
+        table.add_row(e["name"], ",".join(e["structures"]), params, e["description"])
+    Console().print(table)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
