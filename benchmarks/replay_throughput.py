@@ -16,8 +16,6 @@ import sys
 import time
 from collections import OrderedDict
 
-import numpy as np
-
 from prefixlab.runner.replay import ReplayConfig, replay
 from prefixlab.workload.generators.sessions import generate_sessions
 from prefixlab.workload.trace import BlockLayout, Trace, to_hash_form
@@ -77,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a 200k-block trace")
     ap.add_argument("--capacity-fraction", type=float, default=0.02)
     ap.add_argument("--policies", default="vllm,lru,arc,s3fifo,opt")
+    ap.add_argument("--repeat", type=int, default=3, help="best of this many runs")
     args = ap.parse_args(argv)
     min_blocks = 200_000 if args.quick else args.min_blocks
     trace = make_trace(min_blocks)
@@ -88,12 +87,15 @@ def main(argv: list[str] | None = None) -> int:
         f"({num_blocks / len(trace):.0f} per request), {layout.num_distinct_keys:,} distinct "
         f"keys; capacity {capacity:,} blocks"
     )
-    base_s, base_hits = naive_ordered_dict(layout, capacity)
+    base_s = min(naive_ordered_dict(layout, capacity)[0] for _ in range(args.repeat))
     base_rate = num_blocks / base_s
     print(f"{'policy':<22}{'blocks/s':>14}{'x naive':>10}{'token hit':>11}")
     print(f"{'naive OrderedDict':<22}{base_rate:>14,.0f}{1.0:>10.2f}{'-':>11}")
     for spec in args.policies.split(","):
-        res = replay(trace, spec, ReplayConfig(capacity_blocks=capacity))
+        runs = [
+            replay(trace, spec, ReplayConfig(capacity_blocks=capacity)) for _ in range(args.repeat)
+        ]
+        res = min(runs, key=lambda r: r.elapsed_s)
         rate = num_blocks / res.elapsed_s
         print(
             f"{spec:<22}{rate:>14,.0f}{rate / base_rate:>10.2f}"

@@ -29,6 +29,11 @@ app = typer.Typer(
 err = Console(stderr=True)
 
 
+def _console() -> Console:
+    # Wide enough for the result table when piped (rich assumes 80 columns off a terminal).
+    return Console() if sys.stdout.isatty() else Console(width=140)
+
+
 def _fail(message: str) -> None:
     err.print(f"[bold red]error:[/] {message}", highlight=False)
     raise typer.Exit(2)
@@ -159,7 +164,7 @@ def replay_cmd(
     if as_json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return
-    out = Console()
+    out = _console()
     out.print(_result_table(rows))
     out.print(
         f"trace: {tr.name} ({len(tr):,} requests, {int(tr.input_length.sum()):,} input tokens)"
@@ -173,11 +178,11 @@ def policies_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List every registered policy with its parameters and a one-line description."""
-    entries = [
+    entries: list[dict[str, Any]] = [
         {
             "name": name,
             "structures": sorted(cls.structures),
-            "parameters": {k: v for k, v in parameters(cls).items()},
+            "parameters": dict(parameters(cls)),
             "description": describe(cls),
         }
         for name, cls in registered().items()
@@ -190,8 +195,8 @@ def policies_cmd(
         table.add_column(col)
     for e in entries:
         params = ", ".join(f"{k}={v}" for k, v in e["parameters"].items()) or "-"
-        table.add_row(e["name"], ",".join(e["structures"]), params, e["description"])
-    Console().print(table)
+        table.add_row(str(e["name"]), ",".join(e["structures"]), params, str(e["description"]))
+    _console().print(table)
 
 
 def main() -> None:

@@ -1,0 +1,144 @@
+"""The CLI: JSON output fields, per-request CSV, policy listing, clear errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from prefixlab.cli import app
+from prefixlab.policies import registered
+
+runner = CliRunner()
+GEN = "gen:sessions:num_sessions=30,seed=5"
+REQUIRED = {
+    "policy",
+    "capacity_blocks",
+    "num_requests",
+    "num_input_tokens",
+    "num_hit_tokens",
+    "token_hit_ratio",
+    "request_hit_ratio",
+    "num_evictions",
+    "elapsed_s",
+    "blocks_per_s",
+}
+
+
+def _run(*args: str) -> tuple[int, str, str]:
+    res = runner.invoke(app, list(args))
+    return res.exit_code, res.stdout, res.stderr
+
+
+def test_replay_json_fields_and_per_request(tmp_path: Path) -> None:
+    out = tmp_path / "per.csv"
+    code, stdout, _ = _run(
+        "replay", GEN, "--block-tokens", "16", "--capacity-blocks", "600",
+        "-p", "lru", "--json", "--per-request", str(out),
+    )  # fmt: skip
+    assert code == 0
+    rows = json.loads(stdout)
+    assert len(rows) == 1 and REQUIRED <= set(rows[0])
+    row = rows[0]
+    assert row["policy"] == "lru" and row["capacity_blocks"] == 600
+    assert row["token_hit_ratio"] == pytest.approx(row["num_hit_tokens"] / row["num_input_tokens"])
+    with out.open() as fh:
+        recs = list(csv.DictReader(fh))
+    assert list(recs[0]) == ["index", "hit_tokens", "input_tokens"]
+    assert len(recs) == row["num_requests"]
+    assert sum(int(r["hit_tokens"]) for r in recs) == row["num_hit_tokens"]
+    assert sum(int(r["input_tokens"]) for r in recs) == row["num_input_tokens"]
+    assert all(int(r["hit_tokens"]) <= int(r["input_tokens"]) for r in recs)
+
+
+def test_replay_several_policies_one_file_each(tmp_path: Path) -> None:
+    out = tmp_path / "per.csv"
+    code, stdout, _ = _run(
+        "replay", GEN, "--block-tokens", "16", "--capacity-blocks", "600",
+        "-p", "vllm", "-p", "s3fifo:small_ratio=0.2", "--json", "--per-request", str(out),
+    )  # fmt: skip
+    assert code == 0
+    assert [r["policy"] for r in json.loads(stdout)] == [
+        "vllm",
+        "s3fifo:small_ratio=0.2,move_to_main_threshold=1",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "per.s3fifo_small_ratio-0.2_move_to_main_threshold-1.csv",
+        "per.vllm.csv",
+    ]
+
+
+def test_replay_table_output() -> None:
+    code, stdout, _ = _run(
+        "replay", GEN, "--block-tokens", "16", "--capacity-blocks", "600", "-p", "lru", "-p", "opt"
+    )
+    assert code == 0
+    lines = stdout.splitlines()
+    assert any(line.startswith("│ lru ") for line in lines)
+    assert any(line.startswith("│ opt ") for line in lines)
+    assert "token hit" in stdout and "trace: sessions-chat-seed5" in stdout
+
+
+def test_capacity_bytes_with_model() -> None:
+    # llama-3.1-8b: 2 * 32 layers * 8 kv heads * 128 dims * 2 B = 131072 B per token;
+    # a 16-token block is 2 MiB, so 1 GiB holds 512 blocks.
+    code, stdout, _ = _run(
+        "replay", GEN, "--block-tokens", "16", "--capacity-bytes", str(1 << 30),
+        "--model", "llama-3.1-8b", "-p", "lru", "--json",
+    )  # fmt: skip
+    assert code == 0
+    assert json.loads(stdout)[0]["capacity_blocks"] == 512
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-p", "nosuch", "--capacity-blocks", "10"], "unknown policy 'nosuch'"),
+        (["-p", "s3fifo:ratio=2", "--capacity-blocks", "10"], "has no parameter 'ratio'"),
+        (["-p", "s3fifo:small_ratio=2", "--capacity-blocks", "10"], "small_ratio must be in"),
+        (["-p", "lru"], "exactly one of --capacity-blocks or --capacity-bytes"),
+        (["-p", "lru", "--capacity-bytes", "100"], "needs --model"),
+        (["-p", "lru", "--capacity-bytes", "100", "--model", "llama-3.1-8b"], "holds no block"),
+        (["-p", "lru", "--capacity-blocks", "0"], "capacity_blocks must be positive"),
+        (["-p", "vllm", "--capacity-blocks", "9", "--structure", "radix"], "does not apply"),
+        (["-p", "lru", "--capacity-blocks", "9", "--structure", "tree"], "unknown structure"),
+        (["-p", "lru", "--capacity-blocks", "3"], "raise the capacity"),
+    ],
+)
+def test_clear_one_line_errors(args: list[str], message: str) -> None:
+    code, stdout, stderr = _run("replay", GEN, "--block-tokens", "16", *args)
+    assert code == 2
+    assert message in stderr.replace("\n", " ")
+    assert "Traceback" not in stderr + stdout
+
+
+def test_token_form_needs_block_tokens() -> None:
+    code, _, stderr = _run("replay", GEN, "--capacity-blocks", "100", "-p", "lru")
+    assert code == 2 and "--block-tokens" in stderr
+
+
+def test_malformed_trace_names_line_and_writes_nothing(tmp_path: Path) -> None:
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text('{"input_tokens": [1, 2], "output_length": 1}\n{"input_tokens": [1]}\n')
+    out = tmp_path / "per.csv"
+    code, _, stderr = _run(
+        "replay", str(trace), "--block-tokens", "16", "--capacity-blocks", "10",
+        "-p", "lru", "--per-request", str(out),
+    )  # fmt: skip
+    assert code == 2
+    flat = stderr.replace("\n", "")
+    assert f"{trace}:2" in flat and "output_length" in flat and "missing" in flat
+    assert not out.exists() and list(tmp_path.iterdir()) == [trace]
+
+
+def test_policies_lists_every_registered_policy() -> None:
+    code, stdout, _ = _run("policies", "--json")
+    assert code == 0
+    listed = {p["name"]: p for p in json.loads(stdout)}
+    assert set(listed) == set(registered())
+    assert listed["s3fifo"]["parameters"] == {"small_ratio": 0.1, "move_to_main_threshold": 1}
+    assert listed["vllm"]["structures"] == ["block"]
+    assert all(p["description"] for p in listed.values())
