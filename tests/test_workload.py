@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -200,7 +201,7 @@ def test_sessions_generator_deterministic_and_multi_turn() -> None:
         by_session.setdefault(a.session_id[i], []).append(i)
     checked = 0
     for idx in by_session.values():
-        for prev, nxt in zip(idx, idx[1:], strict=False):
+        for prev, nxt in itertools.pairwise(idx):
             p, n = a[prev], a[nxt]
             assert p.input_tokens is not None and p.output_tokens is not None
             history = list(p.input_tokens) + list(p.output_tokens)
