@@ -142,3 +142,10 @@ def test_policies_lists_every_registered_policy() -> None:
     assert listed["s3fifo"]["parameters"] == {"small_ratio": 0.1, "move_to_main_threshold": 1}
     assert listed["vllm"]["structures"] == ["block"]
     assert all(p["description"] for p in listed.values())
+
+
+def test_docs_policy_table_is_generated_from_registry() -> None:
+    from prefixlab.cli import policies_markdown
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "policies.md").read_text()
+    assert policies_markdown() in docs

@@ -55,7 +55,7 @@ def test_vectorised_chain_equals_python_chain() -> None:
 
 def test_equal_prefix_equal_keys_then_diverge() -> None:
     a = list(range(40))
-    b = list(range(24)) + [999] + list(range(25, 40))  # differs in block 3 (tokens 24..31)
+    b = [*range(24), 999, *range(25, 40)]  # differs in block 3 (tokens 24..31)
     ka, kb = _keys([a, b], 8)
     assert ka[:3] == kb[:3]
     assert all(x != y for x, y in zip(ka[3:], kb[3:], strict=True))  # chained: all later differ

@@ -173,11 +173,29 @@ def replay_cmd(
         out.print(f"per-request detail: {path}")
 
 
+def policies_markdown() -> str:
+    """The docs' policy table, generated from the registry."""
+    lines = [
+        "| policy | structures | parameters | description |",
+        "|---|---|---|---|",
+    ]
+    for name, cls in registered().items():
+        params = ", ".join(f"`{k}={v}`" for k, v in parameters(cls).items()) or "-"
+        lines.append(
+            f"| `{name}` | {', '.join(sorted(cls.structures))} | {params} | {describe(cls)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 @app.command("policies")
 def policies_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print the docs table.")] = False,
 ) -> None:
     """List every registered policy with its parameters and a one-line description."""
+    if markdown:
+        sys.stdout.write(policies_markdown())
+        return
     entries: list[dict[str, Any]] = [
         {
             "name": name,

@@ -23,7 +23,8 @@ from prefixlab.cache.events import Hit, Miss, Observer
 from prefixlab.cache.radix import RadixCache
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.metrics.replay import ReplayMetrics
-from prefixlab.policies.base import EvictionPolicy, make_policy
+from prefixlab.policies.base import EvictionPolicy, make_policy, registered
+from prefixlab.runner import _fast
 from prefixlab.workload.trace import BlockLayout, Trace
 
 I64 = npt.NDArray[np.int64]
@@ -113,6 +114,7 @@ def replay(
     observers: Sequence[Observer] = (),
     check_every: int = 0,
     on_step: Callable[[int], None] | None = None,
+    fast: bool = True,
 ) -> ReplayResult:
     """Replay ``trace`` through one cache and policy.
 
@@ -123,6 +125,9 @@ def replay(
         observers: extra event observers.
         check_every: run the structure's invariant checker every this many requests.
         on_step: called with each request index (progress bars).
+        fast: use the compiled kernel when it applies (numba installed; ``vllm``, ``lru`` or
+            ``fifo`` on the block cache; no observers, checks or step callback). It gives
+            the same results as the generic path (tested).
     """
     config.validate()
     pol = make_policy(policy, config.structure) if isinstance(policy, str) else policy
@@ -130,6 +135,8 @@ def replay(
         config.block_tokens, config.extra_key, config.cache_partial, config.min_recompute_tokens
     )
     n = len(trace)
+    if fast and _fast_applies(pol, config, observers, check_every, on_step):
+        return _replay_fast(trace, pol, config, layout)
     metrics = ReplayMetrics(n)
     all_obs: list[Observer] = [metrics, *observers]
     cache = build_cache(config, pol, layout, all_obs)
@@ -150,12 +157,7 @@ def replay(
         m = cache.match(keys[:nl], lookup_end[r])
         handle = cache.acquire(m, held_blocks[r])
         if handle is None:
-            raise CapacityError(
-                f"request {r} needs {held_blocks[r]} blocks of {bt} tokens "
-                f"({int(trace.input_length[r])} input + {int(trace.output_length[r])} output "
-                f"tokens) but the cache holds {config.capacity_blocks} blocks in all; "
-                "raise the capacity"
-            )
+            raise _capacity_error(trace, r, held_blocks[r], config, bt)
         for obs in all_obs:
             obs.on_event(Hit(r, m.num_hit_blocks, m.num_hit_tokens))
             obs.on_event(Miss(r, nl - m.num_hit_blocks, (nl - m.num_hit_blocks) * bt))
@@ -177,4 +179,72 @@ def replay(
         num_blocks_processed=int(layout.num_blocks_held.sum()),
         hit_tokens=metrics.hit_tokens,
         input_tokens=trace.input_length,
+    )
+
+
+def _fast_applies(
+    pol: EvictionPolicy,
+    config: ReplayConfig,
+    observers: Sequence[Observer],
+    check_every: int,
+    on_step: Callable[[int], None] | None,
+) -> bool:
+    return (
+        _fast.HAVE_NUMBA
+        and config.structure == "block"
+        and pol.name in _fast.POLICY_CODES
+        and type(pol) is registered().get(pol.name)
+        and not observers
+        and not check_every
+        and on_step is None
+    )
+
+
+def _replay_fast(
+    trace: Trace, pol: EvictionPolicy, config: ReplayConfig, layout: BlockLayout
+) -> ReplayResult:
+    _fast.warm_up()
+    start = time.perf_counter()
+    hit_tokens, hit_blocks, evictions, failed = _fast.replay_fast(
+        layout.keys,
+        layout.key_offsets,
+        layout.num_lookup_blocks,
+        layout.lookup_end_tokens,
+        layout.num_blocks_held,
+        config.capacity_blocks,
+        layout.num_distinct_keys,
+        layout.block_tokens,
+        pol.name,
+        config.max_free_blocks,
+    )
+    elapsed = time.perf_counter() - start
+    if failed >= 0:
+        held = int(layout.num_blocks_held[failed])
+        raise _capacity_error(trace, failed, held, config, layout.block_tokens)
+    # The kernel records exactly what the Hit / Miss / Removed events would carry.
+    metrics = ReplayMetrics(len(trace))
+    metrics.hit_tokens = hit_tokens
+    metrics.hit_blocks = hit_blocks
+    metrics.miss_blocks = layout.num_lookup_blocks - hit_blocks
+    metrics.num_evictions = evictions
+    return ReplayResult(
+        policy=pol.spec(),
+        capacity_blocks=config.capacity_blocks,
+        structure=config.structure,
+        metrics=metrics.summary(trace.input_length),
+        elapsed_s=elapsed,
+        num_blocks_processed=int(layout.num_blocks_held.sum()),
+        hit_tokens=hit_tokens,
+        input_tokens=trace.input_length,
+    )
+
+
+def _capacity_error(
+    trace: Trace, r: int, held: int, config: ReplayConfig, block_tokens: int
+) -> CapacityError:
+    return CapacityError(
+        f"request {r} needs {held} blocks of {block_tokens} tokens "
+        f"({int(trace.input_length[r])} input + {int(trace.output_length[r])} output "
+        f"tokens) but the cache holds {config.capacity_blocks} blocks in all; "
+        "raise the capacity"
     )

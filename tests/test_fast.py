@@ -1,0 +1,68 @@
+"""The compiled replay kernel gives exactly the generic path's results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from prefixlab.errors import CapacityError
+from prefixlab.runner import _fast, replay
+from prefixlab.runner.replay import ReplayConfig
+from prefixlab.workload import Request, Trace
+from prefixlab.workload.generators import generate_sessions
+from prefixlab.workload.trace import to_hash_form
+
+pytestmark = pytest.mark.skipif(not _fast.HAVE_NUMBA, reason="numba (the 'fast' extra) absent")
+
+
+def _dup_heavy() -> Trace:
+    # Exact multiples of the block size (recompute cap -> duplicate keys) and prefixes whose
+    # root gets evicted while extensions stay cached (recomputed -> duplicates again).
+    rng = np.random.default_rng(11)
+    base = [rng.integers(0, 1000, 64).tolist() for _ in range(6)]
+    reqs = []
+    for i in range(300):
+        b = base[int(rng.integers(0, 6))]
+        n = int(rng.choice([16, 32, 48, 64, 40]))
+        reqs.append(
+            Request(float(i), n, int(rng.integers(0, 20)), input_tokens=b[:n], output_tokens=None)
+        )
+    return Trace.from_requests(reqs)
+
+
+TRACES = {
+    "chat": (generate_sessions(num_sessions=40, seed=1), 16),
+    "agentic": (generate_sessions(num_sessions=40, seed=2, preset="agentic"), 32),
+    "dups": (_dup_heavy(), 16),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRACES))
+@pytest.mark.parametrize("policy", ["vllm", "lru", "fifo"])
+@pytest.mark.parametrize(("scale", "max_free"), [(1.05, None), (2.5, None), (2.5, 4)])
+def test_fast_equals_generic(name: str, policy: str, scale: float, max_free: int | None) -> None:
+    trace, bt = TRACES[name]
+    # Capacities relative to the largest request: tight (just fits) and roomier.
+    capacity = int(scale * int(trace.block_layout(bt).num_blocks_held.max())) + 2
+    cfg = ReplayConfig(capacity_blocks=capacity, block_tokens=bt, max_free_blocks=max_free)
+    fast = replay(trace, policy, cfg)
+    slow = replay(trace, policy, cfg, fast=False)
+    assert np.array_equal(fast.hit_tokens, slow.hit_tokens)
+    assert fast.metrics == slow.metrics
+    assert fast.metrics["num_evictions"] > 0  # the scenario exercises eviction
+
+
+def test_fast_path_on_hash_form_and_partial_blocks() -> None:
+    trace = to_hash_form(generate_sessions(num_sessions=30, seed=5), 16)
+    for cfg in (
+        ReplayConfig(capacity_blocks=700),
+        ReplayConfig(capacity_blocks=700, cache_partial=True, min_recompute_tokens=0),
+    ):
+        a, b = replay(trace, "vllm", cfg), replay(trace, "vllm", cfg, fast=False)
+        assert np.array_equal(a.hit_tokens, b.hit_tokens) and a.metrics == b.metrics
+
+
+def test_fast_path_capacity_error_names_request() -> None:
+    trace, bt = TRACES["chat"]
+    with pytest.raises(CapacityError, match=r"request 0 needs \d+ blocks"):
+        replay(trace, "vllm", ReplayConfig(capacity_blocks=5, block_tokens=bt))
