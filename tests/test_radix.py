@@ -269,3 +269,27 @@ def test_reservations_and_locks_refuse_a_request_that_cannot_fit() -> None:
     assert log.edges == [] and tree(cache) == {(1, 2, 3): {}, (7, 8, 9): {}}
     finish(cache, y)
     assert mx.num_hit_blocks == 0
+
+
+def test_running_request_keeps_its_committed_pages_locked() -> None:
+    # SGLang's cache_unfinished_req: pages a running request has just cached stay locked.
+    cache = RadixCache(4, make_policy("lru", "radix"), block_tokens=1)
+    a_keys = np.array([1, 2], dtype=np.int64)
+    a = cache.acquire(cache.match(a_keys), 2)
+    assert a is not None
+    cache.commit(a, a_keys, 0)
+    cache.check()
+    assert cache.tree_blocks == 2 and cache.protected_blocks == 2
+    b_keys = np.array([7, 8, 9], dtype=np.int64)
+    # 2 free pages, and A's 2 pages are locked: B (3 pages) must wait, nothing evicted.
+    assert cache.acquire(cache.match(b_keys), 3) is None
+    assert cache.cached_keys() == {1, 2}
+    cache.release(a)
+    cache.check()
+    assert cache.protected_blocks == 0
+    b = cache.acquire(cache.match(b_keys), 3)
+    assert b is not None
+    cache.commit(b, b_keys, 0)
+    cache.release(b)
+    cache.check()
+    assert cache.cached_keys() == {7, 8, 9}  # A's leaf [1, 2] was evicted whole

@@ -111,7 +111,8 @@ class BlockCache:
                 v.last_access[hits] = v.now
                 v.hits[hits] += 1
         take = min(need, self._num_empty)
-        fresh = self._empty[self._num_empty - take : self._num_empty][::-1]
+        # A copy: the stack's storage is reused by later releases.
+        fresh = self._empty[self._num_empty - take : self._num_empty][::-1].copy()
         self._num_empty -= take
         if need > take:
             victims = self.policy.evict(need - take)

@@ -42,7 +42,8 @@ class Stored:
 
 @dataclass(slots=True, frozen=True)
 class Removed:
-    """Cached entries dropped; ``evicted`` is False for pool-bound trimming or clears."""
+    """Cached entries dropped. ``evicted`` is True when a policy chose them (to make room,
+    or to keep a bounded free pool within its bound) and False for explicit clears."""
 
     keys: I64
     evicted: bool = True

@@ -147,9 +147,15 @@ class RadixCache:
         if i < n:
             grow = min(n - i, handle.reserved_blocks)
             if grow > 0:
-                self._add_leaf(node, keys[i : i + grow])
+                node = self._add_leaf(node, keys[i : i + grow])
                 handle.reserved_blocks -= grow
                 self.reserved_blocks -= grow
+        if node != handle.last_node:
+            # SGLang's cache_unfinished_req: the request keeps its newly cached pages
+            # locked until it finishes, so a running request's KV is never evicted.
+            self._lock(node)
+            self._unlock(handle.last_node)
+            handle.last_node = node
 
     def release(self, handle: RadixHandle) -> None:
         """Free unused reserved pages and unlock the path."""
@@ -199,7 +205,7 @@ class RadixCache:
         self.policy.on_insert(np.array([upper], dtype=np.int64))
         return upper
 
-    def _add_leaf(self, parent: int, edge: I64) -> None:
+    def _add_leaf(self, parent: int, edge: I64) -> int:
         leaf = self._new_node(parent, edge.copy())
         self.tree_blocks += int(edge.shape[0])
         self._refresh(parent)
@@ -208,6 +214,7 @@ class RadixCache:
         self._refresh(leaf)
         if self.observers:
             self._emit(Stored(edge.copy()))
+        return leaf
 
     def _remove_leaf(self, leaf: int) -> None:
         v = self.view

@@ -24,7 +24,6 @@ class ReplayMetrics:
         self.hit_blocks: I64 = np.zeros(num_requests, dtype=np.int64)
         self.miss_blocks: I64 = np.zeros(num_requests, dtype=np.int64)
         self.num_evictions = 0
-        self.num_trimmed = 0
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, Hit):
@@ -32,11 +31,8 @@ class ReplayMetrics:
             self.hit_blocks[event.request] = event.num_blocks
         elif isinstance(event, Miss):
             self.miss_blocks[event.request] = event.num_blocks
-        elif isinstance(event, Removed):
-            if event.evicted:
-                self.num_evictions += int(event.keys.shape[0])
-            else:
-                self.num_trimmed += int(event.keys.shape[0])
+        elif isinstance(event, Removed) and event.evicted:
+            self.num_evictions += int(event.keys.shape[0])
 
     def summary(self, input_tokens: I64) -> dict[str, float | int]:
         n = int(input_tokens.shape[0])
