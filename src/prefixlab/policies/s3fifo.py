@@ -97,6 +97,9 @@ class S3FIFO(PerEntryPolicy):
             victim = self._evict_main()
         if victim < 0:
             victim = self._evict_small()
+        if victim < 0:
+            # S's evictable entries had all been hit and were just promoted: evict from M.
+            victim = self._evict_main()
         if victim >= 0:
             self._free.discard(victim)
             del self.freq[victim]
