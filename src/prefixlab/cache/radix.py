@@ -203,6 +203,8 @@ class RadixCache:
         assert upper_children is not None
         upper_children[int(edge[m])] = child
         self.policy.on_insert(np.array([upper], dtype=np.int64))
+        # The lower part now starts at another page: policies that rank by key re-rank it.
+        self.policy.on_update(np.array([child], dtype=np.int64))
         return upper
 
     def _add_leaf(self, parent: int, edge: I64) -> int:

@@ -9,6 +9,7 @@ to entries, in batches (numpy int arrays, in the order the events happened)::
     on_pinned(e)     ref count left 0: no longer evictable
     on_evictable(e)  ref count reached 0: evictable, in release order
     on_remove(e)     the structure dropped entries itself (not through evict)
+    on_update(e)     metadata (key, size) changed without an access (a radix edge split)
     evict(n)         choose n evictable entries, forget them, return them in eviction order
 
 Three ways to write a policy, from fastest to simplest:
@@ -108,6 +109,7 @@ class EvictionPolicy:
     def on_pinned(self, entries: I64) -> None: ...
     def on_evictable(self, entries: I64) -> None: ...
     def on_remove(self, entries: I64) -> None: ...
+    def on_update(self, entries: I64) -> None: ...
 
     def evict(self, n: int) -> I64:
         """Choose and forget ``n`` evictable entries (fewer only if fewer are evictable)."""
@@ -216,6 +218,8 @@ class PriorityPolicy(EvictionPolicy):
     def on_access(self, entries: I64) -> None:
         # Priority may depend on access metadata: re-rank entries that stay evictable.
         self._push(entries[self._free[entries]])
+
+    on_update = on_access
 
     def on_pinned(self, entries: I64) -> None:
         self._free[entries] = False
