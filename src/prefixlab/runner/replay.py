@@ -170,12 +170,23 @@ def replay(
     elapsed = time.perf_counter() - start
     if check_every:
         cache.check()
+    return _result(trace, pol, config, layout, metrics, elapsed)
+
+
+def _result(
+    trace: Trace,
+    pol: EvictionPolicy,
+    config: ReplayConfig,
+    layout: BlockLayout,
+    metrics: ReplayMetrics,
+    elapsed_s: float,
+) -> ReplayResult:
     return ReplayResult(
         policy=pol.spec(),
         capacity_blocks=config.capacity_blocks,
         structure=config.structure,
         metrics=metrics.summary(trace.input_length),
-        elapsed_s=elapsed,
+        elapsed_s=elapsed_s,
         num_blocks_processed=int(layout.num_blocks_held.sum()),
         hit_tokens=metrics.hit_tokens,
         input_tokens=trace.input_length,
@@ -227,16 +238,7 @@ def _replay_fast(
     metrics.hit_blocks = hit_blocks
     metrics.miss_blocks = layout.num_lookup_blocks - hit_blocks
     metrics.num_evictions = evictions
-    return ReplayResult(
-        policy=pol.spec(),
-        capacity_blocks=config.capacity_blocks,
-        structure=config.structure,
-        metrics=metrics.summary(trace.input_length),
-        elapsed_s=elapsed,
-        num_blocks_processed=int(layout.num_blocks_held.sum()),
-        hit_tokens=hit_tokens,
-        input_tokens=trace.input_length,
-    )
+    return _result(trace, pol, config, layout, metrics, elapsed)
 
 
 def _capacity_error(

@@ -208,6 +208,15 @@ class Trace:
             yield self[i]
 
     # ------------------------------------------------------------------ blocks
+    def sequence_tokens(self) -> tuple[I64, I64]:
+        """Token ids each request leaves behind (input, then output when known), ragged."""
+        if self.input_tokens is None:
+            raise ConfigError("a hash-form trace has no token ids")
+        in_vals, in_offs = self.input_tokens
+        if self.output_tokens is None:
+            return in_vals, in_offs
+        return _concat_ragged(in_vals, in_offs, *self.output_tokens)
+
     def block_layout(
         self,
         block_tokens: int | None = None,
@@ -265,12 +274,7 @@ class Trace:
             partial_ok = cache_partial & (self.hashed_tokens == self.input_length)
             partial_ok &= (self.input_length % bt > 0) & (keyed > in_full)
             return raw, _starts(keyed), in_full + partial_ok
-        assert self.input_tokens is not None
-        in_vals, in_offs = self.input_tokens
-        if self.output_tokens is None:
-            seq_vals, seq_offs = in_vals, in_offs
-        else:
-            seq_vals, seq_offs = _concat_ragged(in_vals, in_offs, *self.output_tokens)
+        seq_vals, seq_offs = self.sequence_tokens()
         raw, key_offs = chained_block_keys(seq_vals, seq_offs, bt, extra_key, cache_partial)
         in_full = self.input_length // bt
         lookable = in_full.copy()
@@ -350,12 +354,7 @@ def to_hash_form(trace: Trace, block_tokens: int, extra_key: int | str | None = 
     """
     if trace.is_hash_form:
         raise ConfigError("trace is already in hash form")
-    assert trace.input_tokens is not None
-    in_vals, in_offs = trace.input_tokens
-    if trace.output_tokens is None:
-        seq_vals, seq_offs = in_vals, in_offs
-    else:
-        seq_vals, seq_offs = _concat_ragged(in_vals, in_offs, *trace.output_tokens)
+    seq_vals, seq_offs = trace.sequence_tokens()
     raw, key_offs = chained_block_keys(seq_vals, seq_offs, block_tokens, extra_key, True)
     return Trace(
         arrival_s=trace.arrival_s,
