@@ -242,6 +242,9 @@ class Guard(EvictionPolicy):
     def on_update(self, entries: I64) -> None:
         self.inner.on_update(entries)
 
+    def on_split(self, upper: int, lower: int) -> None:
+        self.inner.on_split(upper, lower)
+
     def evict(self, n: int) -> I64:
         victims = self.inner.evict(n)
         assert victims.dtype.kind == "i", f"victims of dtype {victims.dtype}"

@@ -202,7 +202,7 @@ class RadixCache:
         upper_children = self.children[upper]
         assert upper_children is not None
         upper_children[int(edge[m])] = child
-        self.policy.on_insert(np.array([upper], dtype=np.int64))
+        self.policy.on_split(upper, child)
         # The lower part now starts at another page: policies that rank by key re-rank it.
         self.policy.on_update(np.array([child], dtype=np.int64))
         return upper

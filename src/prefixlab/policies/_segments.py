@@ -20,6 +20,8 @@ import numpy.typing as npt
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
+#: stamps step by GAP so that ``insert_after`` finds room between two neighbours
+GAP = 1 << 16
 
 
 class SegmentQueue:
@@ -47,8 +49,8 @@ class SegmentQueue:
             return
         if self._tail + n > self._ids.shape[0]:
             self._make_room(n)
-        stamps = np.arange(self._counter, self._counter + n, dtype=np.int64)
-        self._counter += n
+        stamps = self._counter + np.arange(n, dtype=np.int64) * GAP
+        self._counter += n * GAP
         self.stamp[ids] = stamps
         self._ids[self._tail : self._tail + n] = ids
         self._st[self._tail : self._tail + n] = stamps
@@ -70,6 +72,40 @@ class SegmentQueue:
         self._ids[:live] = ids
         self._st[:live] = st
         self._head, self._tail = 0, live
+
+    def insert_after(self, anchor: int, e: int) -> None:
+        """Queue ``e`` right behind ``anchor``'s valid copy (same age; popped after it).
+
+        The buffer is sorted by stamp, so the anchor is found by bisection; the new stamp is
+        the midpoint to the next copy (stamps are renumbered when no gap is left).
+        """
+        if self._tail + 1 > self._ids.shape[0]:
+            self._make_room(1)
+        live = self._st[self._head : self._tail]
+        pos = self._head + int(np.searchsorted(live, self.stamp[anchor]))
+        assert self._ids[pos] == anchor, "anchor is not queued"
+        lo = int(self._st[pos])
+        hi = int(self._st[pos + 1]) if pos + 1 < self._tail else lo + 2 * GAP
+        if hi - lo < 2:
+            self._renumber()
+            self.insert_after(anchor, e)
+            return
+        self._ids[pos + 2 : self._tail + 1] = self._ids[pos + 1 : self._tail]
+        self._st[pos + 2 : self._tail + 1] = self._st[pos + 1 : self._tail]
+        new = lo + (hi - lo) // 2
+        self._ids[pos + 1] = e
+        self._st[pos + 1] = self.stamp[e] = new
+        self._tail += 1
+        # Later pushes must stay behind it (stamps strictly increase along the buffer).
+        self._counter = max(self._counter, new + GAP)
+
+    def _renumber(self) -> None:
+        self._make_room(0)
+        n = self._tail - self._head
+        st = np.arange(n, dtype=np.int64) * GAP
+        self._st[self._head : self._tail] = st
+        self.stamp[self._ids[self._head : self._tail]] = st
+        self._counter = n * GAP
 
     def drop(self, ids: I64) -> None:
         """Forget ids (their queued copies become stale)."""

@@ -10,6 +10,7 @@ to entries, in batches (numpy int arrays, in the order the events happened)::
     on_evictable(e)  ref count reached 0: evictable, in release order
     on_remove(e)     the structure dropped entries itself (not through evict)
     on_update(e)     metadata (key, size) changed without an access (a radix edge split)
+    on_split(u, l)   a radix split made entry u the upper part of l: u takes l's age
     evict(n)         choose n evictable entries, forget them, return them in eviction order
 
 Three ways to write a policy, from fastest to simplest:
@@ -110,6 +111,11 @@ class EvictionPolicy:
     def on_evictable(self, entries: I64) -> None: ...
     def on_remove(self, entries: I64) -> None: ...
     def on_update(self, entries: I64) -> None: ...
+
+    def on_split(self, upper: int, lower: int) -> None:
+        """A new entry ``upper`` now holds the first pages of ``lower`` (same age, same
+        recency). Default: announce it as an insertion; ordered policies override."""
+        self.on_insert(np.array([upper], dtype=np.int64))
 
     def evict(self, n: int) -> I64:
         """Choose and forget ``n`` evictable entries (fewer only if fewer are evictable)."""

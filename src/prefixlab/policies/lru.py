@@ -32,6 +32,11 @@ class LRU(EvictionPolicy):
     def on_access(self, entries: I64) -> None:
         self._queue.push(entries)
 
+    def on_split(self, upper: int, lower: int) -> None:
+        # The upper part is as old as the node it came from: queue it right behind it.
+        self._grow()
+        self._queue.insert_after(lower, upper)
+
     def on_evictable(self, entries: I64) -> None:
         self._free[entries] = True
 
