@@ -1,15 +1,16 @@
 """Compiled sequential replay of the block cache for ``vllm``, ``lru`` and ``fifo``.
 
 The generic path (cache + policy hooks, numpy per request) is the reference; this kernel
-fuses match -> acquire -> commit -> release for the whole trace in one numba call, using the
-structures vLLM itself uses: a doubly linked free list over physical blocks, a chain of
-holders per key (registration order; the head is the one a lookup takes), and a stack of
-empty blocks whose top is reused first. Tests check that it gives exactly the generic path's
-per-request hits and eviction counts. It is used only when numba is installed (the ``fast``
-extra) and the replay needs no extra observers or invariant checks.
+fuses match -> acquire -> commit -> release for the whole trace in one numba call, with the
+structures of the generic path: a queue with lazy invalidation for the policy order, a chain
+of holders per key (registration order; the head is the one a lookup takes), and a stack of
+empty blocks whose top is reused first. Tests check that it gives exactly the generic
+path's per-request hits and eviction counts. It is used only when numba is installed (the
+``fast`` extra) and the replay needs no extra observers or invariant checks.
 
-    free list (vllm: cached-free blocks in release order; lru/fifo: every keyed block)
-    head -> b7 <-> b3 <-> b9 <- tail          evict: first from head with ref == 0
+    queue (vllm: released blocks; lru: inserted or hit; fifo: inserted)
+    head -> b7 b3 b7' b9 <- tail    b7's first copy is stale (its stamp moved on);
+                                    evict: the first valid copy with ref == 0
 """
 
 from __future__ import annotations
@@ -52,17 +53,50 @@ def _list_append(b: int, prev: Any, nxt: Any, ends: Any) -> None:
     ends[1] = b
 
 
-def _evict_one(ref: Any, prev: Any, nxt: Any, ends: Any, bkey: Any, key_ends: Any) -> int:
-    """Unlink the first unpinned block from the free list and drop its key."""
-    b = ends[0]
-    while ref[b] > 0:
-        b = nxt[b]
-    _list_remove(b, prev, nxt, ends)
-    k = bkey[b]
-    # The holder chains reuse the list helpers: row k of key_ends is (first, last) holder.
-    _list_remove(b, key_ends[2], key_ends[3], key_ends[0:2, k])
+def _q_push(b: int, qb: Any, qs: Any, stamp: Any, qstate: Any) -> None:
+    """Append b with a fresh stamp; older copies of b become stale."""
+    if qstate[1] == qb.shape[0]:
+        w = 0  # compact: keep only valid copies, in order
+        for i in range(qstate[0], qstate[1]):
+            if qs[i] == stamp[qb[i]]:
+                qb[w] = qb[i]
+                qs[w] = qs[i]
+                w += 1
+        qstate[0] = 0
+        qstate[1] = w
+    t = qstate[1]
+    qb[t] = b
+    qs[t] = qstate[2]
+    stamp[b] = qstate[2]
+    qstate[1] = t + 1
+    qstate[2] += 1
+
+
+def _q_pop_unpinned(qb: Any, qs: Any, stamp: Any, ref: Any, qstate: Any) -> int:
+    """The oldest valid copy of an unpinned block (the caller knows one exists)."""
+    i = qstate[0]
+    advance = True
+    while True:
+        b = qb[i]
+        if qs[i] == stamp[b]:
+            if ref[b] == 0:
+                stamp[b] = -1
+                if advance:
+                    qstate[0] = i + 1
+                return int(b)
+            advance = False  # a valid pinned copy keeps its place at the front
+        elif advance:
+            qstate[0] = i + 1
+        i += 1
+
+
+def _evict_one(qb: Any, qs: Any, stamp: Any, ref: Any, qstate: Any, bkey: Any, chains: Any) -> int:
+    """Take the policy's victim and drop its key from its holder chain."""
+    b = _q_pop_unpinned(qb, qs, stamp, ref, qstate)
+    # Row k of chains[0:2] is the key's (first, last) holder; rows 2, 3 link the holders.
+    _list_remove(b, chains[2], chains[3], chains[0:2, bkey[b]])
     bkey[b] = -1
-    return int(b)
+    return b
 
 
 def _kernel(
@@ -80,14 +114,19 @@ def _kernel(
     hit_blocks: Any,
     out: Any,
 ) -> None:
-    """out[0] = evictions, out[1] = the request that could not fit (or -1)."""
+    """out[0] = evictions, out[1] = the request that could not fit (or -1).
+
+    The policy order is a queue with lazy invalidation (as ``SegmentQueue``): vllm queues a
+    block when it is released and invalidates it when a hit takes it; lru queues on insert
+    and on every hit; fifo on insert only. The victim is the oldest valid unpinned copy.
+    """
     ref = np.zeros(capacity, np.int64)
     bkey = np.full(capacity, -1, np.int64)
-    # rows: first holder per key, last holder per key, holder-chain prev, holder-chain next
     chains = np.full((4, max(num_keys, capacity)), -1, np.int64)
-    prev = np.full(capacity, -1, np.int64)
-    nxt = np.full(capacity, -1, np.int64)
-    ends = np.full(2, -1, np.int64)  # free list head, tail
+    stamp = np.full(capacity, -1, np.int64)
+    qb = np.empty(4 * capacity + 64, np.int64)
+    qs = np.empty(4 * capacity + 64, np.int64)
+    qstate = np.zeros(3, np.int64)  # head, tail, next stamp
     empty = np.arange(capacity - 1, -1, -1).astype(np.int64)
     n_empty = capacity
     cached_free = 0
@@ -100,9 +139,13 @@ def _kernel(
         nk = key_offsets[r + 1] - k0
         nl = num_lookup[r]
         nh = held[r]
-        # ---- match: longest run of keys with a holder
+        # ---- match: longest run of keys with a holder (the first registered one)
         h = 0
-        while h < nl and chains[0, keys[k0 + h]] >= 0:
+        while h < nl:
+            b = chains[0, keys[k0 + h]]
+            if b < 0:
+                break
+            blocks[h] = b
             h += 1
         hit_blocks[r] = h
         hit_tokens[r] = lookup_end[r] if h == nl else h * block_tokens
@@ -110,29 +153,27 @@ def _kernel(
         need = nh - h
         hit_free = 0
         for i in range(h):
-            if ref[chains[0, keys[k0 + i]]] == 0:
+            if ref[blocks[i]] == 0:
                 hit_free += 1
         if need > n_empty + cached_free - hit_free:
             out[0] = evictions
             out[1] = r
             return
         for i in range(h):
-            b = chains[0, keys[k0 + i]]
-            if policy == 1:  # lru: an access moves the block to the tail
-                _list_remove(b, prev, nxt, ends)
-                _list_append(b, prev, nxt, ends)
-            elif policy == 0 and ref[b] == 0:  # vllm: touch leaves the free queue
-                _list_remove(b, prev, nxt, ends)
+            b = blocks[i]
+            if policy == 1:  # lru: a hit is an access
+                _q_push(b, qb, qs, stamp, qstate)
+            elif policy == 0 and ref[b] == 0:  # vllm: touch takes it out of the free queue
+                stamp[b] = -1
             if ref[b] == 0:
                 cached_free -= 1
             ref[b] += 1
-            blocks[i] = b
         for j in range(need):
             if n_empty > 0:
                 n_empty -= 1
                 b = empty[n_empty]
             else:
-                b = _evict_one(ref, prev, nxt, ends, bkey, chains)
+                b = _evict_one(qb, qs, stamp, ref, qstate, bkey, chains)
                 cached_free -= 1
                 evictions += 1
             ref[b] = 1
@@ -143,8 +184,8 @@ def _kernel(
             k = keys[k0 + j]
             bkey[b] = k
             _list_append(b, chains[2], chains[3], chains[0:2, k])
-            if policy != 0:  # lru / fifo: insertion goes to the tail
-                _list_append(b, prev, nxt, ends)
+            if policy != 0:  # lru / fifo: an insertion
+                _q_push(b, qb, qs, stamp, qstate)
         # ---- release, tail first; keyless blocks go back on top of the empty stack
         n_rel = 0
         for i in range(nh - 1, -1, -1):
@@ -154,13 +195,13 @@ def _kernel(
                 if bkey[b] >= 0:
                     cached_free += 1
                     if policy == 0:
-                        _list_append(b, prev, nxt, ends)
+                        _q_push(b, qb, qs, stamp, qstate)
                 else:
                     released[n_rel] = b
                     n_rel += 1
         # ---- bound on the cached-free pool: trimmed blocks become empty
         while max_free >= 0 and cached_free > max_free:
-            released[n_rel] = _evict_one(ref, prev, nxt, ends, bkey, chains)
+            released[n_rel] = _evict_one(qb, qs, stamp, ref, qstate, bkey, chains)
             n_rel += 1
             cached_free -= 1
             evictions += 1
@@ -174,6 +215,8 @@ _compiled: Any
 if HAVE_NUMBA:
     _list_remove = njit(cache=True, inline="always")(_list_remove)
     _list_append = njit(cache=True, inline="always")(_list_append)
+    _q_push = njit(cache=True, inline="always")(_q_push)
+    _q_pop_unpinned = njit(cache=True, inline="always")(_q_pop_unpinned)
     _evict_one = njit(cache=True, inline="always")(_evict_one)
     _compiled = njit(cache=True)(_kernel)
 else:  # pragma: no cover
