@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from prefixlab.errors import ConfigError, PrefixlabError
-from prefixlab.model import get_model
+from prefixlab.model import capacity_blocks_for_bytes
 from prefixlab.policies.base import describe, make_policy, parameters, registered
 from prefixlab.runner.replay import ReplayConfig, ReplayResult, replay
 from prefixlab.workload.loaders.base import LOADERS
@@ -49,14 +49,7 @@ def _capacity_blocks(
     assert capacity_bytes is not None
     if model is None:
         raise ConfigError("--capacity-bytes needs --model to know the KV bytes per block")
-    per_block = get_model(model).kv_bytes_per_block(block_tokens)
-    blocks = capacity_bytes // per_block
-    if blocks <= 0:
-        raise ConfigError(
-            f"--capacity-bytes {capacity_bytes} holds no block: one {block_tokens}-token block "
-            f"of {model} takes {per_block} bytes"
-        )
-    return blocks
+    return capacity_blocks_for_bytes(capacity_bytes, model, block_tokens)
 
 
 def _write_per_request(path: Path, results: list[ReplayResult]) -> list[Path]:

@@ -48,3 +48,18 @@ def get_model(name: str) -> ModelSpec:
     if key not in MODEL_PRESETS:
         raise ConfigError(f"unknown model '{name}'; known: {', '.join(MODEL_PRESETS)}")
     return MODEL_PRESETS[key]
+
+
+def capacity_blocks_for_bytes(
+    capacity_bytes: int, model: str | ModelSpec, block_tokens: int
+) -> int:
+    """How many whole KV blocks of ``block_tokens`` tokens fit in ``capacity_bytes``."""
+    spec = get_model(model) if isinstance(model, str) else model
+    per_block = spec.kv_bytes_per_block(block_tokens)
+    blocks = capacity_bytes // per_block
+    if blocks <= 0:
+        raise ConfigError(
+            f"capacity of {capacity_bytes} bytes holds no block: one {block_tokens}-token block "
+            f"of {spec.name} takes {per_block} bytes"
+        )
+    return blocks
