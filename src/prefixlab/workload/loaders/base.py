@@ -26,9 +26,6 @@ def register_loader(name: str) -> Callable[[Loader], Loader]:
 
 def load_trace(path: str | Path, fmt: str = "native", **kwargs: Any) -> Trace:
     """Load a trace file with the loader registered as ``fmt``."""
-    # Importing the modules registers the built-in loaders.
-    from prefixlab.workload.loaders import mooncake, native  # noqa: F401
-
     if fmt not in LOADERS:
         raise ConfigError(f"unknown trace format '{fmt}'; known: {', '.join(sorted(LOADERS))}")
     if not Path(path).is_file():

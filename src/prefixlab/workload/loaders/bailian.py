@@ -1,0 +1,73 @@
+"""Qwen-Bailian ("KVCache Cache in the Wild", ATC'25) trace loader.
+
+Each line: ``chat_id``, ``parent_chat_id`` (-1 for a conversation's first request),
+``timestamp`` (s), ``input_length``, ``output_length``, ``type`` (text, search, image,
+file...), ``turn`` and ``hash_ids`` (one id per 16-token block). Sessions are rebuilt from
+the parent chain: every request belongs to the session of its root request. ``type`` becomes
+the task label. The published release is not available offline; tests use fixtures that
+follow its field list.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefixlab.errors import TraceFormatError
+from prefixlab.workload.loaders.base import (
+    FieldReader,
+    check_hash_ids,
+    iter_json_lines,
+    register_loader,
+)
+from prefixlab.workload.trace import Request, Trace
+
+BAILIAN_BLOCK_TOKENS = 16
+
+
+def _parent(f: FieldReader) -> int | None:
+    raw = f.obj.get("parent_chat_id", -1)
+    if raw is None or raw == -1:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        raise f.fail("parent_chat_id", f"expected a chat id or -1, got {raw!r}")
+    return raw
+
+
+@register_loader("bailian")
+def load_bailian(path: Path, limit: int | None = None) -> Trace:
+    """Read a Bailian JSONL trace (hash form, 16-token blocks), rebuilding sessions."""
+    requests: list[Request] = []
+    root_of: dict[int, int] = {}
+    for lineno, obj in iter_json_lines(path):
+        f = FieldReader(path, lineno, obj)
+        chat = f.int_("chat_id")
+        if chat in root_of:
+            raise f.fail("chat_id", f"chat id {chat} appears twice")
+        parent = _parent(f)
+        if parent is None:
+            root_of[chat] = chat
+        elif parent in root_of:
+            root_of[chat] = root_of[parent]
+        else:
+            raise f.fail("parent_chat_id", f"parent {parent} does not appear on an earlier line")
+        inp = f.int_("input_length")
+        hids = f.int_list("hash_ids")
+        assert hids is not None
+        check_hash_ids(f, hids, inp, BAILIAN_BLOCK_TOKENS)
+        requests.append(
+            Request(
+                arrival_s=f.float_("timestamp"),
+                input_length=inp,
+                output_length=f.int_("output_length"),
+                session_id=str(root_of[chat]),
+                turn=f.int_("turn", required=False),
+                task=f.str_("type"),
+                hash_ids=hids,
+                hashed_tokens=inp,
+            )
+        )
+        if limit is not None and len(requests) >= limit:
+            break
+    if not requests:
+        raise TraceFormatError(str(path), 0, None, "no requests in file")
+    return Trace.from_requests(requests, block_tokens=BAILIAN_BLOCK_TOKENS, name=path.stem)
