@@ -89,3 +89,41 @@ def test_marconi_loader(tmp_path: Path) -> None:
         load_trace(_write(tmp_path / "bad.jsonl", bad), "marconi")
     with pytest.raises(TraceFormatError, match="output_tokens"):
         load_trace(_write(tmp_path / "bad2.jsonl", [{"input_tokens": [1]}]), "marconi")
+
+
+def test_azure_shared_csv(tmp_path: Path) -> None:
+    from tests.conftest import SHARED_DATA
+
+    path = SHARED_DATA / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+    if not path.is_file():
+        pytest.skip(f"shared Azure trace not found at {path}")
+    tr = load_trace(path, "azure")
+    # 19,366 rows (the last one has no trailing newline).
+    assert len(tr) == 19366 and tr.is_hash_form and tr.block_tokens == 16
+    # First rows: 18:15:46.6805900 (374, 44), then 18:15:50.9951690 (396, 109).
+    assert tr.input_length[:2].tolist() == [374, 396]
+    assert tr.output_length[:2].tolist() == [44, 109]
+    assert tr.arrival_s[1] == pytest.approx(50.9951690 - 46.6805900, abs=1e-6)
+    assert (tr.arrival_s >= 0).all() and tr.arrival_s[0] == 0.0
+    # No content: every block has an id of its own, so nothing can hit.
+    res = replay(tr, "lru", ReplayConfig(capacity_blocks=10**6), fast=False)
+    assert res.metrics["num_hit_tokens"] == 0
+
+
+def test_azure_bad_rows(tmp_path: Path) -> None:
+    head = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,2\n"
+    cases = [
+        ("2023-11-16 18:15:47.1,-4,2\n", "ContextTokens"),
+        ("2023-11-16 18:15:47.1,4,x\n", "GeneratedTokens"),
+        ("yesterday,4,2\n", "TIMESTAMP"),
+        ("2023-11-16 18:15:47.1,4\n", "GeneratedTokens"),
+    ]
+    for row, field in cases:
+        p = tmp_path / "a.csv"
+        p.write_text(head + row)
+        with pytest.raises(TraceFormatError) as info:
+            load_trace(p, "azure")
+        assert info.value.line == 3 and info.value.field == field
+    p.write_text("time,in,out\n")
+    with pytest.raises(TraceFormatError, match="header"):
+        load_trace(p, "azure")
