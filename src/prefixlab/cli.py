@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from prefixlab.analysis import trace_stats
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.model import capacity_blocks_for_bytes
 from prefixlab.policies.base import describe, make_policy, parameters, registered
@@ -207,6 +208,49 @@ def policies_cmd(
     for e in entries:
         params = ", ".join(f"{k}={v}" for k, v in e["parameters"].items()) or "-"
         table.add_row(str(e["name"]), ",".join(e["structures"]), params, str(e["description"]))
+    _console().print(table)
+
+
+trace_app = typer.Typer(no_args_is_help=True, help="Inspect and convert traces.")
+app.add_typer(trace_app, name="trace")
+
+
+@trace_app.command("stats")
+def trace_stats_cmd(
+    trace: Annotated[str, typer.Argument(help="Trace file, or gen:NAME[:k=v,...].")],
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help=f"Trace format: {', '.join(sorted(LOADERS))}.")
+    ] = "native",
+    block_tokens: Annotated[
+        int | None, typer.Option(help="Tokens per block (token-form traces).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Requests, sessions, tasks, length percentiles, arrival span and the hit ceiling."""
+    try:
+        tr = open_trace(trace, fmt)
+        if not tr.is_hash_form and block_tokens is None:
+            raise ConfigError("this token-form trace needs --block-tokens")
+        stats = trace_stats(tr, block_tokens)
+    except PrefixlabError as exc:
+        _fail(str(exc))
+        return
+    if as_json:
+        sys.stdout.write(json.dumps(stats, indent=2) + "\n")
+        return
+    table = Table(title=f"trace {stats['name']}", show_header=False)
+    table.add_column("statistic")
+    table.add_column("value", justify="right")
+    for key, value in stats.items():
+        if isinstance(value, dict):
+            value = ", ".join(
+                f"{k} {v:,.0f}" if isinstance(v, float) else f"{k} {v}" for k, v in value.items()
+            )
+        elif isinstance(value, float):
+            value = f"{value:,.4f}"
+        elif isinstance(value, int):
+            value = f"{value:,}"
+        table.add_row(key, str(value))
     _console().print(table)
 
 
