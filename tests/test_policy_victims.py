@@ -367,10 +367,11 @@ def test_opt_farthest_next_use_then_deepest() -> None:
     d.release(0, 1, 2, 3, 4, 5, 6)  # after request 1 (parents released first, on purpose)
     d.pin(6)
     # Next use after request 1: keys 0, 1, 2 -> request 2; key 3 -> request 3; key 4 -> never.
-    # Farthest first: 4 (never), 3 (r3); then the r2 tie, deepest first: 2, 1; then depth 0:
-    # the non-primary holder 5 before the primary 0. 6 is pinned. A parent never goes
-    # before its evictable child.
-    assert d.evict(8) == [4, 3, 2, 1, 5, 0]
+    # Holder 5 is not the one lookups of key 0 take, so it is never used either.
+    # Farthest first: the "never" tie, deepest first: 4 (depth 1), 5 (depth 0); then 3 (r3);
+    # then the r2 tie, deepest first: 2, 1, 0. 6 is pinned. A parent never goes before its
+    # evictable child.
+    assert d.evict(8) == [4, 5, 3, 2, 1, 0]
 
 
 # ---------------------------------------------------------------------------- block cache

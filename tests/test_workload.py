@@ -113,7 +113,7 @@ BAD_LINES = [
     ('{"input_length": 5, "output_length": 1}', "input_tokens", "exactly one"),
     ('{"input_tokens": [1,2], "output_length": -3}', "output_length", ">= 0"),
     ('{"input_tokens": [1,2], "output_length": "x"}', "output_length", "integer"),
-    ('{"input_tokens": [1,-2], "output_length": 1}', "input_tokens", "non-negative"),
+    ('{"input_tokens": [1,-2], "output_length": 1}', "input_tokens", "integers in [0, "),
     ('{"input_tokens": [1,2], "input_length": 3, "output_length": 1}', "input_length", "3"),
     ('{"hash_ids": [1], "input_length": 40, "output_length": 0}', "hash_ids", "claim 2"),
     ('{"hash_ids": [1], "output_length": 0}', "input_length", "missing"),

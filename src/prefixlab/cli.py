@@ -36,7 +36,7 @@ def _console() -> Console:
 
 
 def _fail(message: str) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -149,6 +149,11 @@ def replay_cmd(
         )
         config.validate()
         policies = [make_policy(spec, structure) for spec in policy]
+        specs = [p.spec() for p in policies]
+        if len(set(specs)) != len(specs):
+            raise ConfigError(f"a policy is given twice: {', '.join(specs)}")
+        if per_request is not None and not per_request.parent.resolve().is_dir():
+            raise ConfigError(f"--per-request: folder {per_request.parent} does not exist")
         results = [replay(tr, pol, config) for pol in policies]
         written = _write_per_request(per_request, results) if per_request else []
     except PrefixlabError as exc:

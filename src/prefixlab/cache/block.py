@@ -214,7 +214,10 @@ class BlockCache:
         holders.remove(block)
         first = holders[0]
         self.key_block[key] = first
-        self.view.is_primary[first] = True
+        if not self.view.is_primary[first]:
+            self.view.is_primary[first] = True
+            # It now serves lookups: policies that rank by key (OPT) re-rank it.
+            self.policy.on_update(np.array([first], dtype=np.int64))
         if len(holders) == 1:
             del self._dups[key]
             self._has_dup[key] = False

@@ -46,8 +46,9 @@ class EntryView:
 
     Attributes are arrays indexed by entry id. ``key`` is the dense key id (-1 when the
     entry holds none); ``depth`` the block index of the entry in its sequence (block cache)
-    or the node's token depth (radix); ``size`` its tokens; ``parent`` its prefix parent
-    entry or -1; ``now`` the structure's current time.
+    or the number of pages from the root to the node's end (radix); ``size`` its tokens;
+    ``parent`` its prefix parent entry or -1; ``is_primary`` whether a lookup of its key
+    takes this entry (False for a duplicate holder); ``now`` the structure's current time.
     """
 
     def __init__(self, num_entries: int) -> None:
@@ -309,14 +310,14 @@ def _parse_value(text: str) -> Any:
     return text
 
 
-def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+def parse_spec(spec: str, what: str = "policy spec") -> tuple[str, dict[str, Any]]:
     """``"s3fifo:small_ratio=0.1,x=2"`` -> ``("s3fifo", {"small_ratio": 0.1, "x": 2})``."""
     name, _, rest = spec.strip().partition(":")
     kwargs: dict[str, Any] = {}
     for item in filter(None, (p.strip() for p in rest.split(","))):
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
-            raise ConfigError(f"policy spec '{spec}': expected key=value, got '{item}'")
+            raise ConfigError(f"{what} '{spec}': expected key=value, got '{item}'")
         kwargs[key.strip()] = _parse_value(value.strip())
     return name, kwargs
 

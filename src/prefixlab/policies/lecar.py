@@ -24,8 +24,12 @@ class LeCaR(PerEntryPolicy):
     """LeCaR: LRU and LFU experts weighted by regret over their ghost histories."""
 
     def __init__(self, learning_rate: float = 0.45, seed: int = 0) -> None:
-        if learning_rate <= 0:
-            raise ValueError(f"learning_rate must be positive, got {learning_rate}")
+        if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)):
+            raise ValueError(f"learning_rate must be a number, got {learning_rate!r}")
+        if not 0 < learning_rate < float("inf"):
+            raise ValueError(f"learning_rate must be positive and finite, got {learning_rate}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
         self.learning_rate = learning_rate
         self.seed = seed
 

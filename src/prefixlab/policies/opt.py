@@ -4,10 +4,15 @@ A first pass over the trace lists, for every key, the requests whose lookup rang
 it. When a block becomes evictable after request r, its next use is the first such request
 after r (never = +inf).
 
-Prefix-aware by construction: a request that can hit a block also looks up every ancestor
-of it (keys are chained), so next_use(parent) <= next_use(child). Ties go to the deepest
-block, then to a non-primary holder of a duplicated key, so OPT never evicts a prefix while
-keeping an extension of it that is evictable.
+Prefix-aware: a request that can hit a block also looks up every ancestor of it (keys are
+chained), so next_use(parent) <= next_use(child), and ties go to the deepest block, so OPT
+never evicts a prefix while keeping an evictable extension of it. A duplicate holder of a
+key (not the one lookups take) is never used, so it goes first; when the block cache
+promotes it, ``on_update`` re-ranks it.
+
+This is Belady's rule applied block by block. With prefix hits and multi-block requests it
+is not a proven upper bound: tests check that it is never below any online policy on the
+bundled traces, and rare tiny adversarial traces can beat it.
 """
 
 from __future__ import annotations
@@ -63,13 +68,14 @@ class OPT(PriorityPolicy):
         return float(self._occ_req[pos]) if pos < hi else NEVER
 
     def priority(self, e: int) -> tuple[float, int, bool]:
-        v = self.view
-        nxt = self.next_use(int(v.key[e]), v.request_index)
-        return (-nxt, -int(v.depth[e]), bool(v.is_primary[e]))
+        return self.priorities(np.array([e], dtype=np.int64))[0]  # type: ignore[no-any-return]
 
     def priorities(self, entries: I64) -> list[Any]:
         v = self.view
         nxt = self.next_uses(v.key[entries], v.request_index)
+        # A duplicate holder serves no lookup while its key's first holder is cached: it is
+        # never used (the structure re-announces it with on_update if it gets promoted).
+        nxt[~v.is_primary[entries]] = NEVER
         return list(
             zip(
                 (-nxt).tolist(),

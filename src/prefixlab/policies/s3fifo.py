@@ -20,10 +20,18 @@ class S3FIFO(PerEntryPolicy):
     """S3-FIFO: small + main FIFOs with a ghost queue; quick demotion of one-hit wonders."""
 
     def __init__(self, small_ratio: float = 0.1, move_to_main_threshold: int = 1) -> None:
+        if isinstance(small_ratio, bool) or not isinstance(small_ratio, (int, float)):
+            raise ValueError(f"small_ratio must be a number, got {small_ratio!r}")
         if not 0.0 < small_ratio < 1.0:
             raise ValueError(f"small_ratio must be in (0, 1), got {small_ratio}")
-        if move_to_main_threshold < 1:
-            raise ValueError("move_to_main_threshold must be >= 1")
+        if (
+            isinstance(move_to_main_threshold, bool)
+            or not isinstance(move_to_main_threshold, int)
+            or move_to_main_threshold < 1
+        ):
+            raise ValueError(
+                f"move_to_main_threshold must be an integer >= 1, got {move_to_main_threshold!r}"
+            )
         self.small_ratio = small_ratio
         self.move_to_main_threshold = move_to_main_threshold
 

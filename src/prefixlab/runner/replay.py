@@ -50,6 +50,10 @@ class ReplayConfig:
             )
         if self.capacity_blocks <= 0:
             raise ConfigError(f"capacity_blocks must be positive, got {self.capacity_blocks}")
+        if self.max_free_blocks is not None and self.max_free_blocks < 0:
+            raise ConfigError(f"max_free_blocks must be >= 0, got {self.max_free_blocks}")
+        if self.min_recompute_tokens < 0:
+            raise ConfigError(f"min_recompute_tokens must be >= 0, got {self.min_recompute_tokens}")
         if self.max_free_blocks is not None and self.structure != "block":
             raise ConfigError("max_free_blocks applies to the block structure only")
 
@@ -160,7 +164,7 @@ def replay(
             raise _capacity_error(trace, r, held_blocks[r], config, bt)
         for obs in all_obs:
             obs.on_event(Hit(r, m.num_hit_blocks, m.num_hit_tokens))
-            obs.on_event(Miss(r, nl - m.num_hit_blocks, (nl - m.num_hit_blocks) * bt))
+            obs.on_event(Miss(r, nl - m.num_hit_blocks, lookup_end[r] - m.num_hit_tokens))
         cache.commit(handle, keys, m.num_hit_blocks)  # type: ignore[arg-type]
         cache.release(handle)  # type: ignore[arg-type]
         if check_every and r % check_every == 0:

@@ -14,7 +14,9 @@ from prefixlab.workload.trace import Trace
 def open_trace(source: str, fmt: str = "native", **loader_kwargs: Any) -> Trace:
     """Load a file (``fmt`` picks the loader) or run a generator (``gen:sessions:seed=3``)."""
     if source.startswith("gen:"):
-        name, kwargs = parse_spec(source[4:])
+        if loader_kwargs:
+            raise ConfigError(f"{', '.join(loader_kwargs)} applies to trace files, not to {source}")
+        name, kwargs = parse_spec(source[4:], "generator spec")
         if name not in GENERATORS:
             raise ConfigError(f"unknown generator '{name}'; known: {', '.join(sorted(GENERATORS))}")
         return GENERATORS[name](**kwargs)

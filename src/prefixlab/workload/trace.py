@@ -124,6 +124,42 @@ class Trace:
         self.block_tokens = block_tokens
         self.name = name
         self._layouts: dict[tuple[int, str, bool, int], BlockLayout] = {}
+        self._check_consistent()
+
+    def _check_consistent(self) -> None:
+        """Lengths must agree with the content (the caches index by them)."""
+        n = len(self)
+        for name in ("input_length", "output_length", "turn"):
+            col = getattr(self, name)
+            if col.shape[0] != n:
+                raise ConfigError(f"column {name} has {col.shape[0]} rows, not {n}")
+            if n and int(col.min()) < 0:
+                raise ConfigError(f"request {int(np.argmin(col))}: {name} is negative")
+        if self.input_tokens is not None:
+            bad = np.flatnonzero(np.diff(self.input_tokens[1]) != self.input_length)
+            if bad.size:
+                r = int(bad[0])
+                raise ConfigError(
+                    f"request {r}: input_length={int(self.input_length[r])} but it has "
+                    f"{int(np.diff(self.input_tokens[1])[r])} input tokens"
+                )
+        if self.output_tokens is not None:
+            _, offs, present = self.output_tokens
+            bad = np.flatnonzero(present & (np.diff(offs) != self.output_length))
+            if bad.size:
+                r = int(bad[0])
+                raise ConfigError(
+                    f"request {r}: output_length={int(self.output_length[r])} but it has "
+                    f"{int(np.diff(offs)[r])} output tokens"
+                )
+        if self.hashed_tokens is not None:
+            over = np.flatnonzero(self.hashed_tokens > self.input_length + self.output_length)
+            if over.size:
+                r = int(over[0])
+                raise ConfigError(
+                    f"request {r}: hashed_tokens={int(self.hashed_tokens[r])} exceeds input + "
+                    "output tokens"
+                )
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -228,7 +264,7 @@ class Trace:
         bt = self._resolve_block_tokens(block_tokens)
         if min_recompute_tokens < 0:
             raise ConfigError(f"min_recompute_tokens must be >= 0, got {min_recompute_tokens}")
-        memo = (bt, str(extra_key), cache_partial, min_recompute_tokens)
+        memo = (bt, repr(extra_key), cache_partial, min_recompute_tokens)
         if memo not in self._layouts:
             self._layouts[memo] = self._build_layout(
                 bt, extra_key, cache_partial, min_recompute_tokens
@@ -290,6 +326,7 @@ class Trace:
         self, bt: int, extra_key: int | str | None, cache_partial: bool, min_recompute: int
     ) -> BlockLayout:
         raw, key_offs, lookable = self._sequence_keys(bt, extra_key, cache_partial)
+        _check_distinct_per_request(raw, key_offs)
         if raw.shape[0]:
             _, dense = np.unique(raw, return_inverse=True)
             dense = dense.astype(np.int64).reshape(-1)
@@ -316,6 +353,19 @@ class Trace:
             num_distinct_keys=num_distinct,
             raw_keys=raw,
         )
+
+
+def _check_distinct_per_request(raw: U64, key_offs: I64) -> None:
+    """A key names a whole prefix, so one sequence cannot hold the same key twice."""
+    if raw.shape[0] < 2:
+        return
+    req = np.repeat(np.arange(key_offs.shape[0] - 1), np.diff(key_offs))
+    order = np.lexsort((raw, req))
+    same = (req[order][1:] == req[order][:-1]) & (raw[order][1:] == raw[order][:-1])
+    if same.any():
+        r = int(req[order][1:][same][0])
+        key = int(raw[order][1:][same][0])
+        raise ConfigError(f"request {r}: block id {key} appears twice in one sequence")
 
 
 def _starts(counts: I64) -> I64:

@@ -46,19 +46,38 @@ class SessionParams:
     seed: int = 0
 
     def validate(self) -> None:
+        """Types and ranges, each error naming the parameter."""
         if self.preset not in GAP_PRESETS:
             raise ConfigError(
                 f"preset '{self.preset}' unknown; choose one of {', '.join(GAP_PRESETS)}"
             )
-        for name in ("num_sessions", "max_turns", "num_system_prompts", "vocab_size"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("session_rate_per_s", "mean_turns", "system_zipf"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("system_tokens", "mean_user_tokens", "mean_output_tokens"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        ints = {
+            "num_sessions": 1,
+            "max_turns": 1,
+            "num_system_prompts": 1,
+            "vocab_size": 2,
+            "system_tokens": 1,
+            "mean_user_tokens": 1,
+            "mean_output_tokens": 1,
+            "seed": 0,
+        }
+        floats = {"session_rate_per_s": 0.0, "mean_turns": 1.0, "system_zipf": 0.0}
+        for name, low in ints.items():
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise ConfigError(f"{name} must be an integer >= {low}, got {v!r}")
+        for name, low_f in floats.items():
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= low_f:
+                raise ConfigError(f"{name} must be a number >= {low_f}, got {v!r}")
+        if self.session_rate_per_s == 0 or self.system_zipf == 0:
+            raise ConfigError("session_rate_per_s and system_zipf must be positive")
+        for name in ("gap_mu", "gap_sigma"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise ConfigError(f"{name} must be a number, got {v!r}")
+        if self.gap_sigma is not None and not self.gap_sigma > 0:
+            raise ConfigError(f"gap_sigma must be positive, got {self.gap_sigma!r}")
 
 
 def _lengths(rng: np.random.Generator, mean: int, n: int) -> list[int]:

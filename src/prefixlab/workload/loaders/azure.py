@@ -10,7 +10,7 @@ first row.
 from __future__ import annotations
 
 import csv
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,8 @@ COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 def _seconds(text: str) -> float:
     """Parse a timestamp with up to 9 fractional digits (datetime takes at most 6)."""
     whole, _, frac = text.strip().partition(".")
-    base = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S").timestamp()
+    # The timestamps carry no zone: read them as UTC so arrivals do not depend on the host.
+    base = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
     if frac and not frac.isdigit():
         raise ValueError(text)
     return base + (float(f"0.{frac}") if frac else 0.0)

@@ -51,7 +51,7 @@ def load_bailian(path: Path, limit: int | None = None) -> Trace:
         else:
             raise f.fail("parent_chat_id", f"parent {parent} does not appear on an earlier line")
         inp = f.int_("input_length")
-        hids = f.int_list("hash_ids")
+        hids = f.int_list("hash_ids", limit=1 << 64)
         assert hids is not None
         check_hash_ids(f, hids, inp, BAILIAN_BLOCK_TOKENS)
         requests.append(

@@ -26,6 +26,9 @@ def register_loader(name: str) -> Callable[[Loader], Loader]:
 
 def load_trace(path: str | Path, fmt: str = "native", **kwargs: Any) -> Trace:
     """Load a trace file with the loader registered as ``fmt``."""
+    limit = kwargs.get("limit")
+    if limit is not None and limit <= 0:
+        raise ConfigError(f"limit must be positive, got {limit}")
     if fmt not in LOADERS:
         raise ConfigError(f"unknown trace format '{fmt}'; known: {', '.join(sorted(LOADERS))}")
     if not Path(path).is_file():
@@ -99,20 +102,26 @@ class FieldReader:
             return str(v)
         raise self.fail(field, f"expected a string, got {v!r}")
 
-    def int_list(self, field: str, required: bool = True) -> list[int] | None:
+    def int_list(self, field: str, required: bool = True, limit: int = 1 << 63) -> list[int] | None:
         v = self._get(field, required)
         if v is None:
             return None
         if not isinstance(v, list):
             raise self.fail(field, "expected a list of integers")
         for x in v:
-            if isinstance(x, bool) or not isinstance(x, int) or x < 0:
-                raise self.fail(field, f"expected non-negative integers, found {x!r}")
+            if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < limit:
+                raise self.fail(field, f"expected integers in [0, {limit}), found {x!r}")
         return v
 
 
 def check_hash_ids(reader: FieldReader, hash_ids: list[int], hashed: int, bt: int) -> None:
     """hash_ids must cover every full block the request claims."""
+    if len(set(hash_ids)) != len(hash_ids):
+        seen: set[int] = set()
+        for x in hash_ids:
+            if x in seen:
+                raise reader.fail("hash_ids", f"id {x} appears twice (an id names a prefix)")
+            seen.add(x)
     if len(hash_ids) < hashed // bt:
         raise reader.fail(
             "hash_ids",

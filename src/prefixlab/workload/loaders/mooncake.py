@@ -28,7 +28,7 @@ def load_mooncake(path: Path, limit: int | None = None) -> Trace:
     for lineno, obj in iter_json_lines(path):
         f = FieldReader(path, lineno, obj)
         inp = f.int_("input_length")
-        hids = f.int_list("hash_ids")
+        hids = f.int_list("hash_ids", limit=1 << 64)
         assert hids is not None
         check_hash_ids(f, hids, inp, MOONCAKE_BLOCK_TOKENS)
         requests.append(

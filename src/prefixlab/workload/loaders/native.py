@@ -26,7 +26,7 @@ FORMAT_VERSION = 1
 
 def _read_request(f: FieldReader, block_tokens: int | None) -> Request:
     inp_tokens = f.int_list("input_tokens", required=False)
-    hash_ids = f.int_list("hash_ids", required=False)
+    hash_ids = f.int_list("hash_ids", required=False, limit=1 << 64)
     if (inp_tokens is None) == (hash_ids is None):
         raise f.fail("input_tokens", "give exactly one of 'input_tokens' or 'hash_ids'")
     out_tokens = f.int_list("output_tokens", required=False)
