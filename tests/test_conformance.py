@@ -245,6 +245,9 @@ class Guard(EvictionPolicy):
     def on_split(self, upper: int, lower: int) -> None:
         self.inner.on_split(upper, lower)
 
+    def on_miss(self, keys: I64) -> None:
+        self.inner.on_miss(keys)
+
     def evict(self, n: int) -> I64:
         victims = self.inner.evict(n)
         assert victims.dtype.kind == "i", f"victims of dtype {victims.dtype}"
@@ -386,7 +389,7 @@ def drive(trace: Trace, policy: EvictionPolicy, config: ReplayConfig) -> Driven:
         m = cache.match(keys[:nl], int(layout.lookup_end_tokens[r]))
         _check_match(cache, keys, nl, m.num_hit_blocks)
         _check_state(cache, guard)
-        handle = cache.acquire(m, num_held)
+        handle = cache.acquire(m, num_held, keys[m.num_hit_blocks :])
         assert handle is not None, f"request {r} ({num_held} blocks) did not fit"
         _check_held(cache, handle, keys, m.num_hit_blocks, num_held, m.entries)
         _check_state(cache, guard)
@@ -442,7 +445,7 @@ def drive_concurrent(
         num_held = int(layout.num_blocks_held[r])
         while True:
             m = cache.match(keys[:nl], int(layout.lookup_end_tokens[r]))
-            handle = cache.acquire(m, num_held)
+            handle = cache.acquire(m, num_held, keys[m.num_hit_blocks :])
             if handle is not None:
                 break
             assert running, f"request {r} does not fit an idle cache"
@@ -569,7 +572,7 @@ def test_failed_acquire_changes_nothing(name: str, structure: str) -> None:
         keys = layout.request_keys(r)
         nl = int(layout.num_lookup_blocks[r])
         m = cache.match(keys[:nl], int(layout.lookup_end_tokens[r]))
-        handle = cache.acquire(m, int(layout.num_blocks_held[r]))
+        handle = cache.acquire(m, int(layout.num_blocks_held[r]), keys[m.num_hit_blocks :])
         assert handle is not None
         cache.commit(handle, keys, m.num_hit_blocks)  # type: ignore[arg-type]
         if r != held_max:

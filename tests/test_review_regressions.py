@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections import Counter
+from collections import Counter, OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -149,3 +149,64 @@ def test_miss_event_tokens_for_a_partial_block() -> None:
     replay(t, "lru", cfg, observers=[Log()])
     assert (misses[0].num_blocks, misses[0].num_tokens) == (2, 5)
     assert np.sum([m.num_tokens for m in misses]) == 5
+
+
+def textbook_arc(pages: list[int], c: int) -> list[int]:
+    """ARC exactly as in Megiddo & Modha (FAST'03), Fig. 4, one page per request."""
+    t1: OrderedDict[int, None] = OrderedDict()
+    t2: OrderedDict[int, None] = OrderedDict()
+    b1: OrderedDict[int, None] = OrderedDict()
+    b2: OrderedDict[int, None] = OrderedDict()
+    p = 0.0
+    hits: list[int] = []
+
+    def replace(x: int) -> None:
+        if t1 and (len(t1) > p or (x in b2 and len(t1) == p)):
+            b1[t1.popitem(last=False)[0]] = None
+        else:
+            b2[t2.popitem(last=False)[0]] = None
+
+    for x in pages:
+        if x in t1 or x in t2:  # case I: a hit
+            (t1 if x in t1 else t2).pop(x)
+            t2[x] = None
+            hits.append(1)
+            continue
+        hits.append(0)
+        if x in b1:  # case II
+            p = min(c, p + max(len(b2) / len(b1), 1))
+            replace(x)
+            b1.pop(x)
+            t2[x] = None
+        elif x in b2:  # case III
+            p = max(0, p - max(len(b1) / len(b2), 1))
+            replace(x)
+            b2.pop(x)
+            t2[x] = None
+        else:  # case IV
+            l1 = len(t1) + len(b1)
+            if l1 == c:
+                if len(t1) < c:
+                    b1.popitem(last=False)
+                    replace(x)
+                else:
+                    t1.popitem(last=False)
+            elif l1 < c and l1 + len(t2) + len(b2) >= c:
+                if l1 + len(t2) + len(b2) == 2 * c:
+                    b2.popitem(last=False)
+                replace(x)
+            t1[x] = None
+    return hits
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(c=st.integers(2, 5), data=st.data())
+def test_arc_equals_the_paper_on_page_traces(c: int, data: st.DataObject) -> None:
+    # One page per request (1-token blocks, nothing recomputed): the cache is a page cache.
+    pages = data.draw(st.lists(st.integers(0, 2 * c), min_size=3, max_size=40))
+    trace = Trace.from_requests(
+        [Request(float(i), 1, 0, input_tokens=[x]) for i, x in enumerate(pages)]
+    )
+    cfg = ReplayConfig(capacity_blocks=c, block_tokens=1, min_recompute_tokens=0)
+    ours = (replay(trace, "arc", cfg, check_every=1).hit_tokens > 0).astype(int).tolist()
+    assert ours == textbook_arc(pages, c)

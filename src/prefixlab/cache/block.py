@@ -87,11 +87,15 @@ class BlockCache:
         return self._num_empty + self.num_cached_free
 
     # ------------------------------------------------------------------ lifecycle
-    def acquire(self, match: MatchResult, num_blocks: int) -> I64 | None:
+    def acquire(
+        self, match: MatchResult, num_blocks: int, miss_keys: I64 | None = None
+    ) -> I64 | None:
         """Pin the hit blocks and take ``num_blocks - hits`` new ones.
 
-        Returns every block the request holds, in position order, or ``None`` when it cannot
-        fit even after evicting every unpinned block (nothing is changed then).
+        ``miss_keys`` (the keys the request will cache that it missed) are announced to the
+        policy before any eviction. Returns every block the request holds, in position
+        order, or ``None`` when it cannot fit even after evicting every unpinned block
+        (nothing is changed then).
         """
         v = self.view
         hits = match.entries
@@ -110,6 +114,8 @@ class BlockCache:
             if self._track_access:
                 v.last_access[hits] = v.now
                 v.hits[hits] += 1
+        if miss_keys is not None and miss_keys.shape[0]:
+            self.policy.on_miss(miss_keys)
         take = min(need, self._num_empty)
         # A copy: the stack's storage is reused by later releases.
         fresh = self._empty[self._num_empty - take : self._num_empty][::-1].copy()

@@ -110,8 +110,13 @@ class RadixCache:
         return self.capacity_blocks - self.reserved_blocks - self.protected_blocks
 
     # ------------------------------------------------------------------ lifecycle
-    def acquire(self, match: MatchResult, num_blocks: int) -> RadixHandle | None:
-        """Lock the matched path, then reserve pages for the rest (evicting leaves)."""
+    def acquire(
+        self, match: MatchResult, num_blocks: int, miss_keys: I64 | None = None
+    ) -> RadixHandle | None:
+        """Lock the matched path, then reserve pages for the rest (evicting leaves).
+
+        ``miss_keys`` are announced to the policy (``on_miss``) before any eviction.
+        """
         v = self.view
         path = match.entries
         need = num_blocks - match.num_hit_blocks
@@ -126,6 +131,8 @@ class RadixCache:
             v.hits[path] += 1
         last = int(path[-1]) if path.shape[0] else ROOT
         self._lock(last)
+        if miss_keys is not None and miss_keys.shape[0]:
+            self.policy.on_miss(miss_keys)
         while self.capacity_blocks - self.tree_blocks - self.reserved_blocks < need:
             victims = self.policy.evict(1)
             if not victims.shape[0]:

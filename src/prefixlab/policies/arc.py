@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from prefixlab.policies._ordered import GhostList, oldest_where
-from prefixlab.policies.base import EntryView, PerEntryPolicy, register
+from prefixlab.policies.base import I64, EntryView, PerEntryPolicy, register
 
 
 @register("arc")
@@ -26,16 +26,49 @@ class ARC(PerEntryPolicy):
         self.b1 = GhostList(self.c)
         self.b2 = GhostList(2 * self.c)
         self._free: set[int] = set()
+        self._to_t2: set[int] = set()  # missed keys found in a ghost list, adapted already
+        self._miss_in_b2 = False
+        self._no_ghost = False  # case IV with T1 full: its LRU page leaves no ghost
 
-    def insert(self, e: int) -> None:
-        key = int(self.view.key[e])
+    def on_miss(self, keys: I64) -> None:
+        # ARC adapts p on a ghost hit *before* REPLACE chooses a victim for the request.
+        self._miss_in_b2 = False
+        for key in keys.tolist():
+            if self._adapt(key):
+                self._to_t2.add(key)
+            else:
+                self._make_directory_room()
+
+    def _make_directory_room(self) -> None:
+        """Case IV of the paper: a page in no list keeps |L1| <= c and |L1|+|L2| <= 2c."""
+        l1 = len(self.t1) + len(self.b1)
+        if l1 >= self.c:
+            if len(self.t1) < self.c:
+                self.b1.trim(len(self.b1) - 1)
+            else:
+                self._no_ghost = True
+        elif l1 + len(self.t2) + len(self.b2) >= 2 * self.c:
+            self.b2.trim(len(self.b2) - 1)
+
+    def _adapt(self, key: int) -> bool:
+        """Adapt p if ``key`` is a ghost; True when it goes to T2."""
         if key in self.b1:
             self.p = min(float(self.c), self.p + max(len(self.b2) / max(len(self.b1), 1), 1.0))
             self.b1.pop(key)
-            self.t2[e] = None
-        elif key in self.b2:
+            return True
+        if key in self.b2:
             self.p = max(0.0, self.p - max(len(self.b1) / max(len(self.b2), 1), 1.0))
             self.b2.pop(key)
+            self._miss_in_b2 = True
+            return True
+        return False
+
+    def insert(self, e: int) -> None:
+        key = int(self.view.key[e])
+        if key in self._to_t2:
+            self._to_t2.discard(key)
+            self.t2[e] = None
+        elif self._adapt(key):  # no on_miss came first (hooks driven directly)
             self.t2[e] = None
         else:
             self.t1[e] = None
@@ -62,7 +95,8 @@ class ARC(PerEntryPolicy):
         free = self._free.__contains__
         from_t1 = oldest_where(self.t1, free)
         from_t2 = oldest_where(self.t2, free)
-        if from_t1 >= 0 and (len(self.t1) > self.p or from_t2 < 0):
+        t1_over = len(self.t1) > self.p or (self._miss_in_b2 and len(self.t1) == self.p)
+        if from_t1 >= 0 and (t1_over or from_t2 < 0):
             victim, queue, ghost = from_t1, self.t1, self.b1
         elif from_t2 >= 0:
             victim, queue, ghost = from_t2, self.t2, self.b2
@@ -70,8 +104,11 @@ class ARC(PerEntryPolicy):
             return -1
         del queue[victim]
         self._free.discard(victim)
-        ghost.add(int(self.view.key[victim]))
-        # ARC's directory bounds: |T1|+|B1| <= c and |T1|+|T2|+|B1|+|B2| <= 2c.
+        if queue is self.t1 and self._no_ghost:
+            self._no_ghost = False
+        else:
+            ghost.add(int(self.view.key[victim]))
+        # Safety bounds when hooks are driven without on_miss: |T1|+|B1| <= c, all <= 2c.
         self.b1.trim(self.c - len(self.t1))
         self.b2.trim(2 * self.c - len(self.t1) - len(self.t2) - len(self.b1))
         return victim

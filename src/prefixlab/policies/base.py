@@ -11,6 +11,9 @@ to entries, in batches (numpy int arrays, in the order the events happened)::
     on_remove(e)     the structure dropped entries itself (not through evict)
     on_update(e)     metadata (key, size) changed without an access (a radix edge split)
     on_split(u, l)   a radix split made entry u the upper part of l: u takes l's age
+    on_miss(keys)    a request is about to insert these keys it missed (before any eviction
+                     for it), so ghost-driven policies (ARC, LeCaR) adapt first, as in
+                     their papers
     evict(n)         choose n evictable entries, forget them, return them in eviction order
 
 Three ways to write a policy, from fastest to simplest:
@@ -112,6 +115,7 @@ class EvictionPolicy:
     def on_evictable(self, entries: I64) -> None: ...
     def on_remove(self, entries: I64) -> None: ...
     def on_update(self, entries: I64) -> None: ...
+    def on_miss(self, keys: I64) -> None: ...
 
     def on_split(self, upper: int, lower: int) -> None:
         """A new entry ``upper`` now holds the first pages of ``lower`` (same age, same

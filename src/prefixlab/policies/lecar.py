@@ -16,7 +16,7 @@ from collections import OrderedDict
 import numpy as np
 
 from prefixlab.policies._ordered import GhostList, oldest_where
-from prefixlab.policies.base import EntryView, PerEntryPolicy, register
+from prefixlab.policies.base import I64, EntryView, PerEntryPolicy, register
 
 
 @register("lecar")
@@ -55,8 +55,12 @@ class LeCaR(PerEntryPolicy):
         self._stamp[e] = self.time
         heapq.heappush(self.lfu_heap, (self.freq[e], self.time, e))
 
-    def insert(self, e: int) -> None:
-        key = int(self.view.key[e])
+    def on_miss(self, keys: I64) -> None:
+        # Regret is charged when the miss happens, before the request's victims are drawn.
+        for key in keys.tolist():
+            self._regret(key)
+
+    def _regret(self, key: int) -> None:
         for hist, is_lru in ((self.hist_lru, True), (self.hist_lfu, False)):
             when = hist.pop(key)
             if when is not None:
@@ -67,6 +71,9 @@ class LeCaR(PerEntryPolicy):
                 else:
                     w_lfu *= math.exp(-self.learning_rate * regret)
                 self.w_lru = w_lru / (w_lru + w_lfu)
+
+    def insert(self, e: int) -> None:
+        self._regret(int(self.view.key[e]))  # a no-op when on_miss already charged it
         self.freq[e] = 1
         self._touch(e)
 

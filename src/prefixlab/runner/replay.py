@@ -159,7 +159,7 @@ def replay(
         keys = keys_all[offs[r] : offs[r + 1]]
         nl = num_lookup[r]
         m = cache.match(keys[:nl], lookup_end[r])
-        handle = cache.acquire(m, held_blocks[r])
+        handle = cache.acquire(m, held_blocks[r], keys[m.num_hit_blocks :])
         if handle is None:
             raise _capacity_error(trace, r, held_blocks[r], config, bt)
         for obs in all_obs:
