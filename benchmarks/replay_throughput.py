@@ -75,7 +75,7 @@ def naive_ordered_dict(layout: BlockLayout, capacity_blocks: int) -> tuple[float
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--min-blocks", type=int, default=2_000_000)
-    ap.add_argument("--quick", action="store_true", help="a 200k-block trace")
+    ap.add_argument("--quick", action="store_true", help="the smallest trace (about 700k blocks)")
     ap.add_argument("--capacity-fraction", type=float, default=0.02)
     ap.add_argument("--policies", default="vllm,lru,arc,s3fifo,opt")
     ap.add_argument("--repeat", type=int, default=3, help="best of this many runs")

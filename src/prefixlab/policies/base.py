@@ -38,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
+from prefixlab.workload.trace import BlockLayout
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -106,7 +107,7 @@ class EvictionPolicy:
         """Attach to a structure; called once before any hook."""
         self.view = view
 
-    def prepare(self, future: Any) -> None:
+    def prepare(self, future: BlockLayout) -> None:
         """Receive the trace's block layout (only policies with ``needs_future`` use it)."""
 
     def on_insert(self, entries: I64) -> None: ...

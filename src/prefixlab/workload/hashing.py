@@ -97,6 +97,7 @@ def chained_block_keys(
     block_tokens: int,
     extra_key: int | str | None = None,
     include_partial: bool = False,
+    salts: U64 | None = None,
 ) -> tuple[U64, I64]:
     """Chained keys of every block of every sequence.
 
@@ -106,6 +107,7 @@ def chained_block_keys(
         block_tokens: tokens per block.
         extra_key: salt mixed into every key (LoRA / tenant); ``None`` for none.
         include_partial: also key each sequence's trailing partial block.
+        salts: one extra salt per sequence (per-request LoRA / tenant keys), or None.
 
     Returns:
         ``(keys, key_offsets)``: keys of sequence s are ``keys[key_offsets[s]:key_offsets[s+1]]``.
@@ -125,8 +127,11 @@ def chained_block_keys(
     block_idx = np.arange(total_keys, dtype=np.int64) - key_offsets[seq_of]
     covered = np.minimum((block_idx + 1) * block_tokens, lengths[seq_of])
     hashes = prefix_hashes(tokens, offsets)[offsets[seq_of] + covered - 1]
-    salt = extra_key_salt(extra_key)
-    length_mix = splitmix64(covered.astype(np.uint64) ^ np.uint64(salt))
+    salt = np.uint64(extra_key_salt(extra_key))
+    if salts is not None:
+        length_mix = splitmix64(covered.astype(np.uint64) ^ salt ^ salts[seq_of])
+    else:
+        length_mix = splitmix64(covered.astype(np.uint64) ^ salt)
     return splitmix64(hashes ^ length_mix), key_offsets
 
 
@@ -136,3 +141,16 @@ def salt_hash_ids(hash_ids: U64, extra_key: int | str | None) -> U64:
     if salt == 0:
         return hash_ids
     return splitmix64(hash_ids ^ np.uint64(salt))
+
+
+def request_salts(extra_keys: list[str | None]) -> U64 | None:
+    """One salt per request from per-request extra keys (None when no request has one)."""
+    if all(k is None for k in extra_keys):
+        return None
+    return np.array([extra_key_salt(k) for k in extra_keys], dtype=np.uint64)
+
+
+def salt_per_key(raw: U64, salts: U64) -> U64:
+    """Salt each ready-made id with its request's salt (zero salt: unchanged)."""
+    mixed = splitmix64(raw ^ salts)
+    return np.where(salts != 0, mixed, raw)

@@ -21,7 +21,12 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
-from prefixlab.workload.hashing import chained_block_keys, salt_hash_ids
+from prefixlab.workload.hashing import (
+    chained_block_keys,
+    request_salts,
+    salt_hash_ids,
+    salt_per_key,
+)
 
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
@@ -43,6 +48,8 @@ class Request:
     hash_ids: Sequence[int] | None = None
     hashed_tokens: int | None = None
     prompt_text: str | None = None
+    #: LoRA adapter / tenant: requests with different extra keys never share blocks
+    extra_key: str | None = None
 
 
 def _seq(values: Sequence[int] | None) -> Sequence[int]:
@@ -104,6 +111,7 @@ class Trace:
         hashed_tokens: I64 | None = None,
         block_tokens: int | None = None,
         name: str = "trace",
+        extra_key: list[str | None] | None = None,
     ) -> None:
         n = int(arrival_s.shape[0])
         if (input_tokens is None) == (hash_ids is None):
@@ -123,6 +131,7 @@ class Trace:
         self.hashed_tokens = hashed_tokens
         self.block_tokens = block_tokens
         self.name = name
+        self.extra_key: list[str | None] = extra_key if extra_key is not None else [None] * n
         self._layouts: dict[tuple[int, str, bool, int], BlockLayout] = {}
         self._check_consistent()
 
@@ -198,6 +207,7 @@ class Trace:
             turn=np.array([r.turn for r in requests], dtype=np.int64),
             task=[r.task for r in requests],
             prompt_text=[r.prompt_text for r in requests],
+            extra_key=[r.extra_key for r in requests],
             name=name,
             **kw,  # type: ignore[arg-type]
         )
@@ -237,6 +247,7 @@ class Trace:
             hash_ids=hid,
             hashed_tokens=None if self.hashed_tokens is None else int(self.hashed_tokens[i]),
             prompt_text=self.prompt_text[i],
+            extra_key=self.extra_key[i],
         )
 
     def __iter__(self) -> Iterator[Request]:
@@ -306,12 +317,17 @@ class Trace:
             starts = offsets[:-1]
             take = np.repeat(starts - _starts(keyed)[:-1], keyed) + np.arange(int(keyed.sum()))
             raw = salt_hash_ids(values[take], extra_key)
+            salts = request_salts(self.extra_key)
+            if salts is not None:
+                raw = salt_per_key(raw, np.repeat(salts, keyed))
             in_full = np.minimum(self.input_length // bt, keyed)
             partial_ok = cache_partial & (self.hashed_tokens == self.input_length)
             partial_ok &= (self.input_length % bt > 0) & (keyed > in_full)
             return raw, _starts(keyed), in_full + partial_ok
         seq_vals, seq_offs = self.sequence_tokens()
-        raw, key_offs = chained_block_keys(seq_vals, seq_offs, bt, extra_key, cache_partial)
+        raw, key_offs = chained_block_keys(
+            seq_vals, seq_offs, bt, extra_key, cache_partial, request_salts(self.extra_key)
+        )
         in_full = self.input_length // bt
         lookable = in_full.copy()
         if cache_partial:
@@ -405,7 +421,9 @@ def to_hash_form(trace: Trace, block_tokens: int, extra_key: int | str | None = 
     if trace.is_hash_form:
         raise ConfigError("trace is already in hash form")
     seq_vals, seq_offs = trace.sequence_tokens()
-    raw, key_offs = chained_block_keys(seq_vals, seq_offs, block_tokens, extra_key, True)
+    raw, key_offs = chained_block_keys(
+        seq_vals, seq_offs, block_tokens, extra_key, True, request_salts(trace.extra_key)
+    )
     return Trace(
         arrival_s=trace.arrival_s,
         input_length=trace.input_length,
@@ -414,6 +432,7 @@ def to_hash_form(trace: Trace, block_tokens: int, extra_key: int | str | None = 
         turn=trace.turn,
         task=trace.task,
         prompt_text=trace.prompt_text,
+        # The per-request salts are already in the ids: do not apply them twice.
         hash_ids=(raw, key_offs),
         hashed_tokens=np.diff(seq_offs),
         block_tokens=block_tokens,

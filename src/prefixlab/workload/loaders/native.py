@@ -62,6 +62,7 @@ def _read_request(f: FieldReader, block_tokens: int | None) -> Request:
         hash_ids=hash_ids,
         hashed_tokens=hashed,
         prompt_text=f.str_("prompt_text"),
+        extra_key=f.str_("extra_key"),
     )
 
 
@@ -83,7 +84,14 @@ def load_native(path: Path, limit: int | None = None) -> Trace:
                 raise f.fail("block_tokens", "must be positive")
             block_tokens = bt or None
             continue
-        requests.append(_read_request(f, block_tokens))
+        req = _read_request(f, block_tokens)
+        if requests and req.arrival_s < requests[-1].arrival_s:
+            raise f.fail(
+                "arrival_s",
+                f"{req.arrival_s} is earlier than the previous request's "
+                f"{requests[-1].arrival_s}: requests must be in arrival order",
+            )
+        requests.append(req)
         if limit is not None and len(requests) >= limit:
             break
     if not requests:
@@ -105,7 +113,7 @@ def _request_dict(r: Request) -> dict[str, Any]:
         "input_length": r.input_length,
         "output_length": r.output_length,
     }
-    for key in ("session_id", "task", "prompt_text"):
+    for key in ("session_id", "task", "prompt_text", "extra_key"):
         value = getattr(r, key)
         if value is not None:
             d[key] = value
