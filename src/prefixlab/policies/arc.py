@@ -29,10 +29,12 @@ class ARC(PerEntryPolicy):
         self._to_t2: set[int] = set()  # missed keys found in a ghost list, adapted already
         self._miss_in_b2 = False
         self._no_ghost = False  # case IV with T1 full: its LRU page leaves no ghost
+        self._announced: set[int] = set()  # this request's missed keys, handled by on_miss
 
     def on_miss(self, keys: I64) -> None:
         # ARC adapts p on a ghost hit *before* REPLACE chooses a victim for the request.
         self._miss_in_b2 = False
+        self._announced = set(keys.tolist())
         for key in keys.tolist():
             if self._adapt(key):
                 self._to_t2.add(key)
@@ -68,6 +70,13 @@ class ARC(PerEntryPolicy):
         if key in self._to_t2:
             self._to_t2.discard(key)
             self.t2[e] = None
+        elif key in self._announced:
+            # on_miss already handled it. A ghost created since (another holder of the key
+            # evicted for this request) must not adapt p a second time.
+            self._announced.discard(key)
+            self.b1.pop(key)
+            self.b2.pop(key)
+            self.t1[e] = None
         elif self._adapt(key):  # no on_miss came first (hooks driven directly)
             self.t2[e] = None
         else:

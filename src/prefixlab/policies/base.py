@@ -200,8 +200,11 @@ class PriorityPolicy(EvictionPolicy):
 
     def bind(self, view: EntryView) -> None:
         super().bind(view)
-        self._heap: list[tuple[Any, int, int]] = []
+        # Heap items: (priority, order it became evictable, version, entry). The order is
+        # kept across re-ranks, so ties always go to the entry that became evictable first.
+        self._heap: list[tuple[Any, int, int, int]] = []
         self._token = np.full(view.num_entries, -1, dtype=np.int64)
+        self._order = np.zeros(view.num_entries, dtype=np.int64)
         self._free = np.zeros(view.num_entries, dtype=bool)
         self._next_token = 0
 
@@ -220,11 +223,19 @@ class PriorityPolicy(EvictionPolicy):
         self._next_token += n
         self._token[entries] = tokens
         heap = self._heap
-        for item in zip(self.priorities(entries), tokens.tolist(), entries.tolist(), strict=True):
+        items = zip(
+            self.priorities(entries),
+            self._order[entries].tolist(),
+            tokens.tolist(),
+            entries.tolist(),
+            strict=True,
+        )
+        for item in items:
             heapq.heappush(heap, item)
 
     def on_evictable(self, entries: I64) -> None:
         self._free[entries] = True
+        self._order[entries] = np.arange(self._next_token, self._next_token + entries.shape[0])
         self._push(entries)
 
     def on_access(self, entries: I64) -> None:
@@ -243,13 +254,13 @@ class PriorityPolicy(EvictionPolicy):
         out: list[int] = []
         heap, token = self._heap, self._token
         while len(out) < n and heap:
-            _, tok, e = heapq.heappop(heap)
+            _, _, tok, e = heapq.heappop(heap)
             if token[e] == tok:
                 token[e] = -1
                 self._free[e] = False
                 out.append(e)
         if len(heap) > 4 * self.view.num_entries + 1024:
-            self._heap = [item for item in heap if token[item[2]] == item[1]]
+            self._heap = [item for item in heap if token[item[3]] == item[2]]
             heapq.heapify(self._heap)
         return np.array(out, dtype=np.int64)
 

@@ -3,7 +3,8 @@
 On each eviction an expert (LRU or LFU) is drawn with probability given by its weight; the
 victim's key enters that expert's history. A later miss on a key in an expert's history is
 regret for that expert: its weight is multiplied by exp(-learning_rate * discount^age),
-with ``discount = 0.005 ** (1 / capacity)`` and age counted in insertions. Randomness comes
+with ``discount = 0.005 ** (1 / capacity)`` and age counted in insertions and hits (as the
+paper and libCacheSim do). Randomness comes
 from a seeded generator.
 """
 
