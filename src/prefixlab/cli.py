@@ -20,7 +20,9 @@ from prefixlab.model import capacity_blocks_for_bytes
 from prefixlab.policies.base import describe, make_policy, parameters, registered
 from prefixlab.runner.replay import ReplayConfig, ReplayResult, replay
 from prefixlab.workload.loaders.base import LOADERS
+from prefixlab.workload.loaders.native import write_native
 from prefixlab.workload.sources import open_trace
+from prefixlab.workload.trace import Trace
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -257,6 +259,51 @@ def trace_stats_cmd(
             value = f"{value:,}"
         table.add_row(key, str(value))
     _console().print(table)
+
+
+@trace_app.command("generate")
+def trace_generate_cmd(
+    kind: Annotated[str, typer.Argument(help="Generator: sessions.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output native JSONL file.")],
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", help="Generator parameter key=value (repeatable)."),
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,
+) -> None:
+    """Generate a workload and write it as native JSONL."""
+    spec = ",".join([*(param or []), *([f"seed={seed}"] if seed is not None else [])])
+    try:
+        tr = open_trace(f"gen:{kind}" + (f":{spec}" if spec else ""))
+        _write_trace(tr, out)
+    except PrefixlabError as exc:
+        _fail(str(exc))
+        return
+    _console().print(f"wrote {len(tr):,} requests to {out}")
+
+
+@trace_app.command("convert")
+def trace_convert_cmd(
+    trace: Annotated[str, typer.Argument(help="Trace file, or gen:NAME[:k=v,...].")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output native JSONL file.")],
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help=f"Input format: {', '.join(sorted(LOADERS))}.")
+    ] = "native",
+) -> None:
+    """Convert any supported trace to prefixlab's native JSONL (atomically written)."""
+    try:
+        tr = open_trace(trace, fmt)
+        _write_trace(tr, out)
+    except PrefixlabError as exc:
+        _fail(str(exc))
+        return
+    _console().print(f"wrote {len(tr):,} requests to {out}")
+
+
+def _write_trace(tr: Trace, out: Path) -> None:
+    if not out.parent.resolve().is_dir():
+        raise ConfigError(f"--out: folder {out.parent} does not exist")
+    write_native(tr, out)
 
 
 def main() -> None:
