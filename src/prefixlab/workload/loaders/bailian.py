@@ -10,11 +10,12 @@ follow its field list.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
-from prefixlab.errors import TraceFormatError
 from prefixlab.workload.loaders.base import (
     FieldReader,
+    build_trace,
     check_hash_ids,
     iter_json_lines,
     register_loader,
@@ -36,7 +37,10 @@ def _parent(f: FieldReader) -> int | None:
 @register_loader("bailian")
 def load_bailian(path: Path, limit: int | None = None) -> Trace:
     """Read a Bailian JSONL trace (hash form, 16-token blocks), rebuilding sessions."""
-    requests: list[Request] = []
+    return build_trace(path, _requests(path), limit, BAILIAN_BLOCK_TOKENS)
+
+
+def _requests(path: Path) -> Iterator[Request]:
     root_of: dict[int, int] = {}
     for lineno, obj in iter_json_lines(path):
         f = FieldReader(path, lineno, obj)
@@ -54,20 +58,13 @@ def load_bailian(path: Path, limit: int | None = None) -> Trace:
         hids = f.int_list("hash_ids", limit=1 << 64)
         assert hids is not None
         check_hash_ids(f, hids, inp, BAILIAN_BLOCK_TOKENS)
-        requests.append(
-            Request(
-                arrival_s=f.float_("timestamp"),
-                input_length=inp,
-                output_length=f.int_("output_length"),
-                session_id=str(root_of[chat]),
-                turn=f.int_("turn", required=False),
-                task=f.str_("type"),
-                hash_ids=hids,
-                hashed_tokens=inp,
-            )
+        yield Request(
+            arrival_s=f.float_("timestamp"),
+            input_length=inp,
+            output_length=f.int_("output_length"),
+            session_id=str(root_of[chat]),
+            turn=f.int_("turn", required=False),
+            task=f.str_("type"),
+            hash_ids=hids,
+            hashed_tokens=inp,
         )
-        if limit is not None and len(requests) >= limit:
-            break
-    if not requests:
-        raise TraceFormatError(str(path), 0, None, "no requests in file")
-    return Trace.from_requests(requests, block_tokens=BAILIAN_BLOCK_TOKENS, name=path.stem)

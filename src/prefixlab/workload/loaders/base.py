@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from prefixlab.errors import ConfigError, TraceFormatError
-from prefixlab.workload.trace import Trace
+from prefixlab.workload.trace import Request, Trace
 
 Loader = Callable[..., Trace]
 LOADERS: dict[str, Loader] = {}
@@ -112,6 +113,16 @@ class FieldReader:
             if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < limit:
                 raise self.fail(field, f"expected integers in [0, {limit}), found {x!r}")
         return v
+
+
+def build_trace(
+    path: Path, requests: Iterable[Request], limit: int | None, block_tokens: int | None = None
+) -> Trace:
+    """The shared tail of line loaders: take at most ``limit`` requests and build the trace."""
+    taken = list(itertools.islice(requests, limit))
+    if not taken:
+        raise TraceFormatError(str(path), 0, None, "no requests in file")
+    return Trace.from_requests(taken, block_tokens=block_tokens, name=path.stem)
 
 
 def check_hash_ids(reader: FieldReader, hash_ids: list[int], hashed: int, bt: int) -> None:

@@ -7,17 +7,25 @@ match the token lists.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
-from prefixlab.errors import TraceFormatError
-from prefixlab.workload.loaders.base import FieldReader, iter_json_lines, register_loader
+from prefixlab.workload.loaders.base import (
+    FieldReader,
+    build_trace,
+    iter_json_lines,
+    register_loader,
+)
 from prefixlab.workload.trace import Request, Trace
 
 
 @register_loader("marconi")
 def load_marconi(path: Path, limit: int | None = None) -> Trace:
     """Read a Marconi JSONL trace (token form)."""
-    requests: list[Request] = []
+    return build_trace(path, _requests(path), limit)
+
+
+def _requests(path: Path) -> Iterator[Request]:
     for lineno, obj in iter_json_lines(path):
         f = FieldReader(path, lineno, obj)
         inp = f.int_list("input_tokens")
@@ -27,19 +35,12 @@ def load_marconi(path: Path, limit: int | None = None) -> Trace:
             n = f.int_(count_field, required=False, default=len(tokens))
             if n != len(tokens):
                 raise f.fail(count_field, f"{n} but the token list has {len(tokens)}")
-        requests.append(
-            Request(
-                arrival_s=f.float_("ts", required=False),
-                input_length=len(inp),
-                output_length=len(out),
-                session_id=f.str_("session_id"),
-                turn=f.int_("turn_id", required=False),
-                input_tokens=inp,
-                output_tokens=out,
-            )
+        yield Request(
+            arrival_s=f.float_("ts", required=False),
+            input_length=len(inp),
+            output_length=len(out),
+            session_id=f.str_("session_id"),
+            turn=f.int_("turn_id", required=False),
+            input_tokens=inp,
+            output_tokens=out,
         )
-        if limit is not None and len(requests) >= limit:
-            break
-    if not requests:
-        raise TraceFormatError(str(path), 0, None, "no requests in file")
-    return Trace.from_requests(requests, name=path.stem)

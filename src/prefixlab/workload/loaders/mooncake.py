@@ -7,11 +7,12 @@ sessions or text. Source: kvcache-ai/Mooncake, FAST25-release/traces.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
-from prefixlab.errors import TraceFormatError
 from prefixlab.workload.loaders.base import (
     FieldReader,
+    build_trace,
     check_hash_ids,
     iter_json_lines,
     register_loader,
@@ -24,24 +25,20 @@ MOONCAKE_BLOCK_TOKENS = 512
 @register_loader("mooncake")
 def load_mooncake(path: Path, limit: int | None = None) -> Trace:
     """Read a Mooncake JSONL trace (hash form, 512-token blocks)."""
-    requests: list[Request] = []
+    return build_trace(path, _requests(path), limit, MOONCAKE_BLOCK_TOKENS)
+
+
+def _requests(path: Path) -> Iterator[Request]:
     for lineno, obj in iter_json_lines(path):
         f = FieldReader(path, lineno, obj)
         inp = f.int_("input_length")
         hids = f.int_list("hash_ids", limit=1 << 64)
         assert hids is not None
         check_hash_ids(f, hids, inp, MOONCAKE_BLOCK_TOKENS)
-        requests.append(
-            Request(
-                arrival_s=f.float_("timestamp") / 1000.0,
-                input_length=inp,
-                output_length=f.int_("output_length"),
-                hash_ids=hids,
-                hashed_tokens=inp,
-            )
+        yield Request(
+            arrival_s=f.float_("timestamp") / 1000.0,
+            input_length=inp,
+            output_length=f.int_("output_length"),
+            hash_ids=hids,
+            hashed_tokens=inp,
         )
-        if limit is not None and len(requests) >= limit:
-            break
-    if not requests:
-        raise TraceFormatError(str(path), 0, None, "no requests in file")
-    return Trace.from_requests(requests, block_tokens=MOONCAKE_BLOCK_TOKENS, name=path.stem)
