@@ -37,6 +37,22 @@ def _console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=140)
 
 
+# Options shared by several commands.
+TraceArg = Annotated[str, typer.Argument(help="Trace file, or gen:NAME[:k=v,...] to generate.")]
+FormatOpt = Annotated[
+    str, typer.Option("--format", "-f", help=f"Trace format: {', '.join(sorted(LOADERS))}.")
+]
+BlockTokensOpt = Annotated[int | None, typer.Option(help="Tokens per block (token-form traces).")]
+
+
+def _block_tokens(tr: Trace, block_tokens: int | None) -> int:
+    """The block size: the trace's own (hash form) or --block-tokens (token form)."""
+    bt = tr.block_tokens if tr.is_hash_form else block_tokens
+    if bt is None:
+        raise ConfigError("this token-form trace needs --block-tokens")
+    return bt
+
+
 def _fail(message: str) -> None:
     err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
@@ -103,16 +119,12 @@ def _result_table(rows: list[dict[str, Any]]) -> Table:
 
 @app.command("replay")
 def replay_cmd(
-    trace: Annotated[str, typer.Argument(help="Trace file, or gen:NAME[:k=v,...] to generate.")],
+    trace: TraceArg,
     policy: Annotated[
         list[str], typer.Option("--policy", "-p", help="Policy spec (repeatable), e.g. lru.")
     ],
-    fmt: Annotated[
-        str, typer.Option("--format", "-f", help=f"Trace format: {', '.join(sorted(LOADERS))}.")
-    ] = "native",
-    block_tokens: Annotated[
-        int | None, typer.Option(help="Tokens per block (token-form traces).")
-    ] = None,
+    fmt: FormatOpt = "native",
+    block_tokens: BlockTokensOpt = None,
     capacity_blocks: Annotated[int | None, typer.Option(help="Cache capacity in blocks.")] = None,
     capacity_bytes: Annotated[
         int | None, typer.Option(help="Cache capacity in bytes (needs --model).")
@@ -138,9 +150,7 @@ def replay_cmd(
     try:
         kwargs: dict[str, Any] = {"limit": limit} if limit is not None else {}
         tr = open_trace(trace, fmt, **kwargs)
-        bt = tr.block_tokens if tr.is_hash_form else block_tokens
-        if bt is None:
-            raise ConfigError("this token-form trace needs --block-tokens")
+        bt = _block_tokens(tr, block_tokens)
         config = ReplayConfig(
             capacity_blocks=_capacity_blocks(capacity_blocks, capacity_bytes, model, bt),
             structure=structure,
@@ -224,20 +234,15 @@ app.add_typer(trace_app, name="trace")
 
 @trace_app.command("stats")
 def trace_stats_cmd(
-    trace: Annotated[str, typer.Argument(help="Trace file, or gen:NAME[:k=v,...].")],
-    fmt: Annotated[
-        str, typer.Option("--format", "-f", help=f"Trace format: {', '.join(sorted(LOADERS))}.")
-    ] = "native",
-    block_tokens: Annotated[
-        int | None, typer.Option(help="Tokens per block (token-form traces).")
-    ] = None,
+    trace: TraceArg,
+    fmt: FormatOpt = "native",
+    block_tokens: BlockTokensOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Requests, sessions, tasks, length percentiles, arrival span and the hit ceiling."""
     try:
         tr = open_trace(trace, fmt)
-        if not tr.is_hash_form and block_tokens is None:
-            raise ConfigError("this token-form trace needs --block-tokens")
+        _block_tokens(tr, block_tokens)
         stats = trace_stats(tr, block_tokens)
     except PrefixlabError as exc:
         _fail(str(exc))
@@ -284,11 +289,9 @@ def trace_generate_cmd(
 
 @trace_app.command("convert")
 def trace_convert_cmd(
-    trace: Annotated[str, typer.Argument(help="Trace file, or gen:NAME[:k=v,...].")],
+    trace: TraceArg,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output native JSONL file.")],
-    fmt: Annotated[
-        str, typer.Option("--format", "-f", help=f"Input format: {', '.join(sorted(LOADERS))}.")
-    ] = "native",
+    fmt: FormatOpt = "native",
 ) -> None:
     """Convert any supported trace to prefixlab's native JSONL (atomically written)."""
     try:

@@ -144,22 +144,21 @@ class Trace:
                 raise ConfigError(f"column {name} has {col.shape[0]} rows, not {n}")
             if n and int(col.min()) < 0:
                 raise ConfigError(f"request {int(np.argmin(col))}: {name} is negative")
+        content: list[tuple[str, I64, npt.NDArray[np.bool_] | None]] = []
         if self.input_tokens is not None:
-            bad = np.flatnonzero(np.diff(self.input_tokens[1]) != self.input_length)
-            if bad.size:
-                r = int(bad[0])
-                raise ConfigError(
-                    f"request {r}: input_length={int(self.input_length[r])} but it has "
-                    f"{int(np.diff(self.input_tokens[1])[r])} input tokens"
-                )
+            content.append(("input", self.input_tokens[1], None))
         if self.output_tokens is not None:
-            _, offs, present = self.output_tokens
-            bad = np.flatnonzero(present & (np.diff(offs) != self.output_length))
+            content.append(("output", self.output_tokens[1], self.output_tokens[2]))
+        for part, offs, present in content:
+            counts = np.diff(offs)
+            lengths = getattr(self, f"{part}_length")
+            wrong = counts != lengths
+            bad = np.flatnonzero(wrong if present is None else wrong & present)
             if bad.size:
                 r = int(bad[0])
                 raise ConfigError(
-                    f"request {r}: output_length={int(self.output_length[r])} but it has "
-                    f"{int(np.diff(offs)[r])} output tokens"
+                    f"request {r}: {part}_length={int(lengths[r])} but it has "
+                    f"{int(counts[r])} {part} tokens"
                 )
         if self.hashed_tokens is not None:
             over = np.flatnonzero(self.hashed_tokens > self.input_length + self.output_length)
