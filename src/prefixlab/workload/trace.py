@@ -14,7 +14,8 @@ Block keys are derived once per (block size, extra key) by :meth:`Trace.block_la
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,20 +51,9 @@ class Request:
     prompt_text: str | None = None
     #: LoRA adapter / tenant: requests with different extra keys never share blocks
     extra_key: str | None = None
-
-
-def _seq(values: Sequence[int] | None) -> Sequence[int]:
-    return () if values is None else values
-
-
-def _csr(parts: Sequence[Sequence[int]], dtype: type) -> tuple[npt.NDArray[np.generic], I64]:
-    lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
-    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    values: npt.NDArray[np.generic] = np.empty(int(offsets[-1]), dtype=dtype)
-    for i, p in enumerate(parts):
-        values[offsets[i] : offsets[i + 1]] = p
-    return values, offsets
+    #: closed loop: the user's think time before this turn, counted from the completion of
+    #: the session's previous response (the engine runner schedules by it; replay ignores it)
+    think_s: float | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -112,6 +102,7 @@ class Trace:
         block_tokens: int | None = None,
         name: str = "trace",
         extra_key: list[str | None] | None = None,
+        think_s: F64 | None = None,
     ) -> None:
         n = int(arrival_s.shape[0])
         if (input_tokens is None) == (hash_ids is None):
@@ -132,6 +123,8 @@ class Trace:
         self.block_tokens = block_tokens
         self.name = name
         self.extra_key: list[str | None] = extra_key if extra_key is not None else [None] * n
+        #: per-request think time (NaN: none, the request arrives at ``arrival_s``)
+        self.think_s: F64 = think_s if think_s is not None else np.full(n, np.nan)
         self._layouts: dict[tuple[int, str, bool, int], BlockLayout] = {}
         self._check_consistent()
 
@@ -144,6 +137,12 @@ class Trace:
                 raise ConfigError(f"column {name} has {col.shape[0]} rows, not {n}")
             if n and int(col.min()) < 0:
                 raise ConfigError(f"request {int(np.argmin(col))}: {name} is negative")
+        for name in ("session_id", "task", "prompt_text", "extra_key", "think_s"):
+            if len(getattr(self, name)) != n:
+                raise ConfigError(f"column {name} has {len(getattr(self, name))} rows, not {n}")
+        bad_think = np.flatnonzero(self.think_s < 0)
+        if bad_think.size:
+            raise ConfigError(f"request {int(bad_think[0])}: think_s is negative")
         content: list[tuple[str, I64, npt.NDArray[np.bool_] | None]] = []
         if self.input_tokens is not None:
             content.append(("input", self.input_tokens[1], None))
@@ -172,44 +171,13 @@ class Trace:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_requests(
-        cls, requests: Sequence[Request], block_tokens: int | None = None, name: str = "trace"
+        cls, requests: Iterable[Request], block_tokens: int | None = None, name: str = "trace"
     ) -> Trace:
         """Build a trace from request objects (all of one content form)."""
-        if not requests:
-            raise ConfigError("a trace needs at least one request")
-        token_form = requests[0].hash_ids is None
-        for i, r in enumerate(requests):
-            if (r.hash_ids is None) != token_form:
-                raise ConfigError(f"request {i}: all requests of a trace need the same form")
-        kw: dict[str, object] = {}
-        if token_form:
-            for i, r in enumerate(requests):
-                if r.input_tokens is None:
-                    raise ConfigError(f"request {i}: neither input_tokens nor hash_ids given")
-            kw["input_tokens"] = _csr([_seq(r.input_tokens) for r in requests], np.int64)
-            has_out = np.array([r.output_tokens is not None for r in requests], dtype=bool)
-            if has_out.any():
-                vals, offs = _csr([_seq(r.output_tokens) for r in requests], np.int64)
-                kw["output_tokens"] = (vals, offs, has_out)
-        else:
-            kw["hash_ids"] = _csr([_seq(r.hash_ids) for r in requests], np.uint64)
-            kw["hashed_tokens"] = np.array(
-                [r.input_length if r.hashed_tokens is None else r.hashed_tokens for r in requests],
-                dtype=np.int64,
-            )
-            kw["block_tokens"] = block_tokens
-        return cls(
-            arrival_s=np.array([r.arrival_s for r in requests], dtype=np.float64),
-            input_length=np.array([r.input_length for r in requests], dtype=np.int64),
-            output_length=np.array([r.output_length for r in requests], dtype=np.int64),
-            session_id=[r.session_id for r in requests],
-            turn=np.array([r.turn for r in requests], dtype=np.int64),
-            task=[r.task for r in requests],
-            prompt_text=[r.prompt_text for r in requests],
-            extra_key=[r.extra_key for r in requests],
-            name=name,
-            **kw,  # type: ignore[arg-type]
-        )
+        builder = TraceBuilder(block_tokens=block_tokens, name=name)
+        for r in requests:
+            builder.append(r)
+        return builder.build()
 
     # ------------------------------------------------------------------ access
     def __len__(self) -> int:
@@ -247,6 +215,7 @@ class Trace:
             hashed_tokens=None if self.hashed_tokens is None else int(self.hashed_tokens[i]),
             prompt_text=self.prompt_text[i],
             extra_key=self.extra_key[i],
+            think_s=None if np.isnan(self.think_s[i]) else float(self.think_s[i]),
         )
 
     def __iter__(self) -> Iterator[Request]:
@@ -431,9 +400,117 @@ def to_hash_form(trace: Trace, block_tokens: int, extra_key: int | str | None = 
         turn=trace.turn,
         task=trace.task,
         prompt_text=trace.prompt_text,
+        think_s=trace.think_s,
         # The per-request salts are already in the ids: do not apply them twice.
         hash_ids=(raw, key_offs),
         hashed_tokens=np.diff(seq_offs),
         block_tokens=block_tokens,
         name=trace.name,
     )
+
+
+class TraceBuilder:
+    """Accumulates requests column by column, compactly (8 bytes per token id).
+
+    Loaders stream a file through a builder, so memory holds the columns, never the file
+    or one Python object per token. All requests must share one content form.
+    """
+
+    def __init__(self, block_tokens: int | None = None, name: str = "trace") -> None:
+        self.block_tokens = block_tokens
+        self.name = name
+        self._token_form: bool | None = None
+        self._arrival = array("d")
+        self._inp_len = array("q")
+        self._out_len = array("q")
+        self._turn = array("q")
+        self._think = array("d")
+        self._hashed = array("q")
+        self._session: list[str | None] = []
+        self._task: list[str | None] = []
+        self._text: list[str | None] = []
+        self._extra: list[str | None] = []
+        self._content = array("q")  # input tokens (token form)
+        self._content_offs = array("q", [0])
+        self._out = array("q")
+        self._out_offs = array("q", [0])
+        self._out_present = array("b")
+        self._ids = array("Q")  # hash ids (hash form)
+        self._ids_offs = array("q", [0])
+
+    def __len__(self) -> int:
+        return len(self._arrival)
+
+    def append(self, r: Request) -> None:
+        """Add one request; a request of the other content form is a ConfigError."""
+        i = len(self)
+        token_form = r.hash_ids is None
+        if self._token_form is None:
+            self._token_form = token_form
+        elif token_form != self._token_form:
+            raise ConfigError(f"request {i}: all requests of a trace need the same form")
+        if token_form:
+            if r.input_tokens is None:
+                raise ConfigError(f"request {i}: neither input_tokens nor hash_ids given")
+            _extend(self._content, r.input_tokens)
+            self._content_offs.append(len(self._content))
+            self._out_present.append(r.output_tokens is not None)
+            if r.output_tokens is not None:
+                _extend(self._out, r.output_tokens)
+            self._out_offs.append(len(self._out))
+        else:
+            assert r.hash_ids is not None
+            _extend(self._ids, r.hash_ids)
+            self._ids_offs.append(len(self._ids))
+            self._hashed.append(r.input_length if r.hashed_tokens is None else r.hashed_tokens)
+        self._arrival.append(r.arrival_s)
+        self._inp_len.append(r.input_length)
+        self._out_len.append(r.output_length)
+        self._turn.append(r.turn)
+        self._think.append(np.nan if r.think_s is None else r.think_s)
+        self._session.append(r.session_id)
+        self._task.append(r.task)
+        self._text.append(r.prompt_text)
+        self._extra.append(r.extra_key)
+
+    def build(self) -> Trace:
+        if not len(self):
+            raise ConfigError("a trace needs at least one request")
+        kw: dict[str, object] = {}
+        if self._token_form:
+            kw["input_tokens"] = (_np(self._content), _np(self._content_offs))
+            present = np.frombuffer(self._out_present, dtype=np.int8).astype(bool)
+            if present.any():
+                kw["output_tokens"] = (_np(self._out), _np(self._out_offs), present)
+        else:
+            ids = np.frombuffer(self._ids, dtype=np.uint64).copy()
+            kw["hash_ids"] = (ids, _np(self._ids_offs))
+            kw["hashed_tokens"] = _np(self._hashed)
+            kw["block_tokens"] = self.block_tokens
+        return Trace(
+            arrival_s=np.frombuffer(self._arrival, dtype=np.float64).copy(),
+            input_length=_np(self._inp_len),
+            output_length=_np(self._out_len),
+            session_id=self._session,
+            turn=_np(self._turn),
+            task=self._task,
+            prompt_text=self._text,
+            extra_key=self._extra,
+            think_s=np.frombuffer(self._think, dtype=np.float64).copy(),
+            name=self.name,
+            **kw,  # type: ignore[arg-type]
+        )
+
+
+def _extend(buf: array[int], values: Sequence[int]) -> None:
+    if isinstance(values, np.ndarray):
+        dtype = np.uint64 if buf.typecode == "Q" else np.int64
+        if values.size and dtype is np.int64 and int(values.min()) < 0:
+            raise ConfigError(f"negative token id {int(values.min())}")
+        buf.frombytes(np.ascontiguousarray(values, dtype=dtype).tobytes())
+    else:
+        buf.extend(values)
+
+
+def _np(a: array[int]) -> I64:
+    return np.frombuffer(a, dtype=np.int64).copy() if len(a) else np.zeros(0, dtype=np.int64)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import csv
 from datetime import datetime, timezone
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
-from prefixlab.errors import TraceFormatError
-from prefixlab.workload.loaders.base import register_loader
-from prefixlab.workload.trace import Trace
+from prefixlab.errors import ConfigError, TraceFormatError
+from prefixlab.workload.loaders.base import Header, register_loader
+from prefixlab.workload.trace import Request
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
@@ -45,11 +46,13 @@ def _count(path: Path, lineno: int, field: str, text: str) -> int:
 
 
 @register_loader("azure")
-def load_azure(path: Path, limit: int | None = None, block_tokens: int = 16) -> Trace:
+def load_azure(path: Path, block_tokens: int = 16) -> Iterator[Request | Header]:
     """Read an Azure LLM inference CSV (hash form with unshared ids)."""
-    times: list[float] = []
-    inputs: list[int] = []
-    outputs: list[int] = []
+    if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens <= 0:
+        raise ConfigError(f"block_tokens must be a positive integer, got {block_tokens!r}")
+    yield Header(block_tokens)
+    first: float | None = None
+    next_id = 0
     with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
@@ -61,33 +64,20 @@ def load_azure(path: Path, limit: int | None = None, block_tokens: int = 16) -> 
             if len(row) < 3:
                 raise TraceFormatError(str(path), lineno, COLUMNS[len(row)], "missing")
             try:
-                times.append(_seconds(row[0]))
+                t = _seconds(row[0])
             except ValueError:
                 raise TraceFormatError(
                     str(path), lineno, "TIMESTAMP", f"bad time {row[0]!r}"
                 ) from None
-            inputs.append(_count(path, lineno, "ContextTokens", row[1]))
-            outputs.append(_count(path, lineno, "GeneratedTokens", row[2]))
-            if limit is not None and len(times) >= limit:
-                break
-    if not times:
-        raise TraceFormatError(str(path), 1, None, "no requests in file")
-    arrival = np.array(times) - times[0]
-    input_length = np.array(inputs, dtype=np.int64)
-    counts = -(-input_length // block_tokens)
-    offsets = np.zeros(len(inputs) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    ids = np.arange(int(offsets[-1]), dtype=np.uint64)  # one id per block: nothing shared
-    n = len(inputs)
-    return Trace(
-        arrival_s=arrival,
-        input_length=input_length,
-        output_length=np.array(outputs, dtype=np.int64),
-        session_id=[None] * n,
-        turn=np.zeros(n, dtype=np.int64),
-        task=[None] * n,
-        hash_ids=(ids, offsets),
-        hashed_tokens=input_length.copy(),
-        block_tokens=block_tokens,
-        name=path.stem,
-    )
+            first = t if first is None else first
+            inp = _count(path, lineno, "ContextTokens", row[1])
+            blocks = -(-inp // block_tokens)
+            yield Request(
+                arrival_s=t - first,
+                input_length=inp,
+                output_length=_count(path, lineno, "GeneratedTokens", row[2]),
+                # one id per block: nothing is shared
+                hash_ids=np.arange(next_id, next_id + blocks, dtype=np.uint64),  # type: ignore[arg-type]
+                hashed_tokens=inp,
+            )
+            next_id += blocks

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from prefixlab.workload.loaders.base import (
     FieldReader,
-    build_trace,
+    Header,
     check_hash_ids,
     iter_json_lines,
     register_loader,
 )
-from prefixlab.workload.trace import Request, Trace
+from prefixlab.workload.trace import Request
 
 BAILIAN_BLOCK_TOKENS = 16
 
@@ -35,12 +35,9 @@ def _parent(f: FieldReader) -> int | None:
 
 
 @register_loader("bailian")
-def load_bailian(path: Path, limit: int | None = None) -> Trace:
+def load_bailian(path: Path) -> Iterator[Request | Header]:
     """Read a Bailian JSONL trace (hash form, 16-token blocks), rebuilding sessions."""
-    return build_trace(path, _requests(path), limit, BAILIAN_BLOCK_TOKENS)
-
-
-def _requests(path: Path) -> Iterator[Request]:
+    yield Header(BAILIAN_BLOCK_TOKENS)
     root_of: dict[int, int] = {}
     for lineno, obj in iter_json_lines(path):
         f = FieldReader(path, lineno, obj)

@@ -1,17 +1,26 @@
-"""Loader registry and the field checks every line-oriented loader shares."""
+"""Loader registry, the streaming load pipeline and the field checks loaders share."""
 
 from __future__ import annotations
 
-import itertools
+import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from prefixlab.errors import ConfigError, TraceFormatError
-from prefixlab.workload.trace import Request, Trace
+from prefixlab.workload.trace import Request, Trace, TraceBuilder
 
-Loader = Callable[..., Trace]
+@dataclass(frozen=True, slots=True)
+class Header:
+    """Yielded by a loader before its requests when the file fixes the block size."""
+
+    block_tokens: int | None
+
+
+#: A loader streams a file: an optional :class:`Header`, then requests in file order.
+Loader = Callable[..., Iterator[Request | Header]]
 LOADERS: dict[str, Loader] = {}
 
 
@@ -25,16 +34,112 @@ def register_loader(name: str) -> Callable[[Loader], Loader]:
     return deco
 
 
-def load_trace(path: str | Path, fmt: str = "native", **kwargs: Any) -> Trace:
-    """Load a trace file with the loader registered as ``fmt``."""
-    limit = kwargs.get("limit")
-    if limit is not None and limit <= 0:
-        raise ConfigError(f"limit must be positive, got {limit}")
+@dataclass(frozen=True, slots=True)
+class LoadOptions:
+    """Which requests of a file to keep; every loader honours them, streaming.
+
+    * ``start_s``/``end_s``: keep arrivals in ``[start_s, end_s)`` (seconds, the trace's own
+      clock as loaded);
+    * ``sample``: keep this fraction of sessions (whole sessions, so prefix reuse inside a
+      session survives; requests without a session are sampled one by one), chosen by a
+      hash of the session id and ``sample_seed``: reproducible, and independent of order;
+    * ``limit``: stop after this many kept requests.
+    """
+
+    limit: int | None = None
+    sample: float | None = None
+    sample_seed: int = 0
+    start_s: float | None = None
+    end_s: float | None = None
+
+    def validate(self) -> None:
+        if self.limit is not None and (isinstance(self.limit, bool) or self.limit <= 0):
+            raise ConfigError(f"limit must be positive, got {self.limit}")
+        if self.sample is not None and not 0.0 < self.sample <= 1.0:
+            raise ConfigError(f"sample must be a fraction in (0, 1], got {self.sample}")
+        if self.start_s is not None and self.end_s is not None and self.end_s <= self.start_s:
+            raise ConfigError(
+                f"the time window is empty: end_s={self.end_s} <= start_s={self.start_s}"
+            )
+
+    @property
+    def filters(self) -> bool:
+        return self.sample is not None or self.start_s is not None or self.end_s is not None
+
+    def keep(self, index: int, r: Request) -> bool:
+        """Whether request number ``index`` of the file (0-based) is kept."""
+        if self.start_s is not None and r.arrival_s < self.start_s:
+            return False
+        if self.end_s is not None and r.arrival_s >= self.end_s:
+            return False
+        if self.sample is None or self.sample >= 1.0:
+            return True
+        key = r.session_id if r.session_id is not None else f"#request{index}"
+        return _unit_hash(key, self.sample_seed) < self.sample
+
+
+def _unit_hash(key: str, seed: int) -> float:
+    """A uniform number in [0, 1) from a string and a seed, stable across runs and hosts."""
+    digest = hashlib.blake2b(f"{seed}\0{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2.0**64
+
+
+def iter_requests(
+    path: str | Path, fmt: str = "native", options: LoadOptions | None = None, **kwargs: Any
+) -> Iterator[Request]:
+    """Stream the kept requests of a file without building a trace (constant memory)."""
+    opts = options or LoadOptions()
+    for item in _open(path, fmt, opts, kwargs):
+        if isinstance(item, Request):
+            yield item
+
+
+def _open(
+    path: str | Path, fmt: str, opts: LoadOptions, kwargs: dict[str, Any]
+) -> Iterator[Request | Header]:
+    opts.validate()
     if fmt not in LOADERS:
         raise ConfigError(f"unknown trace format '{fmt}'; known: {', '.join(sorted(LOADERS))}")
-    if not Path(path).is_file():
+    if not Path(path).exists():
         raise ConfigError(f"trace file not found: {path}")
-    return LOADERS[fmt](Path(path), **kwargs)
+    kept = 0
+    for index, item in enumerate(LOADERS[fmt](Path(path), **kwargs)):
+        if isinstance(item, Header):
+            yield item
+        elif opts.keep(index, item):
+            yield item
+            kept += 1
+            if opts.limit is not None and kept >= opts.limit:
+                return
+
+
+def load_trace(
+    path: str | Path,
+    fmt: str = "native",
+    *,
+    limit: int | None = None,
+    sample: float | None = None,
+    sample_seed: int = 0,
+    start_s: float | None = None,
+    end_s: float | None = None,
+    **kwargs: Any,
+) -> Trace:
+    """Load a trace file with the loader registered as ``fmt``, keeping what the options say.
+
+    The file is streamed into compact columns; it never has to fit in memory as text.
+    Extra keyword arguments go to the loader (e.g. ``tokenizer=`` for text formats).
+    """
+    opts = LoadOptions(limit, sample, sample_seed, start_s, end_s)
+    builder = TraceBuilder(name=Path(path).stem)
+    for item in _open(path, fmt, opts, kwargs):
+        if isinstance(item, Header):
+            builder.block_tokens = item.block_tokens
+        else:
+            builder.append(item)
+    if not len(builder):
+        why = "no requests in the selected window or sample" if opts.filters else "no requests"
+        raise TraceFormatError(str(path), 0, None, f"{why} in file")
+    return builder.build()
 
 
 def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -113,16 +218,6 @@ class FieldReader:
             if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < limit:
                 raise self.fail(field, f"expected integers in [0, {limit}), found {x!r}")
         return v
-
-
-def build_trace(
-    path: Path, requests: Iterable[Request], limit: int | None, block_tokens: int | None = None
-) -> Trace:
-    """The shared tail of line loaders: take at most ``limit`` requests and build the trace."""
-    taken = list(itertools.islice(requests, limit))
-    if not taken:
-        raise TraceFormatError(str(path), 0, None, "no requests in file")
-    return Trace.from_requests(taken, block_tokens=block_tokens, name=path.stem)
 
 
 def check_hash_ids(reader: FieldReader, hash_ids: list[int], hashed: int, bt: int) -> None:

@@ -12,20 +12,16 @@ from pathlib import Path
 
 from prefixlab.workload.loaders.base import (
     FieldReader,
-    build_trace,
+    Header,
     iter_json_lines,
     register_loader,
 )
-from prefixlab.workload.trace import Request, Trace
+from prefixlab.workload.trace import Request
 
 
 @register_loader("marconi")
-def load_marconi(path: Path, limit: int | None = None) -> Trace:
+def load_marconi(path: Path) -> Iterator[Request | Header]:
     """Read a Marconi JSONL trace (token form)."""
-    return build_trace(path, _requests(path), limit)
-
-
-def _requests(path: Path) -> Iterator[Request]:
     for lineno, obj in iter_json_lines(path):
         f = FieldReader(path, lineno, obj)
         inp = f.int_list("input_tokens")

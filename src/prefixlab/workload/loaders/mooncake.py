@@ -12,23 +12,20 @@ from pathlib import Path
 
 from prefixlab.workload.loaders.base import (
     FieldReader,
-    build_trace,
+    Header,
     check_hash_ids,
     iter_json_lines,
     register_loader,
 )
-from prefixlab.workload.trace import Request, Trace
+from prefixlab.workload.trace import Request
 
 MOONCAKE_BLOCK_TOKENS = 512
 
 
 @register_loader("mooncake")
-def load_mooncake(path: Path, limit: int | None = None) -> Trace:
+def load_mooncake(path: Path) -> Iterator[Request | Header]:
     """Read a Mooncake JSONL trace (hash form, 512-token blocks)."""
-    return build_trace(path, _requests(path), limit, MOONCAKE_BLOCK_TOKENS)
-
-
-def _requests(path: Path) -> Iterator[Request]:
+    yield Header(MOONCAKE_BLOCK_TOKENS)
     for lineno, obj in iter_json_lines(path):
         f = FieldReader(path, lineno, obj)
         inp = f.int_("input_length")

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from prefixlab.errors import TraceFormatError
 from prefixlab.workload.loaders.base import (
     FieldReader,
+    Header,
     check_hash_ids,
     iter_json_lines,
     register_loader,
@@ -63,18 +64,19 @@ def _read_request(f: FieldReader, block_tokens: int | None) -> Request:
         hashed_tokens=hashed,
         prompt_text=f.str_("prompt_text"),
         extra_key=f.str_("extra_key"),
+        think_s=f.float_("think_s") if f.obj.get("think_s") is not None else None,
     )
 
 
 @register_loader("native")
-def load_native(path: Path, limit: int | None = None) -> Trace:
-    """Read a native JSONL trace; every line is validated before the trace is returned."""
+def load_native(path: Path) -> Iterator[Request | Header]:
+    """Read a native JSONL trace; every line is validated as it streams by."""
     block_tokens: int | None = None
-    requests: list[Request] = []
+    previous: Request | None = None
     for lineno, obj in iter_json_lines(path):
         f = FieldReader(path, lineno, obj)
         if "prefixlab_trace" in obj:
-            if requests:
+            if previous is not None:
                 raise f.fail("prefixlab_trace", "the header must be the first line")
             version = f.int_("prefixlab_trace")
             if version != FORMAT_VERSION:
@@ -83,28 +85,20 @@ def load_native(path: Path, limit: int | None = None) -> Trace:
             if bt == 0 and "block_tokens" in obj:
                 raise f.fail("block_tokens", "must be positive")
             block_tokens = bt or None
+            yield Header(block_tokens)
             continue
         req = _read_request(f, block_tokens)
-        if requests and req.arrival_s < requests[-1].arrival_s:
-            raise f.fail(
-                "arrival_s",
-                f"{req.arrival_s} is earlier than the previous request's "
-                f"{requests[-1].arrival_s}: requests must be in arrival order",
-            )
-        requests.append(req)
-        if limit is not None and len(requests) >= limit:
-            break
-    if not requests:
-        raise TraceFormatError(str(path), 0, None, "no requests in file")
-    forms = {r.hash_ids is None for r in requests}
-    if len(forms) > 1:
-        first = next(
-            i
-            for i, r in enumerate(requests)
-            if (r.hash_ids is None) != (requests[0].hash_ids is None)
-        )
-        raise TraceFormatError(str(path), first + 1, "hash_ids", "mixes token and hash forms")
-    return Trace.from_requests(requests, block_tokens=block_tokens, name=path.stem)
+        if previous is not None:
+            if req.arrival_s < previous.arrival_s:
+                raise f.fail(
+                    "arrival_s",
+                    f"{req.arrival_s} is earlier than the previous request's "
+                    f"{previous.arrival_s}: requests must be in arrival order",
+                )
+            if (req.hash_ids is None) != (previous.hash_ids is None):
+                raise f.fail("hash_ids", "mixes token and hash forms")
+        previous = req
+        yield req
 
 
 def _request_dict(r: Request) -> dict[str, Any]:
@@ -119,6 +113,8 @@ def _request_dict(r: Request) -> dict[str, Any]:
             d[key] = value
     if r.turn:
         d["turn"] = r.turn
+    if r.think_s is not None:
+        d["think_s"] = r.think_s
     if r.input_tokens is not None:
         d["input_tokens"] = list(r.input_tokens)
     if r.output_tokens is not None:
