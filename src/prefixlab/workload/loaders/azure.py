@@ -10,8 +10,8 @@ first row.
 from __future__ import annotations
 
 import csv
-from datetime import datetime, timezone
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np

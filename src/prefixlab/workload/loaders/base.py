@@ -12,6 +12,7 @@ from typing import Any
 from prefixlab.errors import ConfigError, TraceFormatError
 from prefixlab.workload.trace import Request, Trace, TraceBuilder
 
+
 @dataclass(frozen=True, slots=True)
 class Header:
     """Yielded by a loader before its requests when the file fixes the block size."""
