@@ -17,6 +17,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +33,8 @@ from prefixlab.workload.hashing import (
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
 F64 = npt.NDArray[np.float64]
+#: token ids or block ids: a list, or a numpy integer array (what generators produce)
+Ids = Sequence[int] | npt.NDArray[np.integer[Any]]
 
 
 @dataclass(slots=True)
@@ -44,9 +47,9 @@ class Request:
     session_id: str | None = None
     turn: int = 0
     task: str | None = None
-    input_tokens: Sequence[int] | None = None
-    output_tokens: Sequence[int] | None = None
-    hash_ids: Sequence[int] | None = None
+    input_tokens: Ids | None = None
+    output_tokens: Ids | None = None
+    hash_ids: Ids | None = None
     hashed_tokens: int | None = None
     prompt_text: str | None = None
     #: LoRA adapter / tenant: requests with different extra keys never share blocks
@@ -502,7 +505,7 @@ class TraceBuilder:
         )
 
 
-def _extend(buf: array[int], values: Sequence[int]) -> None:
+def _extend(buf: array[int], values: Ids) -> None:
     if isinstance(values, np.ndarray):
         dtype = np.uint64 if buf.typecode == "Q" else np.int64
         if values.size and dtype is np.int64 and int(values.min()) < 0:

@@ -127,8 +127,8 @@ def generate_sessions(params: SessionParams | None = None, **overrides: object) 
                     session_id=f"s{s}",
                     turn=k,
                     task=p.preset,
-                    input_tokens=prompt,  # type: ignore[arg-type]
-                    output_tokens=reply,  # type: ignore[arg-type]
+                    input_tokens=prompt,
+                    output_tokens=reply,
                 )
             )
             history = np.concatenate([prompt, reply])

@@ -77,7 +77,7 @@ def load_azure(path: Path, block_tokens: int = 16) -> Iterator[Request | Header]
                 input_length=inp,
                 output_length=_count(path, lineno, "GeneratedTokens", row[2]),
                 # one id per block: nothing is shared
-                hash_ids=np.arange(next_id, next_id + blocks, dtype=np.uint64),  # type: ignore[arg-type]
+                hash_ids=np.arange(next_id, next_id + blocks, dtype=np.uint64),
                 hashed_tokens=inp,
             )
             next_id += blocks
