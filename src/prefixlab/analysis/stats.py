@@ -51,4 +51,42 @@ def trace_stats(trace: Trace, block_tokens: int | None = None) -> dict[str, Any]
         "arrival_span_s": float(trace.arrival_s.max() - trace.arrival_s.min()),
         "num_distinct_blocks": layout.num_distinct_keys,
         "infinite_cache_token_hit_ratio": ceiling.metrics["token_hit_ratio"],
+        "session_prefix_share": session_prefix_share(trace),
     }
+
+
+def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(a.shape[0], b.shape[0])
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if diff.size else n
+
+
+def session_prefix_share(trace: Trace) -> float | None:
+    """Of the input tokens of every call but a session's first, the fraction that repeats the
+    start of the session's previous call's sequence (its input, plus its output when known).
+
+    This is what an agent or chat session offers a prefix cache from one call to the next
+    (token form; hash form counts whole shared blocks). None without multi-call sessions.
+    """
+    vals: np.ndarray
+    if trace.is_hash_form:
+        assert trace.hash_ids is not None and trace.block_tokens is not None
+        vals, offs = trace.hash_ids
+        unit = trace.block_tokens
+    else:
+        vals, offs = trace.sequence_tokens()
+        unit = 1
+    last: dict[str, int] = {}
+    shared = total = 0
+    for r in np.argsort(trace.arrival_s, kind="stable").tolist():
+        sid = trace.session_id[r]
+        if sid is None:
+            continue
+        prev = last.get(sid)
+        last[sid] = r
+        if prev is None:
+            continue
+        common = _common_prefix(vals[offs[r] : offs[r + 1]], vals[offs[prev] : offs[prev + 1]])
+        shared += min(common * unit, int(trace.input_length[r]))
+        total += int(trace.input_length[r])
+    return shared / total if total else None

@@ -225,6 +225,47 @@ class Trace:
         for i in range(len(self)):
             yield self[i]
 
+    def take(self, rows: npt.ArrayLike, name: str | None = None) -> Trace:
+        """A new trace of the given rows, in the given order (vectorised)."""
+        idx = np.asarray(rows, dtype=np.int64).reshape(-1)
+        n = len(self)
+        if idx.size and (int(idx.min()) < -n or int(idx.max()) >= n):
+            raise IndexError(f"row out of range for a trace of {n} requests")
+        idx %= max(n, 1)
+        kw: dict[str, object] = {}
+        if self.input_tokens is not None:
+            kw["input_tokens"] = _take_ragged(*self.input_tokens, idx)
+        if self.output_tokens is not None:
+            vals, offs = _take_ragged(self.output_tokens[0], self.output_tokens[1], idx)
+            kw["output_tokens"] = (vals, offs, self.output_tokens[2][idx])
+        if self.hash_ids is not None:
+            hv, ho = self.hash_ids
+            kw["hash_ids"] = _take_ragged(hv, ho, idx)
+            assert self.hashed_tokens is not None
+            kw["hashed_tokens"] = self.hashed_tokens[idx]
+            kw["block_tokens"] = self.block_tokens
+        rows_list = idx.tolist()
+        return Trace(
+            arrival_s=self.arrival_s[idx],
+            input_length=self.input_length[idx],
+            output_length=self.output_length[idx],
+            session_id=[self.session_id[i] for i in rows_list],
+            turn=self.turn[idx],
+            task=[self.task[i] for i in rows_list],
+            prompt_text=[self.prompt_text[i] for i in rows_list],
+            extra_key=[self.extra_key[i] for i in rows_list],
+            think_s=self.think_s[idx],
+            name=self.name if name is None else name,
+            **kw,  # type: ignore[arg-type]
+        )
+
+    def sorted_by_arrival(self) -> Trace:
+        """The same requests in arrival order (stable: ties keep their order)."""
+        order = np.argsort(self.arrival_s, kind="stable")
+        if np.array_equal(order, np.arange(len(self))):
+            return self
+        return self.take(order)
+
     # ------------------------------------------------------------------ blocks
     def sequence_tokens(self) -> tuple[I64, I64]:
         """Token ids each request leaves behind (input, then output when known), ragged."""
@@ -361,6 +402,14 @@ def _starts(counts: I64) -> I64:
     return out
 
 
+def _take_ragged(vals: npt.NDArray[Any], offs: I64, idx: I64) -> tuple[npt.NDArray[Any], I64]:
+    """Rows ``idx`` of a ragged array, as a new ragged array."""
+    lengths = np.diff(offs)[idx]
+    new_offs = _starts(lengths)
+    src = np.repeat(offs[:-1][idx] - new_offs[:-1], lengths) + np.arange(int(new_offs[-1]))
+    return vals[src], new_offs
+
+
 def _concat_ragged(
     a_vals: I64, a_offs: I64, b_vals: I64, b_offs: I64, b_present: npt.NDArray[np.bool_]
 ) -> tuple[I64, I64]:
@@ -419,9 +468,13 @@ class TraceBuilder:
     or one Python object per token. All requests must share one content form.
     """
 
-    def __init__(self, block_tokens: int | None = None, name: str = "trace") -> None:
+    def __init__(
+        self, block_tokens: int | None = None, name: str = "trace", sort_by_arrival: bool = False
+    ) -> None:
         self.block_tokens = block_tokens
         self.name = name
+        #: rows arrive session by session (generated times): sort them when building
+        self.sort_by_arrival = sort_by_arrival
         self._token_form: bool | None = None
         self._arrival = array("d")
         self._inp_len = array("q")
@@ -490,7 +543,7 @@ class TraceBuilder:
             kw["hash_ids"] = (ids, _np(self._ids_offs))
             kw["hashed_tokens"] = _np(self._hashed)
             kw["block_tokens"] = self.block_tokens
-        return Trace(
+        trace = Trace(
             arrival_s=np.frombuffer(self._arrival, dtype=np.float64).copy(),
             input_length=_np(self._inp_len),
             output_length=_np(self._out_len),
@@ -503,6 +556,7 @@ class TraceBuilder:
             name=self.name,
             **kw,  # type: ignore[arg-type]
         )
+        return trace.sorted_by_arrival() if self.sort_by_arrival else trace
 
 
 def _extend(buf: array[int], values: Ids) -> None:

@@ -3,7 +3,15 @@
 Importing this package registers every built-in loader (``--format`` choices).
 """
 
-from prefixlab.workload.loaders import azure, bailian, marconi, mooncake, native  # noqa: F401
+from prefixlab.workload.loaders import (  # noqa: F401
+    agents,
+    azure,
+    bailian,
+    conversations,
+    marconi,
+    mooncake,
+    native,
+)
 from prefixlab.workload.loaders.base import (
     LOADERS,
     Header,

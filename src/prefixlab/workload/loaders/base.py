@@ -15,9 +15,15 @@ from prefixlab.workload.trace import Request, Trace, TraceBuilder
 
 @dataclass(frozen=True, slots=True)
 class Header:
-    """Yielded by a loader before its requests when the file fixes the block size."""
+    """Yielded by a loader before its requests: facts of the whole file.
 
-    block_tokens: int | None
+    ``block_tokens``: the block size hash ids cover (hash form). ``sort_by_arrival``: the
+    loader yields requests session by session with synthesised times, so the trace must be
+    sorted by arrival once built.
+    """
+
+    block_tokens: int | None = None
+    sort_by_arrival: bool = False
 
 
 #: A loader streams a file: an optional :class:`Header`, then requests in file order.
@@ -135,6 +141,7 @@ def load_trace(
     for item in _open(path, fmt, opts, kwargs):
         if isinstance(item, Header):
             builder.block_tokens = item.block_tokens
+            builder.sort_by_arrival = item.sort_by_arrival
         else:
             builder.append(item)
     if not len(builder):

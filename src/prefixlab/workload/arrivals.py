@@ -1,0 +1,190 @@
+"""Arrival models: when each turn of each session arrives.
+
+A model schedules sessions one at a time, in order (so loaders can stream): given a
+session's number of turns it returns the turns' arrival times and think times. Two models:
+
+* :class:`SessionArrivals` (UniCache): session starts form a Poisson process
+  (``session_rate_per_s``); the gaps between turns are log-normal, ``gap_mu``/``gap_sigma``
+  in log-seconds, presets ``chat`` (4.15, 0.971) and ``agentic`` (1.81, 1.092).
+* :class:`LPCArrivals` (LPC): at most ``n_conv`` conversations are active at once; each
+  conversation's turns, its first included, follow the previous event of its slot after an
+  exponential gap of mean ``lambda_chat`` seconds; a conversation ends at its last turn and
+  frees its slot for the next one.
+
+Open loop, arrival times are absolute. Closed loop (``closed_loop=True``), the same times
+are written, and every later turn also carries its gap as ``think_s``: the engine runner
+then counts it from the completion of the previous response instead.
+Spec strings (``--arrival``): ``sessions:session_rate_per_s=0.5,preset=agentic`` or
+``lpc:lambda_chat=100,n_conv=200``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab.errors import ConfigError
+
+F64 = npt.NDArray[np.float64]
+
+GAP_PRESETS = {"chat": (4.15, 0.971), "agentic": (1.81, 1.092)}
+
+
+def check_number(name: str, value: object, low: float, strict: bool = False) -> float:
+    """A real number >= low (> low when strict), or a ConfigError naming the parameter."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    if not (value > low if strict else value >= low) or value != value:
+        raise ConfigError(f"{name} must be {'>' if strict else '>='} {low}, got {value!r}")
+    return float(value)
+
+
+class ArrivalModel(ABC):
+    """Schedules sessions in order; state lives in the model, randomness in ``rng``."""
+
+    closed_loop: bool
+
+    @abstractmethod
+    def schedule(
+        self,
+        num_turns: int,
+        rng: np.random.Generator,
+        known: Sequence[float | None] | None = None,
+    ) -> tuple[F64, F64]:
+        """Arrival times and gaps of the next session's turns (``gaps[0]`` is 0).
+
+        ``known[k]``, when given and not None, replaces the drawn gap before turn k (a
+        measured think time, e.g. a tool's execution time in an agent trajectory).
+        """
+
+    def think_times(self, gaps: F64) -> list[float | None]:
+        """The ``think_s`` column for one session (None everywhere when open loop)."""
+        if not self.closed_loop:
+            return [None] * len(gaps)
+        return [None, *(float(g) for g in gaps[1:])]
+
+
+@dataclass
+class SessionArrivals(ArrivalModel):
+    """Poisson session starts, log-normal inter-turn gaps (UniCache)."""
+
+    session_rate_per_s: float = 1.0
+    preset: str = "chat"
+    gap_mu: float | None = None
+    gap_sigma: float | None = None
+    closed_loop: bool = False
+    _clock: float = field(default=0.0, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.preset not in GAP_PRESETS:
+            raise ConfigError(
+                f"preset '{self.preset}' unknown; choose one of {', '.join(GAP_PRESETS)}"
+            )
+        check_number("session_rate_per_s", self.session_rate_per_s, 0.0, strict=True)
+        if self.gap_mu is not None:
+            check_number("gap_mu", self.gap_mu, -1e9)
+        if self.gap_sigma is not None:
+            check_number("gap_sigma", self.gap_sigma, 0.0, strict=True)
+
+    @property
+    def mu_sigma(self) -> tuple[float, float]:
+        mu, sigma = GAP_PRESETS[self.preset]
+        return (
+            mu if self.gap_mu is None else float(self.gap_mu),
+            sigma if self.gap_sigma is None else float(self.gap_sigma),
+        )
+
+    def schedule(
+        self,
+        num_turns: int,
+        rng: np.random.Generator,
+        known: Sequence[float | None] | None = None,
+    ) -> tuple[F64, F64]:
+        self._clock += float(rng.exponential(1.0 / self.session_rate_per_s))
+        mu, sigma = self.mu_sigma
+        gaps = np.zeros(num_turns)
+        gaps[1:] = rng.lognormal(mu, sigma, num_turns - 1)
+        _use_known(gaps, known)
+        return self._clock + np.cumsum(gaps), gaps
+
+
+@dataclass
+class LPCArrivals(ArrivalModel):
+    """At most ``n_conv`` active conversations; exponential gaps of mean ``lambda_chat`` (LPC)."""
+
+    lambda_chat: float = 100.0
+    n_conv: int = 200
+    closed_loop: bool = False
+    _slots: list[float] = field(default_factory=list, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_number("lambda_chat", self.lambda_chat, 0.0, strict=True)
+        if isinstance(self.n_conv, bool) or not isinstance(self.n_conv, int) or self.n_conv < 1:
+            raise ConfigError(f"n_conv must be an integer >= 1, got {self.n_conv!r}")
+        self._slots = [0.0] * self.n_conv  # a heap of the times the slots become free
+
+    def schedule(
+        self,
+        num_turns: int,
+        rng: np.random.Generator,
+        known: Sequence[float | None] | None = None,
+    ) -> tuple[F64, F64]:
+        free_at = heapq.heappop(self._slots)
+        gaps = rng.exponential(self.lambda_chat, num_turns)
+        _use_known(gaps, known)
+        times = free_at + np.cumsum(gaps)
+        heapq.heappush(self._slots, float(times[-1]))
+        gaps[0] = 0.0
+        return times, gaps
+
+
+def _use_known(gaps: F64, known: Sequence[float | None] | None) -> None:
+    if known is not None:
+        for k in range(1, min(len(known), gaps.shape[0])):
+            g = known[k]
+            if g is not None:
+                gaps[k] = g
+
+
+ARRIVAL_MODELS: dict[str, type[ArrivalModel]] = {"sessions": SessionArrivals, "lpc": LPCArrivals}
+
+
+def make_arrivals(spec: str | ArrivalModel, **defaults: object) -> ArrivalModel:
+    """Build an arrival model from a spec string (``lpc:lambda_chat=50``) or pass one through.
+
+    ``defaults`` fill parameters the spec leaves out (e.g. a loader's ``preset=agentic``).
+    """
+    if isinstance(spec, ArrivalModel):
+        return spec
+    from prefixlab.policies.base import parse_spec
+
+    name, kwargs = parse_spec(spec, "arrival model")
+    if name not in ARRIVAL_MODELS:
+        raise ConfigError(
+            f"unknown arrival model '{name}'; known: {', '.join(sorted(ARRIVAL_MODELS))}"
+        )
+    cls = ARRIVAL_MODELS[name]
+    names = {f.name for f in fields(cls) if f.init}  # type: ignore[arg-type]
+    for key in kwargs:
+        if key not in names:
+            raise ConfigError(
+                f"arrival model '{name}' has no parameter {key!r}; it takes "
+                f"{', '.join(sorted(names))}"
+            )
+    merged = {k: v for k, v in defaults.items() if k in names} | kwargs
+    return cls(**merged)
+
+
+def max_concurrent(starts: Sequence[float], ends: Sequence[float]) -> int:
+    """Most sessions active at one instant, a session active over ``[start, end]``."""
+    events = sorted([(float(s), 0) for s in starts] + [(float(e), 1) for e in ends])
+    active = best = 0
+    for _, kind in events:
+        active += 1 if kind == 0 else -1
+        best = max(best, active)
+    return best

@@ -1,0 +1,116 @@
+"""Stream the records of a JSON file: a top-level array, JSON Lines, or one object.
+
+``json.load`` needs the whole file in memory; conversation dumps (ShareGPT, LMSys-Chat)
+run to gigabytes. This reader decodes one record at a time from a sliding buffer and
+reports the line each record starts on, so errors can name it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from prefixlab.errors import TraceFormatError
+
+_CHUNK = 1 << 20
+_WS = " \t\r\n"
+
+
+class _Buffer:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fh = path.open("r", encoding="utf-8")
+        self.text = ""
+        self.pos = 0
+        self.line = 1  # line number at self.pos
+        self.eof = False
+
+    def fill(self) -> bool:
+        """Read more text; False at end of file."""
+        if self.eof:
+            return False
+        chunk = self.fh.read(_CHUNK)
+        if not chunk:
+            self.eof = True
+            return False
+        self.text = self.text[self.pos :] + chunk
+        self.pos = 0
+        return True
+
+    def advance(self, new_pos: int) -> None:
+        self.line += self.text.count("\n", self.pos, new_pos)
+        self.pos = new_pos
+
+    def skip_ws(self) -> str | None:
+        """Skip whitespace; the next character, or None at end of file."""
+        while True:
+            n = len(self.text)
+            p = self.pos
+            while p < n and self.text[p] in _WS:
+                p += 1
+            self.advance(p)
+            if p < n:
+                return self.text[p]
+            if not self.fill():
+                return None
+
+    def value(self, decoder: json.JSONDecoder) -> Any:
+        while True:
+            try:
+                obj, end = decoder.raw_decode(self.text, self.pos)
+            except json.JSONDecodeError as exc:
+                # Maybe the value runs past the buffer: read more and retry.
+                if self.fill():
+                    continue
+                raise TraceFormatError(
+                    str(self.path), self.line, None, f"bad JSON: {exc.msg}"
+                ) from None
+            if end == len(self.text) and not self.eof and self.fill():
+                # A number or literal may continue in the next chunk: decode again.
+                continue
+            self.advance(end)
+            return obj
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def iter_json_records(path: Path) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line, record)``: the items of a top-level array, else each top-level value."""
+    buf = _Buffer(path)
+    decoder = json.JSONDecoder()
+    try:
+        first = buf.skip_ws()
+        if first is None:
+            return
+        if first != "[":
+            while buf.skip_ws() is not None:
+                line = buf.line
+                yield line, buf.value(decoder)
+            return
+        buf.advance(buf.pos + 1)
+        expect_item = True
+        while True:
+            c = buf.skip_ws()
+            if c is None:
+                raise TraceFormatError(str(path), buf.line, None, "bad JSON: unterminated array")
+            if c == "]":
+                buf.advance(buf.pos + 1)
+                break
+            if not expect_item:
+                if c != ",":
+                    raise TraceFormatError(
+                        str(path), buf.line, None, "bad JSON: expected ',' or ']' in the array"
+                    )
+                buf.advance(buf.pos + 1)
+                expect_item = True
+                continue
+            line = buf.line
+            yield line, buf.value(decoder)
+            expect_item = False
+        if buf.skip_ws() is not None:
+            raise TraceFormatError(str(path), buf.line, None, "bad JSON: text after the array")
+    finally:
+        buf.close()
