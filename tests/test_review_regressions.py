@@ -109,9 +109,9 @@ def test_native_loader_refuses_repeated_and_huge_ids(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["gen:sessions:num_sessions=abc"], "num_sessions must be an integer"),
-        (["gen:sessions:seed=-1"], "seed must be an integer >= 0"),
-        (["gen:sessions:mean_turns=0.5"], "mean_turns must be a number >= 1.0"),
-        (["gen:sessions:gap_sigma=-1"], "gap_sigma must be positive"),
+        (["gen:sessions:seed=-1"], "seed must be >= 0, got -1"),
+        (["gen:sessions:mean_turns=0.5"], "mean_turns must be >= 1, got 0.5"),
+        (["gen:sessions:gap_sigma=-1"], "gap_sigma must be > 0"),
         (["gen:sessions", "-p", "lecar:seed=1.5"], "seed must be an integer"),
         (["gen:sessions", "-p", "lecar:learning_rate=nan"], "learning_rate must be positive"),
         (["gen:sessions", "-p", "s3fifo:move_to_main_threshold=1.5"], "must be an integer"),

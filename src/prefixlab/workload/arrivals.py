@@ -6,10 +6,10 @@ session's number of turns it returns the turns' arrival times and think times. T
 * :class:`SessionArrivals` (UniCache): session starts form a Poisson process
   (``session_rate_per_s``); the gaps between turns are log-normal, ``gap_mu``/``gap_sigma``
   in log-seconds, presets ``chat`` (4.15, 0.971) and ``agentic`` (1.81, 1.092).
-* :class:`LPCArrivals` (LPC): at most ``n_conv`` conversations are active at once; each
-  conversation's turns, its first included, follow the previous event of its slot after an
-  exponential gap of mean ``lambda_chat`` seconds; a conversation ends at its last turn and
-  frees its slot for the next one.
+* :class:`LPCArrivals` (LPC): conversation starts spaced by exponential gaps (rate
+  ``session_rate_per_s``), delayed so at most ``n_conv`` are active at once; turns spaced by
+  exponential gaps of mean ``lambda_chat`` seconds; a conversation stays active until its
+  last reply is decoded (at ``decode_tokens_per_s``).
 
 Open loop, arrival times are absolute. Closed loop (``closed_loop=True``), the same times
 are written, and every later turn also carries its gap as ``think_s``: the engine runner
@@ -55,11 +55,13 @@ class ArrivalModel(ABC):
         num_turns: int,
         rng: np.random.Generator,
         known: Sequence[float | None] | None = None,
+        output_tokens: int = 0,
     ) -> tuple[F64, F64]:
         """Arrival times and gaps of the next session's turns (``gaps[0]`` is 0).
 
         ``known[k]``, when given and not None, replaces the drawn gap before turn k (a
         measured think time, e.g. a tool's execution time in an agent trajectory).
+        ``output_tokens`` (the session's total) lets a model estimate when it finishes.
         """
 
     def think_times(self, gaps: F64) -> list[float | None]:
@@ -104,6 +106,7 @@ class SessionArrivals(ArrivalModel):
         num_turns: int,
         rng: np.random.Generator,
         known: Sequence[float | None] | None = None,
+        output_tokens: int = 0,
     ) -> tuple[F64, F64]:
         self._clock += float(rng.exponential(1.0 / self.session_rate_per_s))
         mu, sigma = self.mu_sigma
@@ -115,31 +118,48 @@ class SessionArrivals(ArrivalModel):
 
 @dataclass
 class LPCArrivals(ArrivalModel):
-    """At most ``n_conv`` active conversations; exponential gaps of mean ``lambda_chat`` (LPC)."""
+    """LPC's conversation schedule: spaced starts, at most ``n_conv`` active, exponential gaps.
+
+    Conversation starts are spaced by exponential gaps of mean ``1 / session_rate_per_s``;
+    when ``n_conv`` conversations are active, a start waits for the earliest to finish. A
+    conversation's turns are spaced by exponential gaps of mean ``lambda_chat`` seconds, and
+    it finishes when its last reply is decoded: its last turn's arrival plus its output
+    tokens at ``decode_tokens_per_s`` (as the authors' benchmark client assumes).
+    """
 
     lambda_chat: float = 100.0
     n_conv: int = 200
+    session_rate_per_s: float = 10.0
+    decode_tokens_per_s: float = 30.0
     closed_loop: bool = False
-    _slots: list[float] = field(default_factory=list, init=False, repr=False)
+    _last_start: float = field(default=0.0, init=False, repr=False)
+    _active: list[float] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         check_number("lambda_chat", self.lambda_chat, 0.0, strict=True)
+        check_number("session_rate_per_s", self.session_rate_per_s, 0.0, strict=True)
+        check_number("decode_tokens_per_s", self.decode_tokens_per_s, 0.0, strict=True)
         if isinstance(self.n_conv, bool) or not isinstance(self.n_conv, int) or self.n_conv < 1:
             raise ConfigError(f"n_conv must be an integer >= 1, got {self.n_conv!r}")
-        self._slots = [0.0] * self.n_conv  # a heap of the times the slots become free
 
     def schedule(
         self,
         num_turns: int,
         rng: np.random.Generator,
         known: Sequence[float | None] | None = None,
+        output_tokens: int = 0,
     ) -> tuple[F64, F64]:
-        free_at = heapq.heappop(self._slots)
-        gaps = rng.exponential(self.lambda_chat, num_turns)
+        start = self._last_start + float(rng.exponential(1.0 / self.session_rate_per_s))
+        while self._active and self._active[0] <= start:
+            heapq.heappop(self._active)
+        if len(self._active) >= self.n_conv:
+            start = max(start, heapq.heappop(self._active))
+        self._last_start = start
+        gaps = np.zeros(num_turns)
+        gaps[1:] = rng.exponential(self.lambda_chat, num_turns - 1)
         _use_known(gaps, known)
-        times = free_at + np.cumsum(gaps)
-        heapq.heappush(self._slots, float(times[-1]))
-        gaps[0] = 0.0
+        times = start + np.cumsum(gaps)
+        heapq.heappush(self._active, float(times[-1]) + output_tokens / self.decode_tokens_per_s)
         return times, gaps
 
 

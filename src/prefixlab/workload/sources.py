@@ -19,5 +19,5 @@ def open_trace(source: str, fmt: str = "native", **loader_kwargs: Any) -> Trace:
         name, kwargs = parse_spec(source[4:], "generator spec")
         if name not in GENERATORS:
             raise ConfigError(f"unknown generator '{name}'; known: {', '.join(sorted(GENERATORS))}")
-        return GENERATORS[name](**kwargs)
+        return GENERATORS[name].fn(**kwargs)
     return load_trace(source, fmt, **loader_kwargs)

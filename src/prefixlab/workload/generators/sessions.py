@@ -8,10 +8,12 @@ the new user message; its output is the reply, which the next turn's input repea
     turn 0 input: [system][user0]                   output: [reply0]
     turn 1 input: [system][user0][reply0][user1]    output: [reply1]
 
-Inter-turn gaps are log-normal (``gap_mu``, ``gap_sigma``, in seconds; presets ``chat``
-mu=4.15 sigma=0.971 and ``agentic`` mu=1.81 sigma=1.092 from the UniCache paper). Gaps run
-from the previous turn's arrival (open loop). Token ids are random draws, so distinct
-content never collides.
+Inter-turn gaps are log-normal (``gap_mu``, ``gap_sigma``, in log-seconds; presets ``chat``
+mu=4.15 sigma=0.971 and ``agentic`` mu=1.81 sigma=1.092 from the UniCache paper). Open loop
+(default), gaps run from the previous turn's arrival. Closed loop (``closed_loop=True``),
+every later turn also records its gap as ``think_s``, which the engine runner counts from
+the completion of the previous response; ``arrival_s`` then holds the open-loop times. Token
+ids are random draws, so distinct content never collides.
 """
 
 from __future__ import annotations
@@ -21,63 +23,37 @@ from dataclasses import dataclass
 import numpy as np
 
 from prefixlab.errors import ConfigError
+from prefixlab.workload.arrivals import GAP_PRESETS
+from prefixlab.workload.generators.base import param, register_generator, resolve_params
 from prefixlab.workload.trace import Request, Trace
-
-GAP_PRESETS = {"chat": (4.15, 0.971), "agentic": (1.81, 1.092)}
 
 
 @dataclass(slots=True, frozen=True)
 class SessionParams:
     """Parameters of :func:`generate_sessions` (names as in the UniCache paper)."""
 
-    num_sessions: int = 200
-    session_rate_per_s: float = 1.0
-    mean_turns: float = 5.0
-    max_turns: int = 40
-    num_system_prompts: int = 8
-    system_tokens: int = 1024
-    system_zipf: float = 1.1
-    mean_user_tokens: int = 256
-    mean_output_tokens: int = 192
-    preset: str = "chat"
-    gap_mu: float | None = None
-    gap_sigma: float | None = None
-    vocab_size: int = 128_000
-    seed: int = 0
+    num_sessions: int = param(200, 1, "Sessions to generate.")
+    session_rate_per_s: float = param(1.0, 0, "Poisson rate of session starts.", True)
+    mean_turns: float = param(5.0, 1, "Mean turns per session (geometric).")
+    max_turns: int = param(40, 1, "Turns per session at most.")
+    num_system_prompts: int = param(8, 1, "Shared system prompts.")
+    system_tokens: int = param(1024, 1, "Tokens of a system prompt.")
+    system_zipf: float = param(1.1, 0, "Zipf exponent of system prompt popularity.", True)
+    mean_user_tokens: int = param(256, 1, "Mean tokens of a user turn.")
+    mean_output_tokens: int = param(192, 1, "Mean tokens of a reply.")
+    preset: str = param("chat", help="Gap preset: chat (4.15, 0.971) or agentic (1.81, 1.092).")
+    gap_mu: float | None = param(None, help="Log-normal gap mu (overrides the preset).")
+    gap_sigma: float | None = param(None, 0, "Log-normal gap sigma (overrides the preset).", True)
+    vocab_size: int = param(128_000, 2, "Token id range.")
+    closed_loop: bool = param(False, help="Record think times for the engine's closed loop.")
+    seed: int = param(0, 0, "Random seed.")
 
     def validate(self) -> None:
-        """Types and ranges, each error naming the parameter."""
+        """What :func:`~prefixlab.workload.generators.base.check_params` cannot see."""
         if self.preset not in GAP_PRESETS:
             raise ConfigError(
                 f"preset '{self.preset}' unknown; choose one of {', '.join(GAP_PRESETS)}"
             )
-        ints = {
-            "num_sessions": 1,
-            "max_turns": 1,
-            "num_system_prompts": 1,
-            "vocab_size": 2,
-            "system_tokens": 1,
-            "mean_user_tokens": 1,
-            "mean_output_tokens": 1,
-            "seed": 0,
-        }
-        floats = {"session_rate_per_s": 0.0, "mean_turns": 1.0, "system_zipf": 0.0}
-        for name, low in ints.items():
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ConfigError(f"{name} must be an integer >= {low}, got {v!r}")
-        for name, low_f in floats.items():
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= low_f:
-                raise ConfigError(f"{name} must be a number >= {low_f}, got {v!r}")
-        if self.session_rate_per_s == 0 or self.system_zipf == 0:
-            raise ConfigError("session_rate_per_s and system_zipf must be positive")
-        for name in ("gap_mu", "gap_sigma"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-                raise ConfigError(f"{name} must be a number, got {v!r}")
-        if self.gap_sigma is not None and not self.gap_sigma > 0:
-            raise ConfigError(f"gap_sigma must be positive, got {self.gap_sigma!r}")
 
 
 def _lengths(rng: np.random.Generator, mean: int, n: int) -> list[int]:
@@ -88,16 +64,10 @@ def _lengths(rng: np.random.Generator, mean: int, n: int) -> list[int]:
     return out
 
 
+@register_generator("sessions", SessionParams, "Multi-turn chat/agentic sessions (UniCache).")
 def generate_sessions(params: SessionParams | None = None, **overrides: object) -> Trace:
     """Generate a token-form multi-turn trace, sorted by arrival time."""
-    p = params or SessionParams()
-    if overrides:
-        fields = set(SessionParams.__dataclass_fields__)
-        bad = [k for k in overrides if k not in fields]
-        if bad:
-            raise ConfigError(f"sessions generator has no parameter {bad[0]!r}")
-        p = SessionParams(**{**{f: getattr(p, f) for f in fields}, **overrides})
-    p.validate()
+    p = resolve_params(SessionParams, params, overrides, "sessions")
     mu, sigma = GAP_PRESETS[p.preset]
     mu = p.gap_mu if p.gap_mu is not None else mu
     sigma = p.gap_sigma if p.gap_sigma is not None else sigma
@@ -129,6 +99,7 @@ def generate_sessions(params: SessionParams | None = None, **overrides: object) 
                     task=p.preset,
                     input_tokens=prompt,
                     output_tokens=reply,
+                    think_s=float(gaps[k - 1]) if p.closed_loop and k else None,
                 )
             )
             history = np.concatenate([prompt, reply])

@@ -73,7 +73,12 @@ def _chunk_requests(
     for s in chunk:
         m = len(s.messages)
         msg_offs = offsets[base : base + m + 1]
-        times, gaps = arrivals.schedule(len(s.calls), rng, [c.gap_s for c in s.calls])
+        out_tokens = sum(
+            int(msg_offs[c.output + 1] - msg_offs[c.output])
+            for c in s.calls
+            if c.output is not None
+        )
+        times, gaps = arrivals.schedule(len(s.calls), rng, [c.gap_s for c in s.calls], out_tokens)
         thinks = arrivals.think_times(gaps)
         for k, call in enumerate(s.calls):
             prompt = ids[int(msg_offs[call.prompt_start]) : int(msg_offs[call.prompt_end])]

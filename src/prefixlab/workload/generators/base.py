@@ -1,0 +1,123 @@
+"""What every generator shares: parameter declarations, checks, the registry, token draws.
+
+A generator is a function ``fn(params=None, **overrides) -> Trace`` plus a frozen dataclass
+of parameters declared with :func:`param` (default, lower bound, help). The CLI builds one
+flag per parameter from the declarations (``prefixlab trace generate lpc --lambda-chat 50``),
+and ``gen:NAME:k=v`` trace sources pass them as keywords.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab.errors import ConfigError
+from prefixlab.workload.trace import Trace
+
+I64 = npt.NDArray[np.int64]
+P = TypeVar("P")
+
+
+def param(default: Any, low: float | None = None, help: str = "", strict: bool = False) -> Any:
+    """Declare a generator parameter: its default, lower bound (inclusive unless strict)."""
+    meta = {"low": low, "help": help, "strict": strict}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def check_params(obj: Any) -> None:
+    """Each parameter has its default's type and respects its bound; errors name it."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        default = f.default
+        if value is None and default is None:
+            continue
+        kind: type[Any] = type(default) if default is not None else float
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{f.name} must be true or false, got {value!r}")
+            continue
+        if kind is str:
+            if not isinstance(value, str):
+                raise ConfigError(f"{f.name} must be a string, got {value!r}")
+            continue
+        if kind is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{f.name} must be an integer, got {value!r}")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise ConfigError(f"{f.name} must be a number, got {value!r}")
+        low = f.metadata.get("low")
+        if low is not None:
+            strict = f.metadata.get("strict", False)
+            if value < low or (strict and value == low):
+                raise ConfigError(
+                    f"{f.name} must be {'>' if strict else '>='} {low}, got {value!r}"
+                )
+
+
+def resolve_params(cls: type[P], params: P | None, overrides: dict[str, Any], what: str) -> P:
+    """``params`` (or the defaults) with ``overrides`` applied; unknown names are errors."""
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    bad = [k for k in overrides if k not in names]
+    if bad:
+        raise ConfigError(
+            f"{what} generator has no parameter {bad[0]!r}; it takes {', '.join(sorted(names))}"
+        )
+    base = params if params is not None else cls()
+    out = dataclasses.replace(base, **overrides)  # type: ignore[type-var]
+    check_params(out)
+    validate = getattr(out, "validate", None)
+    if validate is not None:
+        validate()
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratorInfo:
+    name: str
+    params: type[Any]
+    fn: Callable[..., Trace]
+    summary: str
+
+
+GENERATORS: dict[str, GeneratorInfo] = {}
+
+
+def register_generator(
+    name: str, params: type[Any], summary: str
+) -> Callable[[Callable[..., Trace]], Callable[..., Trace]]:
+    def deco(fn: Callable[..., Trace]) -> Callable[..., Trace]:
+        GENERATORS[name] = GeneratorInfo(name, params, fn, summary)
+        return fn
+
+    return deco
+
+
+def zipf_weights(n: int, exponent: float) -> npt.NDArray[np.float64]:
+    """Popularity of ranks 1..n proportional to rank**-exponent (exponent 0: uniform)."""
+    w: npt.NDArray[np.float64] = np.arange(1, n + 1, dtype=np.float64) ** -exponent
+    out: npt.NDArray[np.float64] = w / w.sum()
+    return out
+
+
+def lognormal_lengths(rng: np.random.Generator, mean: float, n: int, sigma: float = 0.6) -> I64:
+    """Positive integer lengths, log-normal with the given mean."""
+    mu = np.log(mean) - sigma**2 / 2
+    out: I64 = np.maximum(1, rng.lognormal(mu, sigma, n).round()).astype(np.int64)
+    return out
+
+
+class TokenSource:
+    """Fresh random token ids, from a stream of their own so content never depends on how
+    many other draws were made (and distinct content never collides in practice)."""
+
+    def __init__(self, seed: int, vocab_size: int) -> None:
+        self.rng = np.random.default_rng([seed, 0x70C])
+        self.vocab_size = vocab_size
+
+    def draw(self, n: int) -> I64:
+        return self.rng.integers(0, self.vocab_size, int(n), dtype=np.int64)

@@ -1,0 +1,135 @@
+"""Single-turn templated tasks (UniCache, Table 3), seeded.
+
+Four tasks, each with its own system prompt and, but for ``untemplated``, a pool of
+``templates_per_task`` templates drawn with Zipf popularity (exponent ``template_zipf``):
+
+================  =====================================================================
+task              prompt
+================  =====================================================================
+``untemplated``   system + query
+``programming``   system + program description (template) + query
+``tool-use``      system + tool description (template) + query
+``document-qa``   system + document (template) + query
+================  =====================================================================
+
+The query is unique to the request (log-normal length, mean ``query_tokens``); the
+template lengths are log-normal around ``program_tokens``, ``tool_tokens`` and
+``document_tokens``. Decode lengths are log-normal with mean ``output_tokens``. Requests
+arrive as a Poisson process (``request_rate_per_s``); each picks its task by
+``task_weights`` (comma-separated, one per task in the order above; empty: equal).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab.errors import ConfigError
+from prefixlab.workload.generators.base import (
+    I64,
+    TokenSource,
+    lognormal_lengths,
+    param,
+    register_generator,
+    resolve_params,
+    zipf_weights,
+)
+from prefixlab.workload.trace import Request, Trace
+
+TASKS = ("untemplated", "programming", "tool-use", "document-qa")
+
+
+@dataclass(frozen=True, slots=True)
+class TemplatedParams:
+    num_requests: int = param(2000, 1, "Requests to generate.")
+    request_rate_per_s: float = param(4.0, 0, "Poisson arrival rate.", strict=True)
+    task_weights: str = param("", help="Weights of untemplated,programming,tool-use,document-qa.")
+    system_tokens: int = param(512, 1, "Tokens of each task's system prompt.")
+    templates_per_task: int = param(50, 1, "Template pool size of each templated task.")
+    template_zipf: float = param(1.0, 0, "Zipf exponent of template popularity.")
+    query_tokens: int = param(64, 1, "Mean tokens of the unique query.")
+    program_tokens: int = param(1024, 1, "Mean tokens of a program description.")
+    tool_tokens: int = param(1536, 1, "Mean tokens of a tool description.")
+    document_tokens: int = param(3072, 1, "Mean tokens of a document.")
+    output_tokens: int = param(256, 1, "Mean decode tokens.")
+    vocab_size: int = param(128_000, 2, "Token id range.")
+    seed: int = param(0, 0, "Random seed.")
+
+    def weights(self) -> npt.NDArray[np.float64]:
+        if not self.task_weights.strip():
+            return np.full(len(TASKS), 1.0 / len(TASKS))
+        try:
+            w = np.array([float(x) for x in self.task_weights.split(",")], dtype=np.float64)
+        except ValueError:
+            raise ConfigError(
+                f"task_weights must be {len(TASKS)} comma-separated numbers, got "
+                f"{self.task_weights!r}"
+            ) from None
+        if w.shape[0] != len(TASKS) or (w < 0).any() or not w.sum() > 0:
+            raise ConfigError(
+                f"task_weights needs {len(TASKS)} non-negative weights ({', '.join(TASKS)}) "
+                f"with a positive sum, got {self.task_weights!r}"
+            )
+        out: npt.NDArray[np.float64] = w / w.sum()
+        return out
+
+    def validate(self) -> None:
+        self.weights()
+
+
+class TemplatedTasks:
+    """The fixed content of the four tasks; draws requests from them."""
+
+    def __init__(self, p: TemplatedParams, tokens: TokenSource) -> None:
+        self.p = p
+        self.tokens = tokens
+        self.system = {t: tokens.draw(p.system_tokens) for t in TASKS}
+        means = {
+            "programming": p.program_tokens,
+            "tool-use": p.tool_tokens,
+            "document-qa": p.document_tokens,
+        }
+        lengths_rng = np.random.default_rng([p.seed, 0x7E])
+        self.templates: dict[str, list[I64]] = {
+            t: [
+                tokens.draw(n)
+                for n in lognormal_lengths(lengths_rng, m, p.templates_per_task).tolist()
+            ]
+            for t, m in means.items()
+        }
+        self.popularity = zipf_weights(p.templates_per_task, p.template_zipf)
+
+    def request(self, task: str, arrival_s: float, rng: np.random.Generator) -> Request:
+        parts = [self.system[task]]
+        if task != "untemplated":
+            parts.append(
+                self.templates[task][int(rng.choice(len(self.popularity), p=self.popularity))]
+            )
+        parts.append(self.tokens.draw(int(lognormal_lengths(rng, self.p.query_tokens, 1)[0])))
+        prompt = np.concatenate(parts)
+        out = self.tokens.draw(int(lognormal_lengths(rng, self.p.output_tokens, 1)[0]))
+        return Request(
+            arrival_s=arrival_s,
+            input_length=int(prompt.shape[0]),
+            output_length=int(out.shape[0]),
+            task=task,
+            input_tokens=prompt,
+            output_tokens=out,
+        )
+
+
+@register_generator("templated", TemplatedParams, "Single-turn templated tasks (UniCache Table 3).")
+def generate_templated(params: TemplatedParams | None = None, **overrides: object) -> Trace:
+    """A token-form trace of single-turn requests over the four tasks, in arrival order."""
+    p = resolve_params(TemplatedParams, params, overrides, "templated")
+    rng = np.random.default_rng(p.seed)
+    tasks = TemplatedTasks(p, TokenSource(p.seed, p.vocab_size))
+    times = np.cumsum(rng.exponential(1.0 / p.request_rate_per_s, p.num_requests))
+    picks = rng.choice(len(TASKS), size=p.num_requests, p=p.weights())
+    requests = [
+        tasks.request(TASKS[k], float(t), rng)
+        for k, t in zip(picks.tolist(), times.tolist(), strict=True)
+    ]
+    return Trace.from_requests(requests, name=f"templated-seed{p.seed}")
