@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
+import inspect
 import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,10 +20,12 @@ from rich.table import Table
 from prefixlab.analysis import trace_stats
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.model import capacity_blocks_for_bytes
-from prefixlab.policies.base import describe, make_policy, parameters, registered
+from prefixlab.policies.base import describe, make_policy, parameters, parse_spec, registered
 from prefixlab.runner.replay import ReplayConfig, ReplayResult, replay
+from prefixlab.workload.generators import GENERATORS, GeneratorInfo
 from prefixlab.workload.loaders.base import LOADERS
 from prefixlab.workload.loaders.native import write_native
+from prefixlab.workload.loaders.parquet import write_parquet
 from prefixlab.workload.sources import open_trace
 from prefixlab.workload.trace import Trace
 
@@ -43,6 +48,55 @@ FormatOpt = Annotated[
     str, typer.Option("--format", "-f", help=f"Trace format: {', '.join(sorted(LOADERS))}.")
 ]
 BlockTokensOpt = Annotated[int | None, typer.Option(help="Tokens per block (token-form traces).")]
+LimitOpt = Annotated[int | None, typer.Option(help="Keep at most this many requests.")]
+SampleOpt = Annotated[
+    float | None, typer.Option(help="Keep this fraction of sessions (whole sessions, seeded).")
+]
+SampleSeedOpt = Annotated[int, typer.Option(help="Seed of --sample.")]
+StartOpt = Annotated[float | None, typer.Option(help="Keep arrivals at or after this time (s).")]
+EndOpt = Annotated[float | None, typer.Option(help="Keep arrivals before this time (s).")]
+TokenizerOpt = Annotated[
+    str | None,
+    typer.Option(help="Tokenizer for text formats: llama3, qwen3, cl100k, o200k, hf:PATH, ..."),
+]
+ArrivalOpt = Annotated[
+    str | None,
+    typer.Option(help="Arrival model for text formats, e.g. lpc:lambda_chat=100 or sessions."),
+]
+LoadOpt = Annotated[
+    list[str] | None,
+    typer.Option("--load-opt", help="Other loader option key=value (repeatable), e.g. side=b."),
+]
+
+
+def _load_kwargs(
+    limit: int | None,
+    sample: float | None,
+    sample_seed: int,
+    start_s: float | None,
+    end_s: float | None,
+    tokenizer: str | None,
+    arrival: str | None,
+    load_opt: list[str] | None,
+) -> dict[str, Any]:
+    """Loader keywords from the shared options; only those the user gave."""
+    kw: dict[str, Any] = {}
+    for key, value in (
+        ("limit", limit),
+        ("sample", sample),
+        ("start_s", start_s),
+        ("end_s", end_s),
+        ("tokenizer", tokenizer),
+        ("arrival", arrival),
+    ):
+        if value is not None:
+            kw[key] = value
+    if sample is not None:
+        kw["sample_seed"] = sample_seed
+    if load_opt:
+        _, extra = parse_spec("x:" + ",".join(load_opt), "--load-opt")
+        kw.update(extra)
+    return kw
 
 
 def _block_tokens(tr: Trace, block_tokens: int | None) -> int:
@@ -140,15 +194,24 @@ def replay_cmd(
     min_recompute_tokens: Annotated[
         int, typer.Option(help="Tokens of each prompt always recomputed (vLLM: 1).")
     ] = 1,
-    limit: Annotated[int | None, typer.Option(help="Read at most this many requests.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON list.")] = False,
     per_request: Annotated[
         Path | None, typer.Option(help="Write per-request CSV (index,hit_tokens,input_tokens).")
     ] = None,
+    limit: LimitOpt = None,
+    sample: SampleOpt = None,
+    sample_seed: SampleSeedOpt = 0,
+    start_s: StartOpt = None,
+    end_s: EndOpt = None,
+    tokenizer: TokenizerOpt = None,
+    arrival: ArrivalOpt = None,
+    load_opt: LoadOpt = None,
 ) -> None:
     """Replay a trace through a prefix cache under each policy and compare hit ratios."""
     try:
-        kwargs: dict[str, Any] = {"limit": limit} if limit is not None else {}
+        kwargs = _load_kwargs(
+            limit, sample, sample_seed, start_s, end_s, tokenizer, arrival, load_opt
+        )
         tr = open_trace(trace, fmt, **kwargs)
         bt = _block_tokens(tr, block_tokens)
         config = ReplayConfig(
@@ -238,10 +301,21 @@ def trace_stats_cmd(
     fmt: FormatOpt = "native",
     block_tokens: BlockTokensOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    limit: LimitOpt = None,
+    sample: SampleOpt = None,
+    sample_seed: SampleSeedOpt = 0,
+    start_s: StartOpt = None,
+    end_s: EndOpt = None,
+    tokenizer: TokenizerOpt = None,
+    arrival: ArrivalOpt = None,
+    load_opt: LoadOpt = None,
 ) -> None:
     """Requests, sessions, tasks, length percentiles, arrival span and the hit ceiling."""
     try:
-        tr = open_trace(trace, fmt)
+        kwargs = _load_kwargs(
+            limit, sample, sample_seed, start_s, end_s, tokenizer, arrival, load_opt
+        )
+        tr = open_trace(trace, fmt, **kwargs)
         _block_tokens(tr, block_tokens)
         stats = trace_stats(tr, block_tokens)
     except PrefixlabError as exc:
@@ -266,47 +340,107 @@ def trace_stats_cmd(
     _console().print(table)
 
 
-@trace_app.command("generate")
-def trace_generate_cmd(
-    kind: Annotated[str, typer.Argument(help="Generator: sessions.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output native JSONL file.")],
-    param: Annotated[
-        list[str] | None,
-        typer.Option("--param", help="Generator parameter key=value (repeatable)."),
-    ] = None,
-    seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,
-) -> None:
-    """Generate a workload and write it as native JSONL."""
-    spec = ",".join([*(param or []), *([f"seed={seed}"] if seed is not None else [])])
-    try:
-        tr = open_trace(f"gen:{kind}" + (f":{spec}" if spec else ""))
-        _write_trace(tr, out)
-    except PrefixlabError as exc:
-        _fail(str(exc))
-        return
-    _console().print(f"wrote {len(tr):,} requests to {out}")
+OutOpt = Annotated[
+    Path, typer.Option("--out", "-o", help="Output file: .parquet for Parquet, else JSONL.")
+]
+ToOpt = Annotated[
+    str | None, typer.Option("--to", help="Output format: native (JSONL) or parquet.")
+]
 
 
 @trace_app.command("convert")
 def trace_convert_cmd(
     trace: TraceArg,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output native JSONL file.")],
+    out: OutOpt,
     fmt: FormatOpt = "native",
+    to: ToOpt = None,
+    limit: LimitOpt = None,
+    sample: SampleOpt = None,
+    sample_seed: SampleSeedOpt = 0,
+    start_s: StartOpt = None,
+    end_s: EndOpt = None,
+    tokenizer: TokenizerOpt = None,
+    arrival: ArrivalOpt = None,
+    load_opt: LoadOpt = None,
 ) -> None:
-    """Convert any supported trace to prefixlab's native JSONL (atomically written)."""
+    """Convert any supported trace to native JSONL or Parquet (atomically written)."""
     try:
-        tr = open_trace(trace, fmt)
-        _write_trace(tr, out)
+        kwargs = _load_kwargs(
+            limit, sample, sample_seed, start_s, end_s, tokenizer, arrival, load_opt
+        )
+        _check_out(out, to)
+        tr = open_trace(trace, fmt, **kwargs)
+        _write_trace(tr, out, to)
     except PrefixlabError as exc:
         _fail(str(exc))
         return
     _console().print(f"wrote {len(tr):,} requests to {out}")
 
 
-def _write_trace(tr: Trace, out: Path) -> None:
+generate_app = typer.Typer(
+    no_args_is_help=True,
+    help="Generate a seeded workload and write it (one command per generator).",
+)
+trace_app.add_typer(generate_app, name="generate")
+
+
+def _generate_command(info: GeneratorInfo) -> Callable[..., None]:
+    """A command whose flags are the generator's parameters (--num-sessions, --preset...)."""
+    fields = dataclasses.fields(info.params)
+
+    def command(**kwargs: Any) -> None:
+        out: Path = kwargs.pop("out")
+        to: str | None = kwargs.pop("to")
+        given = {k: v for k, v in kwargs.items() if v is not None}
+        try:
+            _check_out(out, to)
+            tr = info.fn(**given)
+            _write_trace(tr, out, to)
+        except PrefixlabError as exc:
+            _fail(str(exc))
+            return
+        _console().print(f"wrote {len(tr):,} requests to {out}")
+
+    params = [
+        inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, annotation=OutOpt),
+        inspect.Parameter("to", inspect.Parameter.KEYWORD_ONLY, annotation=ToOpt, default=None),
+    ]
+    for f in fields:
+        kind = type(f.default) if f.default is not None else float
+        flag = "--" + f.name.replace("_", "-")
+        decls = [f"{flag}/--no-{flag[2:]}"] if kind is bool else [flag]
+        hint = f.metadata.get("help", "")
+        option = typer.Option(*decls, help=f"{hint} (default {f.default})", show_default=False)
+        params.append(
+            inspect.Parameter(
+                f.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=Annotated[kind | None, option],
+                default=None,
+            )
+        )
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__doc__ = f"{info.summary} Parameters as named in the paper; see docs/workloads."
+    return command
+
+
+for _info in GENERATORS.values():
+    generate_app.command(_info.name)(_generate_command(_info))
+
+
+def _check_out(out: Path, to: str | None) -> None:
     if not out.parent.resolve().is_dir():
         raise ConfigError(f"--out: folder {out.parent} does not exist")
-    write_native(tr, out)
+    if to is not None and to not in ("native", "parquet"):
+        raise ConfigError(f"--to must be native or parquet, got {to!r}")
+
+
+def _write_trace(tr: Trace, out: Path, to: str | None = None) -> None:
+    _check_out(out, to)
+    if (to or ("parquet" if out.suffix == ".parquet" else "native")) == "parquet":
+        write_parquet(tr, out)
+    else:
+        write_native(tr, out)
 
 
 def main() -> None:

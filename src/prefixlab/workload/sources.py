@@ -20,4 +20,6 @@ def open_trace(source: str, fmt: str = "native", **loader_kwargs: Any) -> Trace:
         if name not in GENERATORS:
             raise ConfigError(f"unknown generator '{name}'; known: {', '.join(sorted(GENERATORS))}")
         return GENERATORS[name].fn(**kwargs)
+    if fmt == "native" and source.endswith(".parquet"):
+        fmt = "parquet"
     return load_trace(source, fmt, **loader_kwargs)

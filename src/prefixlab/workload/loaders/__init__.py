@@ -11,6 +11,7 @@ from prefixlab.workload.loaders import (  # noqa: F401
     marconi,
     mooncake,
     native,
+    parquet,
 )
 from prefixlab.workload.loaders.base import (
     LOADERS,
@@ -20,5 +21,14 @@ from prefixlab.workload.loaders.base import (
     load_trace,
     register_loader,
 )
+from prefixlab.workload.loaders.parquet import write_parquet
 
-__all__ = ["LOADERS", "Header", "LoadOptions", "iter_requests", "load_trace", "register_loader"]
+__all__ = [
+    "LOADERS",
+    "Header",
+    "LoadOptions",
+    "iter_requests",
+    "load_trace",
+    "register_loader",
+    "write_parquet",
+]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -101,6 +102,12 @@ def iter_requests(
             yield item
 
 
+def loader_options(fmt: str) -> list[str]:
+    """The keyword options a format's loader takes (besides the path)."""
+    params = list(inspect.signature(LOADERS[fmt]).parameters)
+    return params[1:]
+
+
 def _open(
     path: str | Path, fmt: str, opts: LoadOptions, kwargs: dict[str, Any]
 ) -> Iterator[Request | Header]:
@@ -109,6 +116,11 @@ def _open(
         raise ConfigError(f"unknown trace format '{fmt}'; known: {', '.join(sorted(LOADERS))}")
     if not Path(path).exists():
         raise ConfigError(f"trace file not found: {path}")
+    accepted = loader_options(fmt)
+    for key in kwargs:
+        if key not in accepted:
+            takes = f"it takes {', '.join(accepted)}" if accepted else "it takes none"
+            raise ConfigError(f"option {key!r} does not apply to the {fmt} format; {takes}")
     kept = 0
     for index, item in enumerate(LOADERS[fmt](Path(path), **kwargs)):
         if isinstance(item, Header):
