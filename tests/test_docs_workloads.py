@@ -1,0 +1,107 @@
+"""docs/workloads: one page per loader and generator, and every example command on them runs.
+
+The commands are read from the pages' ``bash`` blocks and run through the CLI in a scratch
+folder (``../shared/`` and ``docs/`` paths resolved to this checkout), so a page cannot drift
+from the code. Figures the pages quote are checked where they are cheap to recompute.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from prefixlab.analysis import session_prefix_share, trace_stats
+from prefixlab.cli import app
+from prefixlab.workload.generators import GENERATORS
+from prefixlab.workload.loaders import LOADERS, load_trace
+
+from .conftest import SHARED_DATA
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = ROOT / "docs" / "workloads"
+
+
+def _commands(page: Path) -> list[str]:
+    blocks = re.findall(r"```bash\n(.*?)```", page.read_text(), flags=re.S)
+    return [
+        line.strip()
+        for block in blocks
+        for line in block.splitlines()
+        if line.strip().startswith("prefixlab ")
+    ]
+
+
+def _resolve(arg: str) -> str:
+    if arg.startswith("../shared/"):
+        return str(SHARED_DATA.parent / arg[len("../shared/") :])
+    if arg.startswith("docs/"):
+        return str(ROOT / arg)
+    return arg
+
+
+@pytest.mark.parametrize("fmt", sorted(LOADERS))
+def test_every_loader_has_a_page_with_an_example(fmt: str) -> None:
+    page = PAGES / f"{fmt}.md"
+    assert page.is_file(), f"docs/workloads/{fmt}.md is missing"
+    cmds = _commands(page)
+    assert cmds, f"{page.name} has no example command"
+    if fmt not in ("native", "parquet"):
+        assert any(f"--format {fmt}" in c for c in cmds)
+    assert f"`{fmt}`" in (PAGES / "README.md").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(GENERATORS))
+def test_every_generator_has_a_page_with_an_example(name: str) -> None:
+    page = PAGES / f"{name}.md"
+    assert page.is_file(), f"docs/workloads/{name}.md is missing"
+    cmds = _commands(page)
+    assert any(f"trace generate {name}" in c or f"gen:{name}" in c for c in cmds)
+    assert f"`{name}`" in (PAGES / "README.md").read_text()
+
+
+@pytest.mark.parametrize("page", sorted(p.name for p in PAGES.glob("*.md")))
+def test_page_examples_run(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cmds = _commands(PAGES / page)
+    if any("../shared/" in c for c in cmds) and not SHARED_DATA.is_dir():
+        pytest.skip("shared data not found")
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    for cmd in cmds:
+        argv = [_resolve(a) for a in shlex.split(cmd)[1:]]
+        res = runner.invoke(app, argv)
+        assert res.exit_code == 0, f"{page}: `{cmd}` failed:\n{res.output}"
+        if "-o" in argv:
+            assert (tmp_path / argv[argv.index("-o") + 1]).is_file()
+
+
+def test_swe_agent_page_figures() -> None:
+    """docs/workloads/swe-agent.md quotes these (llama3 and cl100k, 16-token blocks)."""
+    folder = SHARED_DATA / "swe_agent"
+    if not folder.is_dir():
+        pytest.skip("shared SWE-agent data not found")
+    trace = load_trace(folder, "swe-agent")
+    assert (len(trace), len(set(trace.session_id))) == (209, 19)
+    assert int(trace.input_length.sum()) == 967_204
+    share = session_prefix_share(trace)
+    assert share is not None and round(share, 4) == 0.9144
+    stats = trace_stats(trace, 16)
+    assert round(stats["infinite_cache_token_hit_ratio"], 4) == 0.8861
+    cl = load_trace(folder, "swe-agent", tokenizer="cl100k")
+    assert round(session_prefix_share(cl) or 0.0, 4) == 0.9144
+
+
+def test_toolbench_page_figures() -> None:
+    folder = SHARED_DATA / "toolbench"
+    if not folder.is_dir():
+        pytest.skip("shared ToolBench data not found")
+    trace = load_trace(folder, "toolbench")
+    tasks = {t: trace.task.count(t) for t in set(trace.task) if t is not None}
+    assert (len(trace), len(set(trace.session_id))) == (66, 27)
+    assert tasks == {"tool-agent": 52, "tool-use": 14}
+    assert int(trace.input_length.sum()) == 119_251
+    assert round(session_prefix_share(trace) or 0.0, 3) == 0.892
+    assert round(trace_stats(trace, 16)["infinite_cache_token_hit_ratio"], 3) == 0.730
