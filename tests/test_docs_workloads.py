@@ -105,3 +105,23 @@ def test_toolbench_page_figures() -> None:
     assert int(trace.input_length.sum()) == 119_251
     assert round(session_prefix_share(trace) or 0.0, 3) == 0.892
     assert round(trace_stats(trace, 16)["infinite_cache_token_hit_ratio"], 3) == 0.730
+
+
+def test_templated_takes_azure_arrivals_and_lengths() -> None:
+    """templated.md: --arrivals-from keeps an Azure trace's times and lengths (45% / 58%)."""
+    csv = SHARED_DATA / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv"
+    if not csv.is_file():
+        pytest.skip("shared Azure trace not found")
+    from prefixlab.workload.generators import generate_templated
+
+    real = load_trace(csv, "azure", limit=500)
+    for system_tokens, share in ((512, 0.454), (64, 0.582)):
+        t = generate_templated(
+            num_requests=500, system_tokens=system_tokens, arrivals_from=str(csv)
+        )
+        assert (t.arrival_s == real.arrival_s).all()
+        assert (t.output_length == real.output_length).all()
+        exact = t.input_length == real.input_length
+        assert round(float(exact.mean()), 3) == share
+        # Where the row is too short, the prompt is the task's fixed part plus one token.
+        assert (t.input_length[~exact] > real.input_length[~exact]).all()

@@ -17,6 +17,11 @@ template lengths are log-normal around ``program_tokens``, ``tool_tokens`` and
 ``document_tokens``. Decode lengths are log-normal with mean ``output_tokens``. Requests
 arrive as a Poisson process (``request_rate_per_s``); each picks its task by
 ``task_weights`` (comma-separated, one per task in the order above; empty: equal).
+
+``arrivals_from`` names an Azure LLM inference CSV (content-free): its first
+``num_requests`` rows then give the arrival times, prompt lengths (the query is sized so the
+prompt has the row's ``ContextTokens``; a row shorter than its task's system prompt and
+template keeps them plus one query token) and decode lengths.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ class TemplatedParams:
     document_tokens: int = param(3072, 1, "Mean tokens of a document.")
     output_tokens: int = param(256, 1, "Mean decode tokens.")
     vocab_size: int = param(128_000, 2, "Token id range.")
+    arrivals_from: str = param("", help="Azure CSV: take arrivals and lengths from it.")
     seed: int = param(0, 0, "Random seed.")
 
     def weights(self) -> npt.NDArray[np.float64]:
@@ -101,15 +107,28 @@ class TemplatedTasks:
         }
         self.popularity = zipf_weights(p.templates_per_task, p.template_zipf)
 
-    def request(self, task: str, arrival_s: float, rng: np.random.Generator) -> Request:
+    def request(
+        self,
+        task: str,
+        arrival_s: float,
+        rng: np.random.Generator,
+        input_length: int | None = None,
+        output_length: int | None = None,
+    ) -> Request:
+        """One request; given lengths (a real trace's) set the query and decode lengths."""
         parts = [self.system[task]]
         if task != "untemplated":
-            parts.append(
-                self.templates[task][int(rng.choice(len(self.popularity), p=self.popularity))]
-            )
-        parts.append(self.tokens.draw(int(lognormal_lengths(rng, self.p.query_tokens, 1)[0])))
+            pick = int(rng.choice(len(self.popularity), p=self.popularity))
+            parts.append(self.templates[task][pick])
+        query = int(lognormal_lengths(rng, self.p.query_tokens, 1)[0])
+        decode = int(lognormal_lengths(rng, self.p.output_tokens, 1)[0])
+        if input_length is not None:
+            query = max(1, input_length - sum(int(x.shape[0]) for x in parts))
+        if output_length is not None:
+            decode = output_length
+        parts.append(self.tokens.draw(query))
         prompt = np.concatenate(parts)
-        out = self.tokens.draw(int(lognormal_lengths(rng, self.p.output_tokens, 1)[0]))
+        out = self.tokens.draw(decode)
         return Request(
             arrival_s=arrival_s,
             input_length=int(prompt.shape[0]),
@@ -126,10 +145,22 @@ def generate_templated(params: TemplatedParams | None = None, **overrides: objec
     p = resolve_params(TemplatedParams, params, overrides, "templated")
     rng = np.random.default_rng(p.seed)
     tasks = TemplatedTasks(p, TokenSource(p.seed, p.vocab_size))
-    times = np.cumsum(rng.exponential(1.0 / p.request_rate_per_s, p.num_requests))
-    picks = rng.choice(len(TASKS), size=p.num_requests, p=p.weights())
+    n = p.num_requests
+    lengths: list[tuple[int | None, int | None]] = [(None, None)] * n
+    if p.arrivals_from:
+        # Arrivals and lengths from a real trace that has no content (Azure): the content
+        # is ours, its timing and sizes theirs (the query absorbs the length difference).
+        from prefixlab.workload.loaders import load_trace
+
+        real = load_trace(p.arrivals_from, "azure", limit=n)
+        n = len(real)
+        times = real.arrival_s
+        lengths = list(zip(real.input_length.tolist(), real.output_length.tolist(), strict=True))
+    else:
+        times = np.cumsum(rng.exponential(1.0 / p.request_rate_per_s, n))
+    picks = rng.choice(len(TASKS), size=n, p=p.weights())
     requests = [
-        tasks.request(TASKS[k], float(t), rng)
-        for k, t in zip(picks.tolist(), times.tolist(), strict=True)
+        tasks.request(TASKS[k], float(t), rng, *lengths[i])
+        for i, (k, t) in enumerate(zip(picks.tolist(), times.tolist(), strict=True))
     ]
     return Trace.from_requests(requests, name=f"templated-seed{p.seed}")
