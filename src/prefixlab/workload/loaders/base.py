@@ -158,7 +158,7 @@ def load_trace(
             builder.append(item)
     if not len(builder):
         why = "no requests in the selected window or sample" if opts.filters else "no requests"
-        raise TraceFormatError(str(path), 0, None, f"{why} in file")
+        raise TraceFormatError(str(path), 0, None, why)
     return builder.build()
 
 
