@@ -21,6 +21,7 @@ Spec strings (``--arrival``): ``sessions:session_rate_per_s=0.5,preset=agentic``
 from __future__ import annotations
 
 import heapq
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -39,7 +40,9 @@ def check_number(name: str, value: object, low: float, strict: bool = False) -> 
     """A real number >= low (> low when strict), or a ConfigError naming the parameter."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{name} must be a number, got {value!r}")
-    if not (value > low if strict else value >= low) or value != value:
+    if not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    if not (value > low if strict else value >= low):
         raise ConfigError(f"{name} must be {'>' if strict else '>='} {low}, got {value!r}")
     return float(value)
 
@@ -201,10 +204,14 @@ def make_arrivals(spec: str | ArrivalModel, **defaults: object) -> ArrivalModel:
 
 
 def max_concurrent(starts: Sequence[float], ends: Sequence[float]) -> int:
-    """Most sessions active at one instant, a session active over ``[start, end]``."""
-    events = sorted([(float(s), 0) for s in starts] + [(float(e), 1) for e in ends])
+    """Most sessions active at one instant, a session active over ``[start, end)``.
+
+    A session that ends when another starts frees its place first (as :class:`LPCArrivals`
+    hands a finished conversation's place to the next one).
+    """
+    events = sorted([(float(e), 0) for e in ends] + [(float(s), 1) for s in starts])
     active = best = 0
     for _, kind in events:
-        active += 1 if kind == 0 else -1
+        active += 1 if kind == 1 else -1
         best = max(best, active)
     return best

@@ -9,6 +9,7 @@ and ``gen:NAME:k=v`` trace sources pass them as keywords.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -48,8 +49,10 @@ def check_params(obj: Any) -> None:
         if kind is int:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"{f.name} must be an integer, got {value!r}")
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{f.name} must be a number, got {value!r}")
+        elif not math.isfinite(value):
+            raise ConfigError(f"{f.name} must be a finite number, got {value!r}")
         low = f.metadata.get("low")
         if low is not None:
             strict = f.metadata.get("strict", False)

@@ -73,7 +73,7 @@ class TemplatedParams:
                 f"task_weights must be {len(TASKS)} comma-separated numbers, got "
                 f"{self.task_weights!r}"
             ) from None
-        if w.shape[0] != len(TASKS) or (w < 0).any() or not w.sum() > 0:
+        if w.shape[0] != len(TASKS) or not np.isfinite(w).all() or (w < 0).any() or not w.sum() > 0:
             raise ConfigError(
                 f"task_weights needs {len(TASKS)} non-negative weights ({', '.join(TASKS)}) "
                 f"with a positive sum, got {self.task_weights!r}"
