@@ -16,6 +16,7 @@ from prefixlab.errors import TraceFormatError
 
 _CHUNK = 1 << 20
 _WS = " \t\r\n"
+_NUMBER = "0123456789+-.eE"
 
 
 class _Buffer:
@@ -67,8 +68,9 @@ class _Buffer:
                 raise TraceFormatError(
                     str(self.path), self.line, None, f"bad JSON: {exc.msg}"
                 ) from None
-            if end == len(self.text) and not self.eof and self.fill():
-                # A number or literal may continue in the next chunk: decode again.
+            rest = self.text[end:]
+            if not self.eof and not rest.strip(_NUMBER) and self.fill():
+                # The buffer ends inside what may be one number ("1." of "1.5"): read on.
                 continue
             self.advance(end)
             return obj
@@ -92,11 +94,16 @@ def iter_json_records(path: Path) -> Iterator[tuple[int, Any]]:
             return
         buf.advance(buf.pos + 1)
         expect_item = True
+        after_comma = False
         while True:
             c = buf.skip_ws()
             if c is None:
                 raise TraceFormatError(str(path), buf.line, None, "bad JSON: unterminated array")
             if c == "]":
+                if expect_item and after_comma:
+                    raise TraceFormatError(
+                        str(path), buf.line, None, "bad JSON: trailing comma in the array"
+                    )
                 buf.advance(buf.pos + 1)
                 break
             if not expect_item:
@@ -105,7 +112,7 @@ def iter_json_records(path: Path) -> Iterator[tuple[int, Any]]:
                         str(path), buf.line, None, "bad JSON: expected ',' or ']' in the array"
                     )
                 buf.advance(buf.pos + 1)
-                expect_item = True
+                expect_item = after_comma = True
                 continue
             line = buf.line
             yield line, buf.value(decoder)

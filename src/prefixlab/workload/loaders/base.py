@@ -122,10 +122,13 @@ def _open(
             takes = f"it takes {', '.join(accepted)}" if accepted else "it takes none"
             raise ConfigError(f"option {key!r} does not apply to the {fmt} format; {takes}")
     kept = 0
-    for index, item in enumerate(LOADERS[fmt](Path(path), **kwargs)):
+    index = -1
+    for item in LOADERS[fmt](Path(path), **kwargs):
         if isinstance(item, Header):
             yield item
-        elif opts.keep(index, item):
+            continue
+        index += 1
+        if opts.keep(index, item):
             yield item
             kept += 1
             if opts.limit is not None and kept >= opts.limit:
