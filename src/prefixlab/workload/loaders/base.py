@@ -180,6 +180,9 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield lineno, obj
 
 
+_INT_ONLY = {int}
+
+
 class FieldReader:
     """Reads typed fields of one JSON object, raising errors that name file, line and field."""
 
@@ -237,6 +240,9 @@ class FieldReader:
             return None
         if not isinstance(v, list):
             raise self.fail(field, "expected a list of integers")
+        # Fast path: exact ints (not bools) within range, checked with C-level builtins.
+        if not v or (set(map(type, v)) == _INT_ONLY and min(v) >= 0 and max(v) < limit):
+            return v
         for x in v:
             if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < limit:
                 raise self.fail(field, f"expected integers in [0, {limit}), found {x!r}")
