@@ -223,7 +223,8 @@ def test_known_gaps_override_drawn_gaps_without_shifting_the_stream() -> None:
     assert g_b[1] == 7.5 and g_b[3] == 0.25
     assert g_b[2] == g_a[2] and g_b[4] == g_a[4]  # drawn gaps unchanged
     assert t_b[0] == t_a[0]
-    assert np.allclose(t_b, t_b[0] + np.cumsum(g_b))
+    # Open loop, a known (measured) think time is a floor under the drawn arrival gap.
+    assert np.allclose(t_b, t_b[0] + np.cumsum(np.maximum(g_a, g_b)))
     # Same draws consumed: the next session is identical in both.
     t_a2, g_a2 = model_a.schedule(3, rng_a)
     t_b2, g_b2 = model_b.schedule(3, rng_b)

@@ -48,10 +48,26 @@ def test_bailian_sessions_from_parent_chain(tmp_path: Path) -> None:
     assert res.hit_tokens.tolist() == [0, 32, 32, 32, 64]
 
 
+def test_bailian_slice_with_missing_parents(tmp_path: Path) -> None:
+    """A time slice starts mid-conversation: children of an absent parent share a session."""
+    rows = _bailian_rows()[2:]  # chats 12, 13, 14; parents 10 and 11 are not in the file
+    tr = load_trace(_write(tmp_path / "slice.jsonl", rows), "bailian")
+    assert tr.session_id == ["10", "11", "10"]  # 14's parent 12 has root 10
+
+
+def test_bailian_out_of_order_lines_are_sorted(tmp_path: Path) -> None:
+    rows = _bailian_rows()
+    rows[1], rows[3] = rows[3], rows[1]  # 13 (t=9.5, parent 11) now precedes 11 (t=0.5)
+    tr = load_trace(_write(tmp_path / "b.jsonl", rows), "bailian")
+    assert tr.arrival_s.tolist() == sorted(tr.arrival_s.tolist())
+    # 13 came before its parent 11: it roots at 11 by id, so the session is the same.
+    by_time = dict(zip(tr.arrival_s.tolist(), tr.session_id, strict=True))
+    assert by_time[0.5] == by_time[9.5] == "11"
+
+
 @pytest.mark.parametrize(
     ("patch", "field", "words"),
     [
-        ({"parent_chat_id": 99}, "parent_chat_id", "does not appear"),
         ({"chat_id": 10}, "chat_id", "appears twice"),
         ({"hash_ids": [1]}, "hash_ids", "claim 4"),
         ({"timestamp": -1}, "timestamp", ">= 0"),

@@ -14,11 +14,11 @@ class TraceFormatError(PrefixlabError):
     the input without reading the simulator's code.
     """
 
-    def __init__(self, path: str, line: int, field: str | None, message: str) -> None:
+    def __init__(self, path: str, line: int | None, field: str | None, message: str) -> None:
         self.path = path
         self.line = line
         self.field = field
-        where = f"{path}:{line}"
+        where = f"{path}:{line}" if line else path
         what = f"field '{field}': {message}" if field else message
         super().__init__(f"{where}: {what}")
 

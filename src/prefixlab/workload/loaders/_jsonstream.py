@@ -7,6 +7,7 @@ reports the line each record starts on, so errors can name it.
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,8 @@ _NUMBER = "0123456789+-.eE"
 class _Buffer:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.fh = path.open("r", encoding="utf-8")
+        self.fh = path.open("rb")
+        self.decoder = codecs.getincrementaldecoder("utf-8-sig")()
         self.text = ""
         self.pos = 0
         self.line = 1  # line number at self.pos
@@ -32,8 +34,13 @@ class _Buffer:
         """Read more text; False at end of file."""
         if self.eof:
             return False
-        chunk = self.fh.read(_CHUNK)
-        if not chunk:
+        raw = self.fh.read(_CHUNK)
+        try:
+            chunk = self.decoder.decode(raw, final=not raw)
+        except UnicodeDecodeError:
+            line = self.line + self.text.count("\n", self.pos)
+            raise TraceFormatError(str(self.path), line, None, "not UTF-8 text") from None
+        if not raw:
             self.eof = True
             return False
         self.text = self.text[self.pos :] + chunk
@@ -62,12 +69,15 @@ class _Buffer:
             try:
                 obj, end = decoder.raw_decode(self.text, self.pos)
             except json.JSONDecodeError as exc:
-                # Maybe the value runs past the buffer: read more and retry.
-                if self.fill():
+                # Read on only when the value may run past the buffer: the error is at its
+                # very end (a cut number or literal), or a string is still open (strings
+                # cannot span lines, so that is bounded). Anything else is a real error,
+                # reported at once: a bad record must not make us read the rest of the file.
+                cut = exc.pos >= len(self.text) - 64 or exc.msg.startswith("Unterminated")
+                if cut and self.fill():
                     continue
-                raise TraceFormatError(
-                    str(self.path), self.line, None, f"bad JSON: {exc.msg}"
-                ) from None
+                line = self.line + self.text.count("\n", self.pos, exc.pos)
+                raise TraceFormatError(str(self.path), line, None, f"bad JSON: {exc.msg}") from None
             rest = self.text[end:]
             if not self.eof and not rest.strip(_NUMBER) and self.fill():
                 # The buffer ends inside what may be one number ("1." of "1.5"): read on.

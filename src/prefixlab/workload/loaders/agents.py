@@ -24,11 +24,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from prefixlab.errors import TraceFormatError
 from prefixlab.workload.arrivals import make_arrivals
-from prefixlab.workload.loaders._chat import Call, ChatSession, chat_requests
+from prefixlab.workload.loaders._chat import Call, ChatSession, chat_requests, seeded_rng
 from prefixlab.workload.loaders._jsonstream import iter_json_records
 from prefixlab.workload.loaders.base import Header, register_loader
 from prefixlab.workload.loaders.conversations import message_text
@@ -46,7 +44,7 @@ def _files(path: Path, suffix: str) -> list[Path]:
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.suffix == suffix and p.is_file())
         if not files:
-            raise TraceFormatError(str(path), 0, None, f"folder has no {suffix} files")
+            raise TraceFormatError(str(path), None, None, f"folder has no {suffix} files")
         return files
     return [path]
 
@@ -58,6 +56,8 @@ def _load_json(path: Path) -> Any:
             return json.load(fh)
     except json.JSONDecodeError as exc:
         raise TraceFormatError(str(path), exc.lineno, None, f"bad JSON: {exc.msg}") from None
+    except UnicodeDecodeError:
+        raise TraceFormatError(str(path), None, None, "not UTF-8 text") from None
 
 
 # ------------------------------------------------------------------ SWE-agent
@@ -73,7 +73,7 @@ def parse_trajectory(path: Path) -> ChatSession:
     """One SWE-agent trajectory -> a session with one call per assistant message."""
     doc = _load_json(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("history"), list):
-        raise TraceFormatError(str(path), 1, "history", "expected an object with a history list")
+        raise TraceFormatError(str(path), None, "history", "expected an object with a history list")
     steps = doc.get("trajectory")
     exec_times: list[float | None] = []
     if isinstance(steps, list):
@@ -84,7 +84,7 @@ def parse_trajectory(path: Path) -> ChatSession:
     session = ChatSession(session_id=path.stem, task="swe-agent")
     for j, msg in enumerate(doc["history"]):
         if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
-            raise TraceFormatError(str(path), 1, f"history[{j}].role", "missing")
+            raise TraceFormatError(str(path), None, f"history[{j}].role", "missing")
         role = msg["role"]
         if role == "assistant":
             text = _assistant_text(msg)
@@ -92,7 +92,7 @@ def parse_trajectory(path: Path) -> ChatSession:
             maybe = message_text(msg.get("content"))
             if maybe is None:
                 raise TraceFormatError(
-                    str(path), 1, f"history[{j}].content", "expected text (a string or parts)"
+                    str(path), None, f"history[{j}].content", "expected text (a string or parts)"
                 )
             text = maybe
         if role == "assistant" and not msg.get("is_demo"):
@@ -116,7 +116,7 @@ def load_swe_agent(
     model = make_arrivals(arrival)
     yield Header(sort_by_arrival=True)
     sessions = (parse_trajectory(p) for p in _files(path, ".traj"))
-    yield from chat_requests(sessions, tok, model, np.random.default_rng(seed))
+    yield from chat_requests(sessions, tok, model, seeded_rng(seed))
 
 
 # ------------------------------------------------------------------ ToolBench
@@ -143,10 +143,10 @@ def _answer_session(path: Path, doc: dict[str, Any]) -> ChatSession:
     if isinstance(gen, dict) and steps is None and gen.get("valid_data") is False:
         # No valid solving chain was recorded: the query alone is the one request.
         rec = {"query": gen.get("query"), "api_list": gen.get("function", [])}
-        return _instruction_session(path, 1, 0, rec)
+        return _instruction_session(path, 0, 0, rec)
     if not isinstance(steps, list) or not all(isinstance(s, list) and s for s in steps):
         raise TraceFormatError(
-            str(path), 1, "answer_generation.train_messages", "expected a list of message lists"
+            str(path), None, "answer_generation.train_messages", "expected a list of message lists"
         )
     assert isinstance(gen, dict)
     tools = json.dumps(gen.get("function", []), sort_keys=True, ensure_ascii=False)
@@ -159,9 +159,15 @@ def _answer_session(path: Path, doc: dict[str, Any]) -> ChatSession:
         for j, msg in enumerate(step):
             if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
                 raise TraceFormatError(
-                    str(path), 1, f"answer_generation.train_messages[{k}][{j}].role", "missing"
+                    str(path), None, f"answer_generation.train_messages[{k}][{j}].role", "missing"
                 )
-            text = message_text(msg.get("content")) or ""
+            content = msg.get("content")
+            text = message_text(content) if content is not None else ""
+            if text is None:
+                raise TraceFormatError(
+                    str(path), None, f"answer_generation.train_messages[{k}][{j}].content",
+                    "expected text (a string or text parts) or null",
+                )  # fmt: skip
             if msg.get("function_call") is not None:
                 call = json.dumps(msg["function_call"], sort_keys=True, ensure_ascii=False)
                 text += "\n" + call
@@ -176,13 +182,17 @@ def _toolbench_sessions(files: list[Path]) -> Iterator[ChatSession]:
         records = iter_json_records(p)
         first = next(records, None)
         if first is None:
-            raise TraceFormatError(str(p), 0, None, "empty file")
+            raise TraceFormatError(str(p), None, None, "empty file")
         line, rec = first
         if isinstance(rec, dict) and "answer_generation" in rec:
             yield _answer_session(p, rec)
             continue
-        if isinstance(rec, dict) and "query" not in rec and len(files) > 1:
-            continue  # not a ToolBench file in a folder of them: skip it
+        if not isinstance(rec, dict) or "query" not in rec:
+            raise TraceFormatError(
+                str(p), line, None,
+                "not a ToolBench file: expected a list of queries (query, api_list) or an "
+                "answer file (answer_generation)",
+            )  # fmt: skip
         yield _instruction_session(p, line, 0, rec)
         for i, (line, rec) in enumerate(records, start=1):
             yield _instruction_session(p, line, i, rec)
@@ -200,4 +210,4 @@ def load_toolbench(
     model = make_arrivals(arrival)
     yield Header(sort_by_arrival=True)
     sessions = _toolbench_sessions(_files(path, ".json"))
-    yield from chat_requests(sessions, tok, model, np.random.default_rng(seed))
+    yield from chat_requests(sessions, tok, model, seeded_rng(seed))

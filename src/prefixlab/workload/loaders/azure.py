@@ -33,6 +33,15 @@ def _seconds(text: str) -> float:
     return base + (float(f"0.{frac}") if frac else 0.0)
 
 
+def _utf8(path: Path, lineno: int, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(
+            str(path), lineno, None, f"not UTF-8 text (byte {exc.start + 1} of the line)"
+        ) from None
+
+
 def _count(path: Path, lineno: int, field: str, text: str) -> int:
     try:
         value = int(text)
@@ -53,8 +62,9 @@ def load_azure(path: Path, block_tokens: int = 16) -> Iterator[Request | Header]
     yield Header(block_tokens)
     first: float | None = None
     next_id = 0
-    with path.open(newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh)
+    with path.open("rb") as raw:
+        lines = (_utf8(path, i, b) for i, b in enumerate(raw, start=1))
+        reader = csv.reader(lines)
         header = next(reader, None)
         if header is None or tuple(h.strip() for h in header[:3]) != COLUMNS:
             raise TraceFormatError(str(path), 1, None, f"expected the header {','.join(COLUMNS)}")
@@ -70,6 +80,11 @@ def load_azure(path: Path, block_tokens: int = 16) -> Iterator[Request | Header]
                     str(path), lineno, "TIMESTAMP", f"bad time {row[0]!r}"
                 ) from None
             first = t if first is None else first
+            if t < first:
+                raise TraceFormatError(
+                    str(path), lineno, "TIMESTAMP",
+                    f"{row[0].strip()} precedes the first row: arrivals are seconds from it",
+                )  # fmt: skip
             inp = _count(path, lineno, "ContextTokens", row[1])
             blocks = -(-inp // block_tokens)
             yield Request(

@@ -3,9 +3,11 @@
 Each line: ``chat_id``, ``parent_chat_id`` (-1 for a conversation's first request),
 ``timestamp`` (s), ``input_length``, ``output_length``, ``type`` (text, search, image,
 file...), ``turn`` and ``hash_ids`` (one id per 16-token block). Sessions are rebuilt from
-the parent chain: every request belongs to the session of its root request. ``type`` becomes
-the task label. The published release is not available offline; tests use fixtures that
-follow its field list.
+the parent chain: every request belongs to the session of its root request; a parent that
+is not in the file (a time slice that starts mid-conversation) stands in as the root, so its
+children still share one session. ``type`` becomes the task label. Rows are sorted by
+``timestamp`` once loaded. The published release is not available offline; tests use
+fixtures that follow its field list.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def _parent(f: FieldReader) -> int | None:
 @register_loader("bailian")
 def load_bailian(path: Path) -> Iterator[Request | Header]:
     """Read a Bailian JSONL trace (hash form, 16-token blocks), rebuilding sessions."""
-    yield Header(BAILIAN_BLOCK_TOKENS)
+    yield Header(BAILIAN_BLOCK_TOKENS, sort_by_arrival=True)
     root_of: dict[int, int] = {}
     for lineno, obj in iter_json_lines(path):
         f = FieldReader(path, lineno, obj)
@@ -47,10 +49,10 @@ def load_bailian(path: Path) -> Iterator[Request | Header]:
         parent = _parent(f)
         if parent is None:
             root_of[chat] = chat
-        elif parent in root_of:
-            root_of[chat] = root_of[parent]
         else:
-            raise f.fail("parent_chat_id", f"parent {parent} does not appear on an earlier line")
+            # A parent outside the file (a time slice that starts mid-conversation) is the
+            # session's root: its later children still join one session.
+            root_of[chat] = root_of.get(parent, parent)
         inp = f.int_("input_length")
         hids = f.int_list("hash_ids", limit=1 << 64)
         assert hids is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,14 @@ class LoadOptions:
             raise ConfigError(f"limit must be positive, got {self.limit}")
         if self.sample is not None and not 0.0 < self.sample <= 1.0:
             raise ConfigError(f"sample must be a fraction in (0, 1], got {self.sample}")
+        for name in ("start_s", "end_s", "sample"):
+            v = getattr(self, name)
+            if v is not None and (
+                isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+            ):
+                raise ConfigError(f"{name} must be a finite number, got {v!r}")
+        if isinstance(self.sample_seed, bool) or not isinstance(self.sample_seed, int):
+            raise ConfigError(f"sample_seed must be an integer, got {self.sample_seed!r}")
         if self.start_s is not None and self.end_s is not None and self.end_s <= self.start_s:
             raise ConfigError(
                 f"the time window is empty: end_s={self.end_s} <= start_s={self.start_s}"
@@ -112,6 +121,8 @@ def _open(
     path: str | Path, fmt: str, opts: LoadOptions, kwargs: dict[str, Any]
 ) -> Iterator[Request | Header]:
     opts.validate()
+    if fmt == "native" and str(path).endswith(".parquet"):
+        fmt = "parquet"
     if fmt not in LOADERS:
         raise ConfigError(f"unknown trace format '{fmt}'; known: {', '.join(sorted(LOADERS))}")
     if not Path(path).exists():
@@ -158,17 +169,31 @@ def load_trace(
             builder.block_tokens = item.block_tokens
             builder.sort_by_arrival = item.sort_by_arrival
         else:
-            builder.append(item)
+            try:
+                builder.append(item)
+            except ConfigError as exc:
+                where = f"kept request {len(builder)}"
+                raise TraceFormatError(str(path), None, None, f"{where}: {exc}") from None
     if not len(builder):
         why = "no requests in the selected window or sample" if opts.filters else "no requests"
-        raise TraceFormatError(str(path), 0, None, why)
-    return builder.build()
+        raise TraceFormatError(str(path), None, None, why)
+    try:
+        return builder.build()
+    except ConfigError as exc:
+        # Checks across columns (lengths against content): name the file, and the request.
+        raise TraceFormatError(str(path), None, None, str(exc)) from None
 
 
 def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, object)`` for each non-blank line; bad JSON names the line."""
-    with path.open("r", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TraceFormatError(
+                    str(path), lineno, None, f"not UTF-8 text (byte {exc.start + 1} of the line)"
+                ) from None
             if not line.strip():
                 continue
             try:
@@ -222,8 +247,8 @@ class FieldReader:
             return default
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise self.fail(field, f"expected a number, got {v!r}")
-        if v != v or v < 0:
-            raise self.fail(field, f"must be a number >= 0, got {v}")
+        if not math.isfinite(v) or v < 0:
+            raise self.fail(field, f"must be a finite number >= 0, got {v}")
         return float(v)
 
     def str_(self, field: str) -> str | None:

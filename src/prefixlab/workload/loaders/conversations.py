@@ -4,8 +4,10 @@ The file is a JSON array of conversations, JSON Lines (one per line), or a singl
 conversation is a list of turns ``{from|role, value|content}``, either bare or under one of
 ``conversations`` (ShareGPT), ``conversation`` (LMSys-Chat), ``conversation_a`` (Chatbot
 Arena; ``side=b`` reads ``conversation_b``) or ``messages`` (OpenAI). Roles ``human``/``user``
-and ``gpt``/``assistant``/``chatgpt``/``bard``/``model`` are normalised; ``system`` and tool
-turns stay as context. Its id is ``id``, ``conversation_id`` or ``question_id`` (else its
+and ``gpt``/``assistant``/``chatgpt``/``bard``/``model`` are normalised; ``system``,
+``developer`` and tool turns stay as context. An assistant turn's ``tool_calls`` (its
+``content`` may then be null) are part of its text, as JSON; non-text content parts (images)
+are left out. Its id is ``id``, ``conversation_id`` or ``question_id`` (else its
 position).
 
 Each user turn becomes a request: its input is the whole history so far (every earlier turn,
@@ -18,15 +20,14 @@ serving time).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from prefixlab.errors import ConfigError, TraceFormatError
 from prefixlab.workload.arrivals import make_arrivals
-from prefixlab.workload.loaders._chat import Call, ChatSession, chat_requests
+from prefixlab.workload.loaders._chat import Call, ChatSession, chat_requests, seeded_rng
 from prefixlab.workload.loaders._jsonstream import iter_json_records
 from prefixlab.workload.loaders.base import Header, register_loader
 from prefixlab.workload.tokenizers import DEFAULT_TOKENIZER, Tokenizer, as_tokenizer
@@ -42,6 +43,8 @@ ROLES = {
     "bing": "assistant",
     "model": "assistant",
     "system": "system",
+    "developer": "system",
+    "ipython": "tool",
     "tool": "tool",
     "function": "tool",
     "observation": "tool",
@@ -51,14 +54,29 @@ ID_FIELDS = ("id", "conversation_id", "question_id")
 
 
 def message_text(content: Any) -> str | None:
-    """A turn's text: a string, or the text parts of an OpenAI-style content list."""
+    """A turn's text: a string, or the text parts of an OpenAI-style content list.
+
+    Non-text parts (``image_url``, ``input_audio``...) carry no text and are left out; their
+    tokens are not modelled. None when the content is neither shape.
+    """
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        parts = [p.get("text") for p in content if isinstance(p, dict)]
-        if all(isinstance(t, str) for t in parts):
-            return "\n".join(t for t in parts if t is not None)
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        texts = [p.get("text") for p in content if p.get("type", "text") == "text"]
+        if all(isinstance(t, str) for t in texts):
+            return "\n".join(t for t in texts if t is not None)
     return None
+
+
+def turn_text(turn: dict[str, Any]) -> str | None:
+    """A turn's text plus any tool calls it makes (OpenAI ``tool_calls`` / ``function_call``);
+    an assistant turn that only calls tools has ``content: null``."""
+    content = turn.get("value", turn.get("content"))
+    calls = turn.get("tool_calls") or turn.get("function_call")
+    text = "" if content is None and calls else message_text(content)
+    if text is not None and calls:
+        text += ("\n" if text else "") + json.dumps(calls, sort_keys=True, ensure_ascii=False)
+    return text
 
 
 def _turns(path: Path, line: int, record: Any, side: str) -> tuple[str | None, list[Any], str]:
@@ -90,13 +108,17 @@ def parse_conversation(
         where = f"{key}[{j}]"
         if not isinstance(turn, dict):
             raise TraceFormatError(str(path), line, where, "expected a {role, content} object")
-        raw_role = turn.get("from", turn.get("role"))
+        role_key = "from" if "from" in turn else "role"
+        text_key = "value" if "value" in turn else "content"
+        raw_role = turn.get(role_key)
         if not isinstance(raw_role, str) or raw_role.lower() not in ROLES:
-            raise TraceFormatError(str(path), line, f"{where}.role", f"unknown role {raw_role!r}")
-        text = message_text(turn.get("value", turn.get("content")))
+            raise TraceFormatError(
+                str(path), line, f"{where}.{role_key}", f"unknown role {raw_role!r}"
+            )
+        text = turn_text(turn)
         if text is None:
             raise TraceFormatError(
-                str(path), line, f"{where}.content", "expected text (a string or text parts)"
+                str(path), line, f"{where}.{text_key}", "expected text (a string or text parts)"
             )
         role = ROLES[raw_role.lower()]
         session.messages.append((role, text))
@@ -120,7 +142,7 @@ def load_conversations(
         raise ConfigError(f"side must be 'a' or 'b' (Chatbot Arena), got {side!r}")
     tok = as_tokenizer(tokenizer)
     model = make_arrivals(arrival)
-    rng = np.random.default_rng(seed)
+    rng = seeded_rng(seed)
     yield Header(sort_by_arrival=True)
     sessions = (
         parse_conversation(path, line, i, rec, side)

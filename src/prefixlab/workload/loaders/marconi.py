@@ -21,7 +21,8 @@ from prefixlab.workload.trace import Request
 
 @register_loader("marconi")
 def load_marconi(path: Path) -> Iterator[Request | Header]:
-    """Read a Marconi JSONL trace (token form)."""
+    """Read a Marconi JSONL trace (token form); rows are sorted by ``ts`` once loaded."""
+    yield Header(sort_by_arrival=True)
     for lineno, obj in iter_json_lines(path):
         f = FieldReader(path, lineno, obj)
         inp = f.int_list("input_tokens")

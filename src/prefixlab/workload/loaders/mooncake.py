@@ -25,7 +25,7 @@ MOONCAKE_BLOCK_TOKENS = 512
 @register_loader("mooncake")
 def load_mooncake(path: Path) -> Iterator[Request | Header]:
     """Read a Mooncake JSONL trace (hash form, 512-token blocks)."""
-    yield Header(MOONCAKE_BLOCK_TOKENS)
+    yield Header(MOONCAKE_BLOCK_TOKENS, sort_by_arrival=True)
     for lineno, obj in iter_json_lines(path):
         f = FieldReader(path, lineno, obj)
         inp = f.int_("input_length")

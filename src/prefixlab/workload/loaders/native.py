@@ -25,7 +25,20 @@ from prefixlab.workload.trace import Request, Trace
 FORMAT_VERSION = 1
 
 
+FIELDS = frozenset(
+    {
+        "arrival_s", "input_length", "output_length", "input_tokens", "output_tokens",
+        "hash_ids", "hashed_tokens", "session_id", "turn", "task", "prompt_text", "extra_key",
+        "think_s",
+    }
+)  # fmt: skip
+
+
 def _read_request(f: FieldReader, block_tokens: int | None) -> Request:
+    unknown = sorted(set(f.obj) - FIELDS)
+    if unknown:
+        # A misspelt field would otherwise vanish without a word (e.g. sesion_id).
+        raise f.fail(unknown[0], f"unknown field; known: {', '.join(sorted(FIELDS))}")
     inp_tokens = f.int_list("input_tokens", required=False)
     hash_ids = f.int_list("hash_ids", required=False, limit=1 << 64)
     if (inp_tokens is None) == (hash_ids is None):

@@ -99,16 +99,16 @@ def load_parquet(path: Path) -> Iterator[Request | Header]:
     try:
         pf = pq.ParquetFile(str(path))
     except Exception as exc:
-        raise TraceFormatError(str(path), 0, None, f"not a Parquet file: {exc}") from None
+        raise TraceFormatError(str(path), None, None, f"not a Parquet file: {exc}") from None
     meta = {k.decode(): v.decode() for k, v in (pf.schema_arrow.metadata or {}).items()}
     if meta.get("prefixlab_trace") != str(FORMAT_VERSION):
         raise TraceFormatError(
-            str(path), 0, "prefixlab_trace", "not a prefixlab trace (schema metadata missing)"
+            str(path), None, "prefixlab_trace", "not a prefixlab trace (schema metadata missing)"
         )
     names = set(pf.schema_arrow.names)
     for required in ("arrival_s", "input_length", "output_length"):
         if required not in names:
-            raise TraceFormatError(str(path), 0, required, "column missing")
+            raise TraceFormatError(str(path), None, required, "column missing")
     hash_form = "hash_ids" in names
     if hash_form == ("input_tokens" in names):
         raise TraceFormatError(
@@ -124,9 +124,10 @@ def load_parquet(path: Path) -> Iterator[Request | Header]:
         def opt(name: str, cols: dict[str, Any] = cols, n: int = n) -> list[Any]:
             return cols[name].to_pylist() if name in cols else [None] * n
 
-        arrival = np.asarray(cols["arrival_s"].to_numpy(zero_copy_only=False), dtype=np.float64)
-        inp = np.asarray(cols["input_length"].to_numpy(zero_copy_only=False), dtype=np.int64)
-        out = np.asarray(cols["output_length"].to_numpy(zero_copy_only=False), dtype=np.int64)
+        arrival, inp, out = (
+            np.asarray(cols[c].to_numpy(zero_copy_only=False), dtype=np.float64)
+            for c in ("arrival_s", "input_length", "output_length")
+        )
         turn = opt("turn")
         think = opt("think_s")
         sessions, tasks, texts, extras = (
@@ -135,11 +136,14 @@ def load_parquet(path: Path) -> Iterator[Request | Header]:
         hashed = opt("hashed_tokens")
         content = _ragged(cols["hash_ids" if hash_form else "input_tokens"])
         output = _ragged(cols["output_tokens"]) if "output_tokens" in cols else None
-        for i in range(n):
-            if not (arrival[i] >= 0) or inp[i] < 0 or out[i] < 0:
+        for name, col in (("arrival_s", arrival), ("input_length", inp), ("output_length", out)):
+            bad = np.flatnonzero(~(np.isfinite(col) & (col >= 0)))
+            if bad.size:
+                r = int(bad[0])
                 raise TraceFormatError(
-                    str(path), row + i + 1, "arrival_s", "negative or missing arrival/length"
+                    str(path), None, name, f"row {row + r}: must be a number >= 0, got {col[r]}"
                 )
+        for i in range(n):
             kw: dict[str, Any] = {}
             ids = content[0][content[1][i] : content[1][i + 1]]
             if hash_form:
@@ -152,7 +156,7 @@ def load_parquet(path: Path) -> Iterator[Request | Header]:
             yield Request(
                 arrival_s=float(arrival[i]),
                 input_length=int(inp[i]),
-                output_length=int(out[i]),
+                output_length=int(out[i]),  # checked finite and >= 0 above
                 session_id=sessions[i],
                 turn=int(turn[i] or 0),
                 task=tasks[i],
