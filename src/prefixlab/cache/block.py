@@ -116,6 +116,22 @@ class BlockCache:
                 v.hits[hits] += 1
         if miss_keys is not None and miss_keys.shape[0]:
             self.policy.on_miss(miss_keys)
+        fresh = self._take(need)
+        return np.concatenate([hits, fresh]) if hits.shape[0] else fresh
+
+    def grow(self, held: I64, num_blocks: int) -> I64 | None:
+        """Take ``num_blocks`` more blocks for a running request (its decode grows).
+
+        Returns the request's blocks with the new ones appended, or ``None`` when even
+        evicting every unpinned block would not free enough (nothing changes then).
+        """
+        if num_blocks > self._num_empty + self.num_cached_free:
+            return None
+        grown: I64 = np.concatenate([held, self._take(num_blocks)])
+        return grown
+
+    def _take(self, need: int) -> I64:
+        """Pin ``need`` new blocks: empty ones first, then policy victims."""
         take = min(need, self._num_empty)
         # A copy: the stack's storage is reused by later releases.
         fresh = self._empty[self._num_empty - take : self._num_empty][::-1].copy()
@@ -130,8 +146,8 @@ class BlockCache:
             self.num_cached_free -= int(victims.shape[0])
             self._drop_keys(victims, evicted=True)
             fresh = np.concatenate([fresh, victims])
-        v.ref[fresh] = 1
-        return np.concatenate([hits, fresh]) if hits.shape[0] else fresh
+        self.view.ref[fresh] = 1
+        return fresh
 
     def commit(self, held: I64, keys: I64, num_hit: int) -> None:
         """Register keys for the request's new full blocks (positions num_hit..len(keys))."""

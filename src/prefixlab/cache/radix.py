@@ -133,13 +133,29 @@ class RadixCache:
         self._lock(last)
         if miss_keys is not None and miss_keys.shape[0]:
             self.policy.on_miss(miss_keys)
+        self._reserve(need)
+        return RadixHandle(last, need)
+
+    def grow(self, handle: RadixHandle, num_blocks: int) -> RadixHandle | None:
+        """Reserve ``num_blocks`` more pages for a running request (evicting leaves).
+
+        Returns the handle, or ``None`` when even evicting every unlocked page would not
+        free enough (nothing changes then).
+        """
+        free_now = self.capacity_blocks - self.tree_blocks - self.reserved_blocks
+        if num_blocks > free_now + self.tree_blocks - self.protected_blocks:
+            return None
+        self._reserve(num_blocks)
+        handle.reserved_blocks += num_blocks
+        return handle
+
+    def _reserve(self, need: int) -> None:
         while self.capacity_blocks - self.tree_blocks - self.reserved_blocks < need:
             victims = self.policy.evict(1)
             if not victims.shape[0]:
                 raise AssertionError(f"policy '{self.policy.name}' found no victim")
             self._remove_leaf(int(victims[0]))
         self.reserved_blocks += need
-        return RadixHandle(last, need)
 
     def commit(self, handle: RadixHandle, keys: I64, num_hit: int) -> None:
         """Insert the request's keyed pages; its reserved pages become tree pages."""

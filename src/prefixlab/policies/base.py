@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import heapq
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, TypeVar
 
@@ -100,6 +100,8 @@ class EvictionPolicy:
     #: reads ``last_access`` / ``hits`` of entries; policies that keep their own order set
     #: this to False and the structure skips maintaining them on hits
     reads_access_metadata: ClassVar[bool] = True
+    #: wants to see the engine's waiting queue each step (``on_waiting``)
+    uses_lookahead: ClassVar[bool] = False
 
     view: EntryView
 
@@ -117,6 +119,10 @@ class EvictionPolicy:
     def on_remove(self, entries: I64) -> None: ...
     def on_update(self, entries: I64) -> None: ...
     def on_miss(self, keys: I64) -> None: ...
+
+    def on_waiting(self, waiting_keys: Sequence[I64]) -> None:
+        """Engine runner only, for policies with ``uses_lookahead``: the block keys of every
+        request in the waiting queue, in queue order, before each step's admissions."""
 
     def on_split(self, upper: int, lower: int) -> None:
         """A new entry ``upper`` now holds the first pages of ``lower`` (same age, same

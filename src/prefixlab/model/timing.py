@@ -1,0 +1,325 @@
+"""Timing models: how long one scheduler step takes.
+
+A step runs a batch of prefill chunks (``new`` tokens after ``cached`` ones each) and a batch
+of decode tokens (one per running sequence, with its context length). Models:
+
+* ``power`` (UniCache): prefill ``a * BS^b * L^c`` seconds, BS the number of prefill chunks
+  in the step and L their mean new tokens. Presets from the UniCache paper:
+  ``llama-3.2-1b-a100`` (5.56e-5, 0.992, 1.034) and ``llama-3.1-8b-h100`` (3.59e-5, 0.991,
+  1.018). The unit is seconds with L in tokens: for 1,000 tokens the 1B preset gives 70 ms,
+  the 8B preset 41 ms, in line with those models' measured prefill on those GPUs (in ms the
+  figures would be 1,000x faster than the GPUs' peak allows).
+* ``roofline``: FLOPs / (peak x ``mfu``) or bytes moved / (bandwidth x ``mbu``), whichever is
+  larger, for any :class:`ModelSpec` on a GPU preset; a step reads the weights once plus
+  every decode sequence's KV (decode is memory-bound for small batches).
+* ``table``: a CSV of measured prefill time against new tokens (columns ``input_tokens`` and
+  ``ttft_s``), interpolated linearly (and extrapolated from the end segments); a batch costs
+  the sum of its chunks.
+* ``tpot``: a constant time per decode step (``s`` seconds).
+
+Specs combine with ``+``: ``power:preset=llama-3.2-1b-a100+tpot:s=0.02``. One component
+times prefill (power, table or roofline) and one decode (tpot or roofline); a step with both
+costs the sum of its prefill and decode times, except under a lone roofline, which prices
+the mixed batch as a whole.
+"""
+
+from __future__ import annotations
+
+import csv
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from prefixlab.errors import ConfigError
+from prefixlab.model.spec import ModelSpec, get_model
+
+#: (new tokens, cached tokens) of one prefill chunk
+Chunk = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class GPU:
+    name: str
+    peak_flops: float  # dense BF16 tensor FLOP/s
+    mem_bandwidth: float  # bytes/s
+    mem_bytes: int
+
+
+GPU_PRESETS = {
+    g.name: g
+    for g in (
+        GPU("a100", 312e12, 2.039e12, 80 * 2**30),
+        GPU("h100", 989e12, 3.35e12, 80 * 2**30),
+        GPU("h200", 989e12, 4.8e12, 141 * 2**30),
+        GPU("a6000", 154.8e12, 768e9, 48 * 2**30),
+    )
+}
+
+POWER_PRESETS = {
+    "llama-3.2-1b-a100": (5.56e-5, 0.992, 1.034),
+    "llama-3.1-8b-h100": (3.59e-5, 0.991, 1.018),
+}
+
+
+def get_gpu(name: str) -> GPU:
+    if name.lower() not in GPU_PRESETS:
+        raise ConfigError(f"unknown GPU '{name}'; known: {', '.join(GPU_PRESETS)}")
+    return GPU_PRESETS[name.lower()]
+
+
+class TimingModel(ABC):
+    """Seconds of one step; either part may be absent (zero)."""
+
+    times_prefill: bool = False
+    times_decode: bool = False
+
+    def prefill_s(self, chunks: Sequence[Chunk]) -> float:
+        return 0.0
+
+    def decode_s(self, contexts: Sequence[int]) -> float:
+        return 0.0
+
+    def step_s(self, chunks: Sequence[Chunk], contexts: Sequence[int]) -> float:
+        return (self.prefill_s(chunks) if chunks else 0.0) + (
+            self.decode_s(contexts) if contexts else 0.0
+        )
+
+    @abstractmethod
+    def spec(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class PowerLaw(TimingModel):
+    a: float
+    b: float
+    c: float
+    times_prefill = True
+
+    def prefill_s(self, chunks: Sequence[Chunk]) -> float:
+        n = len(chunks)
+        if not n:
+            return 0.0
+        mean_new = sum(c[0] for c in chunks) / n
+        return float(self.a * n**self.b * mean_new**self.c) if mean_new > 0 else 0.0
+
+    def spec(self) -> str:
+        return f"power:a={self.a},b={self.b},c={self.c}"
+
+
+@dataclass(frozen=True)
+class ConstantTPOT(TimingModel):
+    s: float
+    times_decode = True
+
+    def decode_s(self, contexts: Sequence[int]) -> float:
+        return self.s if contexts else 0.0
+
+    def spec(self) -> str:
+        return f"tpot:s={self.s}"
+
+
+class TableTiming(TimingModel):
+    """Measured prefill seconds against new tokens, interpolated."""
+
+    times_prefill = True
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        tokens, seconds = _read_table(Path(path))
+        order = np.argsort(tokens)
+        self.tokens, self.seconds = tokens[order], seconds[order]
+
+    def _one(self, n: float) -> float:
+        t, s = self.tokens, self.seconds
+        if t.shape[0] == 1:
+            return float(s[0] * n / t[0]) if t[0] else float(s[0])
+        if n <= t[0]:
+            slope = (s[1] - s[0]) / (t[1] - t[0])
+        elif n >= t[-1]:
+            slope = (s[-1] - s[-2]) / (t[-1] - t[-2])
+        else:
+            return float(np.interp(n, t, s))
+        anchor = 0 if n <= t[0] else -1
+        return max(float(s[anchor] + slope * (n - t[anchor])), 0.0)
+
+    def prefill_s(self, chunks: Sequence[Chunk]) -> float:
+        return sum(self._one(float(c[0])) for c in chunks if c[0] > 0)
+
+    def spec(self) -> str:
+        return f"table:path={self.path}"
+
+
+def _read_table(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    from prefixlab.errors import TraceFormatError
+
+    if not path.is_file():
+        raise ConfigError(f"timing table not found: {path}")
+    tokens: list[float] = []
+    seconds: list[float] = []
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        for col in ("input_tokens", "ttft_s"):
+            if col not in (reader.fieldnames or []):
+                raise TraceFormatError(str(path), 1, col, "column missing")
+        for lineno, row in enumerate(reader, start=2):
+            for col, out in (("input_tokens", tokens), ("ttft_s", seconds)):
+                try:
+                    value = float(row[col])
+                except (TypeError, ValueError):
+                    raise TraceFormatError(
+                        str(path), lineno, col, f"expected a number, got {row[col]!r}"
+                    ) from None
+                if not np.isfinite(value) or value < 0:
+                    raise TraceFormatError(str(path), lineno, col, f"must be >= 0, got {value}")
+                out.append(value)
+    if len(set(tokens)) < 1 or not tokens:
+        raise TraceFormatError(str(path), None, None, "no rows")
+    if len(set(tokens)) != len(tokens):
+        raise TraceFormatError(str(path), None, "input_tokens", "each length must appear once")
+    return np.array(tokens), np.array(seconds)
+
+
+@dataclass(frozen=True)
+class Roofline(TimingModel):
+    model: ModelSpec
+    gpu: GPU
+    mfu: float = 0.5
+    mbu: float = 0.7
+    times_prefill = True
+    times_decode = True
+
+    def _time(self, flops: float, num_bytes: float) -> float:
+        compute = flops / (self.gpu.peak_flops * self.mfu)
+        memory = num_bytes / (self.gpu.mem_bandwidth * self.mbu)
+        return max(compute, memory)
+
+    def _weights(self) -> float:
+        return float(self.model.active_parameters * self.model.dtype_bytes)
+
+    def prefill_s(self, chunks: Sequence[Chunk]) -> float:
+        flops = sum(self.model.total_prefill_flops(n, p) for n, p in chunks)
+        kv = sum((n + p) * self.model.kv_bytes_per_token for n, p in chunks)
+        return self._time(flops, self._weights() + kv)
+
+    def decode_s(self, contexts: Sequence[int]) -> float:
+        flops = sum(self.model.decode_flops(c) for c in contexts)
+        kv = sum(c * self.model.kv_bytes_per_token for c in contexts)
+        state = len(contexts) * self.model.state_bytes_per_checkpoint
+        return self._time(flops, self._weights() + kv + state)
+
+    def step_s(self, chunks: Sequence[Chunk], contexts: Sequence[int]) -> float:
+        flops = sum(self.model.total_prefill_flops(n, p) for n, p in chunks)
+        flops += sum(self.model.decode_flops(c) for c in contexts)
+        kv = sum((n + p) * self.model.kv_bytes_per_token for n, p in chunks)
+        kv += sum(c * self.model.kv_bytes_per_token for c in contexts)
+        kv += len(contexts) * self.model.state_bytes_per_checkpoint
+        return self._time(flops, self._weights() + kv) if chunks or contexts else 0.0
+
+    def spec(self) -> str:
+        return f"roofline:mfu={self.mfu},mbu={self.mbu}"
+
+
+class Composite(TimingModel):
+    """One prefill component and one decode component."""
+
+    def __init__(self, prefill: TimingModel | None, decode: TimingModel | None) -> None:
+        self.prefill = prefill
+        self.decode = decode
+        self.times_prefill = prefill is not None
+        self.times_decode = decode is not None
+
+    def prefill_s(self, chunks: Sequence[Chunk]) -> float:
+        return self.prefill.prefill_s(chunks) if self.prefill else 0.0
+
+    def decode_s(self, contexts: Sequence[int]) -> float:
+        return self.decode.decode_s(contexts) if self.decode else 0.0
+
+    def step_s(self, chunks: Sequence[Chunk], contexts: Sequence[int]) -> float:
+        if self.prefill is self.decode and self.prefill is not None:
+            return self.prefill.step_s(chunks, contexts)
+        return super().step_s(chunks, contexts)
+
+    def spec(self) -> str:
+        parts = [p.spec() for p in (self.prefill, self.decode) if p is not None]
+        return "+".join(dict.fromkeys(parts))
+
+
+def _number(kind: str, key: str, value: object, low: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        raise ConfigError(f"timing '{kind}': {key} must be a finite number, got {value!r}")
+    if value <= low:
+        raise ConfigError(f"timing '{kind}': {key} must be > {low}, got {value!r}")
+    return float(value)
+
+
+def _component(text: str, model: ModelSpec | None, gpu: GPU | None) -> TimingModel:
+    from prefixlab.policies.base import parse_spec
+
+    kind, kw = parse_spec(text, "timing spec")
+    allowed = {
+        "power": {"a", "b", "c", "preset"},
+        "tpot": {"s"},
+        "table": {"path"},
+        "roofline": {"mfu", "mbu"},
+    }
+    if kind not in allowed:
+        raise ConfigError(f"unknown timing model '{kind}'; known: {', '.join(allowed)}")
+    bad = set(kw) - allowed[kind]
+    if bad:
+        raise ConfigError(
+            f"timing '{kind}' has no parameter {sorted(bad)[0]!r}; it takes "
+            f"{', '.join(sorted(allowed[kind]))}"
+        )
+    if kind == "power":
+        if "preset" in kw:
+            if str(kw["preset"]) not in POWER_PRESETS or len(kw) > 1:
+                raise ConfigError(
+                    f"power preset must be one of {', '.join(POWER_PRESETS)} (and alone)"
+                )
+            return PowerLaw(*POWER_PRESETS[str(kw["preset"])])
+        missing = {"a", "b", "c"} - set(kw)
+        if missing:
+            raise ConfigError(f"timing 'power' needs a, b and c (or preset=); missing {missing}")
+        return PowerLaw(
+            _number(kind, "a", kw["a"]), _number(kind, "b", kw["b"], -1e9),
+            _number(kind, "c", kw["c"], -1e9),
+        )  # fmt: skip
+    if kind == "tpot":
+        return ConstantTPOT(_number(kind, "s", kw.get("s", 0.02), -1e-300))
+    if kind == "table":
+        if "path" not in kw:
+            raise ConfigError("timing 'table' needs path=CSV")
+        return TableTiming(str(kw["path"]))
+    if model is None or gpu is None:
+        raise ConfigError("timing 'roofline' needs a model and a GPU (--model, --gpu)")
+    mfu = _number(kind, "mfu", kw.get("mfu", 0.5))
+    mbu = _number(kind, "mbu", kw.get("mbu", 0.7))
+    if mfu > 1 or mbu > 1:
+        raise ConfigError("roofline mfu and mbu are fractions of peak: at most 1")
+    return Roofline(model, gpu, mfu, mbu)
+
+
+def make_timing(
+    spec: str | Sequence[str], model: str | ModelSpec | None = None, gpu: str | GPU | None = None
+) -> TimingModel:
+    """Build a timing model from specs (``a+b`` strings or a list of them)."""
+    texts = [spec] if isinstance(spec, str) else list(spec)
+    parts = [p for t in texts for p in t.split("+") if p.strip()]
+    if not parts:
+        raise ConfigError("no timing model given")
+    m = get_model(model) if model is not None else None
+    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    comps = [_component(p.strip(), m, g) for p in parts]
+    prefill = [c for c in comps if c.times_prefill and not isinstance(c, ConstantTPOT)]
+    decode = [c for c in comps if c.times_decode]
+    if len(prefill) > 1:
+        names = ", ".join(c.spec() for c in prefill)
+        raise ConfigError(f"more than one prefill timing model: {names}")
+    explicit = [c for c in decode if isinstance(c, ConstantTPOT)]
+    if len(explicit) > 1:
+        raise ConfigError("more than one tpot timing model")
+    dec = explicit[0] if explicit else (decode[0] if decode else None)
+    return Composite(prefill[0] if prefill else None, dec)

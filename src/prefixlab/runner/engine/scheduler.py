@@ -1,0 +1,264 @@
+"""Continuous batching over a shared KV pool (vLLM v1-style, simplified).
+
+Each step, running requests go first (in admission order): a request still prefilling gets
+its next chunk, a decoding one one token. Then waiting requests are admitted first come,
+first served while the token budget (``max_num_batched_tokens``) and ``max_num_seqs`` allow
+and their prompt fits in memory: prefix lookup, pin the hits, take blocks for the rest.
+Memory is one pool: running requests' blocks are pinned, everything else is the prefix
+cache. A request holds ``ceil((input + g) / block_tokens)`` blocks when its next step
+leaves ``g`` generated tokens (the replay runner's holding rule at the end). When a decode
+needs a block and none can be freed, the most recently admitted request is preempted: its
+blocks are released and it is recomputed later (prompt and tokens generated so far).
+
+Tokens of a prompt, chunked (``B`` = budget left this step)::
+
+    | hits (cached) | chunk 1 (<= B) | chunk 2 ... | -> first token at the end of the step
+                                                     that finishes the prompt
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from prefixlab.cache.block import BlockCache
+from prefixlab.cache.events import Hit, Miss, Observer
+from prefixlab.cache.radix import RadixCache, RadixHandle
+from prefixlab.errors import CapacityError
+from prefixlab.policies.base import EvictionPolicy
+from prefixlab.runner.engine.events import FirstToken, Preempted, Scheduled
+from prefixlab.workload.trace import BlockLayout, Trace
+
+WAITING, PREFILL, DECODE, DONE = 1, 2, 3, 4
+
+
+@dataclass(slots=True)
+class Batch:
+    """One step's work: prefill chunks ``(request, new tokens, cached tokens)`` and decode
+    tokens ``(request, context tokens)``."""
+
+    chunks: list[tuple[int, int, int]] = field(default_factory=list)
+    decodes: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(c[1] for c in self.chunks) + len(self.decodes)
+
+
+class Scheduler:
+    """Owns the waiting queue, the running set and every request's KV blocks."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        layout: BlockLayout,
+        cache: BlockCache | RadixCache,
+        policy: EvictionPolicy,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        chunked_prefill: bool,
+        observers: list[Observer],
+    ) -> None:
+        n = len(trace)
+        self.cache = cache
+        self.policy = policy
+        self.layout = layout
+        self.max_num_seqs = max_num_seqs
+        self.budget = max_num_batched_tokens
+        self.chunked = chunked_prefill
+        self.observers = observers
+        self.bt = layout.block_tokens
+        self.input = trace.input_length.tolist()
+        self.output = trace.output_length.tolist()
+        self.num_lookup = layout.num_lookup_blocks.tolist()
+        self.lookup_end = layout.lookup_end_tokens.tolist()
+        self.offs = layout.key_offsets.tolist()
+        self.phase = [0] * n
+        self.computed = [0] * n  # tokens whose KV exists (hits + chunks run)
+        self.prompt_len = [0] * n  # tokens to prefill: input (+ generated, after preemption)
+        self.generated = [0] * n
+        self.blocks = [0] * n
+        self.hit_blocks = [0] * n  # at the current admission
+        self.handle: list[np.ndarray | RadixHandle | None] = [None] * n
+        self.first_hit_tokens = [-1] * n  # at the first admission (the metric)
+        self.num_preemptions = [0] * n
+        self.waiting: deque[int] = deque()
+        self.running: list[int] = []
+        self.preempted_this_step = False
+        self._lookahead = policy.uses_lookahead
+
+    # ------------------------------------------------------------------ helpers
+    def blocks_needed(self, r: int, generated: int) -> int:
+        tokens: int = self.input[r] + min(generated, self.output[r])
+        blocks: int = -(-tokens // self.bt)
+        return blocks
+
+    def keys(self, r: int) -> np.ndarray:
+        return self.layout.keys[self.offs[r] : self.offs[r + 1]]
+
+    def _emit(self, event: object) -> None:
+        for obs in self.observers:
+            obs.on_event(event)  # type: ignore[arg-type]
+
+    def add(self, r: int) -> None:
+        need = self.blocks_needed(r, 1)
+        if need > self.cache.capacity_blocks:
+            raise CapacityError(
+                f"request {r} needs {need} blocks of {self.bt} tokens for its prompt "
+                f"({self.input[r]} tokens) but the pool holds {self.cache.capacity_blocks}; "
+                "raise the capacity"
+            )
+        self.phase[r] = WAITING
+        self.waiting.append(r)
+
+    # ------------------------------------------------------------------ one step
+    def schedule(self, now: float) -> Batch | None:
+        batch = Batch()
+        budget = self.budget
+        self.preempted_this_step = False
+        self.cache.view.now = now
+        i = 0
+        while i < len(self.running) and budget > 0:
+            r = self.running[i]
+            if self.phase[r] == PREFILL:
+                n = min(self.prompt_len[r] - self.computed[r], budget)
+                if not self.chunked and n < self.prompt_len[r] - self.computed[r]:
+                    i += 1
+                    continue
+                batch.chunks.append((r, n, self.computed[r]))
+                budget -= n
+            else:
+                if not self._ensure_blocks(r, self.generated[r] + 1):
+                    continue  # r itself was preempted: the list shifted
+                batch.decodes.append((r, self.input[r] + self.generated[r]))
+                budget -= 1
+            i += 1
+        if not self.preempted_this_step:
+            budget = self._admit(now, batch, budget)
+        return batch if (batch.chunks or batch.decodes) else None
+
+    def _admit(self, now: float, batch: Batch, budget: int) -> int:
+        if self._lookahead and self.waiting:
+            self.policy.on_waiting([self.keys(r) for r in self.waiting])
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            r = self.waiting[0]
+            keys = self.keys(r)
+            nl = self.num_lookup[r]
+            self.cache.view.request_index = r
+            m = self.cache.match(keys[:nl], self.lookup_end[r])
+            prompt = self.input[r] + self.generated[r]
+            rem = prompt - m.num_hit_tokens
+            if not self.chunked and rem > budget and (batch.chunks or batch.decodes):
+                break
+            handle = self.cache.acquire(
+                m, self.blocks_needed(r, self.generated[r] + 1), keys[m.num_hit_blocks :]
+            )
+            if handle is None:
+                break
+            self.waiting.popleft()
+            if self.first_hit_tokens[r] < 0:
+                self.first_hit_tokens[r] = m.num_hit_tokens
+                self._emit(Hit(r, m.num_hit_blocks, m.num_hit_tokens))
+                self._emit(Miss(r, nl - m.num_hit_blocks, self.lookup_end[r] - m.num_hit_tokens))
+            self.handle[r] = handle
+            self.blocks[r] = self.blocks_needed(r, self.generated[r] + 1)
+            self.hit_blocks[r] = m.num_hit_blocks
+            self.computed[r] = m.num_hit_tokens
+            self.prompt_len[r] = prompt
+            self.phase[r] = PREFILL
+            self.running.append(r)
+            n = rem if not self.chunked else min(rem, budget)
+            batch.chunks.append((r, n, m.num_hit_tokens))
+            budget -= n
+            self._emit(Scheduled(r, now, m.num_hit_tokens))
+        return budget
+
+    def _ensure_blocks(self, r: int, generated: int) -> bool:
+        """Grow r's blocks for its next token, preempting from the tail; False if r itself
+        had to go."""
+        more = self.blocks_needed(r, generated) - self.blocks[r]
+        while more > 0:
+            grown = self.cache.grow(self.handle[r], more)  # type: ignore[arg-type]
+            if grown is not None:
+                self.handle[r] = grown
+                self.blocks[r] += more
+                return True
+            victim = self.running[-1]
+            self.preempt(victim)
+            if victim == r:
+                return False
+        return True
+
+    def preempt(self, r: int) -> None:
+        self.cache.release(self.handle[r])  # type: ignore[arg-type]
+        self.handle[r] = None
+        self.blocks[r] = 0
+        self.computed[r] = 0
+        self.phase[r] = WAITING
+        self.running.remove(r)
+        self.waiting.appendleft(r)
+        self.num_preemptions[r] += 1
+        self.preempted_this_step = True
+        self._emit(Preempted(r, self.cache.view.now))
+
+    # ------------------------------------------------------------------ completion
+    def complete(self, batch: Batch, end_s: float) -> tuple[list[int], list[int]]:
+        """Apply a finished step; returns (requests with a first token, finished requests)."""
+        first: list[int] = []
+        done: list[int] = []
+        self.cache.view.now = end_s
+        for r, n, _ in batch.chunks:
+            if self.phase[r] != PREFILL:
+                continue  # preempted after being scheduled
+            self.computed[r] += n
+            if self.computed[r] < self.prompt_len[r]:
+                continue
+            if self.generated[r] == 0:
+                first.append(r)
+                self._emit(FirstToken(r, end_s))
+            if self.output[r] > 0:
+                self.generated[r] += 1
+            self.phase[r] = DECODE
+            if self.generated[r] >= self.output[r]:
+                done.append(r)
+        for r, _ in batch.decodes:
+            if self.phase[r] != DECODE:
+                continue
+            self.generated[r] += 1
+            if self.generated[r] >= self.output[r]:
+                done.append(r)
+        for r in done:
+            self._finish(r)
+        return first, done
+
+    def _finish(self, r: int) -> None:
+        self.cache.view.request_index = r
+        handle = self.handle[r]
+        self.cache.commit(handle, self.keys(r), self.hit_blocks[r])  # type: ignore[arg-type]
+        self.cache.release(handle)  # type: ignore[arg-type]
+        self.handle[r] = None
+        self.blocks[r] = 0
+        self.phase[r] = DONE
+        self.running.remove(r)
+
+    # ------------------------------------------------------------------ invariants
+    def check(self) -> None:
+        """Memory never over capacity; every running request holds exactly its blocks."""
+        self.cache.check()
+        for r in self.running:
+            # Between steps: a prefilling request holds room for its first token; a decoding
+            # one for the tokens generated so far.
+            g = self.generated[r] + (1 if self.phase[r] == PREFILL else 0)
+            if self.blocks[r] != self.blocks_needed(r, g):
+                want = self.blocks_needed(r, g)
+                raise AssertionError(f"request {r} holds {self.blocks[r]} blocks, not {want}")
+        held = sum(self.blocks[r] for r in self.running)
+        if held > self.cache.capacity_blocks:
+            raise AssertionError(f"running requests hold {held} blocks > capacity")
+        if isinstance(self.cache, BlockCache):
+            pinned = int(np.count_nonzero(self.cache.view.ref > 0))
+            if pinned > held:
+                raise AssertionError(f"{pinned} pinned blocks but running requests hold {held}")

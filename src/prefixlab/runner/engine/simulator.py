@@ -1,0 +1,290 @@
+"""The engine runner: a discrete-event serving simulation over the same caches and policies.
+
+::
+
+    arrivals (open loop: trace times; closed loop: previous turn's finish + think time)
+        |
+        v
+    Scheduler.schedule(now) --> Batch --> TimingModel.step_s --> step ends at now + d
+        ^                                                             |
+        +------------------ Scheduler.complete(batch) <---------------+
+
+The loop handles every event at one instant (step ends first, then arrivals) before it
+starts the next step, so a request arriving exactly when a step ends joins the next one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab.cache.events import Observer
+from prefixlab.errors import ConfigError
+from prefixlab.metrics.latency import by_task, latency_summary
+from prefixlab.metrics.replay import ReplayMetrics
+from prefixlab.model.timing import TimingModel
+from prefixlab.policies.base import EvictionPolicy, make_policy
+from prefixlab.runner.engine.events import Arrived, Finished, StepDone
+from prefixlab.runner.engine.loop import EventLoop
+from prefixlab.runner.engine.scheduler import Batch, Scheduler
+from prefixlab.runner.replay import ReplayConfig, build_cache
+from prefixlab.workload.trace import Trace
+
+F64 = npt.NDArray[np.float64]
+STEP, ARRIVE = 0, 1  # event priorities at one instant: step ends before arrivals
+
+
+@dataclass(slots=True, frozen=True)
+class EngineConfig:
+    """Cache, memory and scheduler settings of one simulation."""
+
+    capacity_blocks: int
+    structure: str = "block"
+    block_tokens: int | None = None
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    chunked_prefill: bool = True
+    closed_loop: bool = False
+    min_recompute_tokens: int = 1
+    max_free_blocks: int | None = None
+
+    def replay_config(self) -> ReplayConfig:
+        return ReplayConfig(
+            capacity_blocks=self.capacity_blocks,
+            structure=self.structure,
+            block_tokens=self.block_tokens,
+            max_free_blocks=self.max_free_blocks,
+            min_recompute_tokens=self.min_recompute_tokens,
+        )
+
+    def validate(self) -> None:
+        self.replay_config().validate()
+        for name in ("max_num_seqs", "max_num_batched_tokens"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+
+
+@dataclass(slots=True)
+class EngineResult:
+    """Per-request times and the summary of one simulation."""
+
+    policy: str
+    config: EngineConfig
+    timing: str
+    arrival_s: F64 = field(repr=False)
+    scheduled_s: F64 = field(repr=False)
+    first_token_s: F64 = field(repr=False)
+    finish_s: F64 = field(repr=False)
+    hit_tokens: npt.NDArray[np.int64] = field(repr=False)
+    num_preemptions: npt.NDArray[np.int64] = field(repr=False)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    num_steps: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "policy": self.policy,
+            "structure": self.config.structure,
+            "capacity_blocks": self.config.capacity_blocks,
+            "timing": self.timing,
+        }
+        out.update(self.metrics)
+        return out
+
+
+def simulate(
+    trace: Trace,
+    policy: EvictionPolicy | str,
+    config: EngineConfig,
+    timing: TimingModel,
+    observers: Sequence[Observer] = (),
+    check_every: int = 0,
+) -> EngineResult:
+    """Run the trace through a continuous-batching engine and return latencies and hits.
+
+    Args:
+        trace: requests in arrival order.
+        policy: an unbound policy or a spec string.
+        config: capacity, structure and scheduler limits.
+        timing: prices each step.
+        observers: see cache events and engine events (Arrived, Scheduled, FirstToken,
+            Finished, Preempted, StepDone).
+        check_every: check invariants (cache and scheduler) every this many steps.
+    """
+    config.validate()
+    pol = make_policy(policy, config.structure) if isinstance(policy, str) else policy
+    layout = trace.block_layout(config.block_tokens, None, False, config.min_recompute_tokens)
+    n = len(trace)
+    hits = ReplayMetrics(n)
+    obs: list[Observer] = [hits, *observers]
+    cache = build_cache(config.replay_config(), pol, layout, obs)
+    if pol.needs_future:
+        pol.prepare(layout)
+    sched = Scheduler(
+        trace, layout, cache, pol,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        chunked_prefill=config.chunked_prefill,
+        observers=obs,
+    )  # fmt: skip
+    run = _Run(trace, sched, timing, obs, config.closed_loop, check_every)
+    run.go()
+    return _result(trace, pol, config, timing, run, hits)
+
+
+class _Run:
+    """One simulation's mutable state: the loop, the clock and per-request times."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        sched: Scheduler,
+        timing: TimingModel,
+        observers: list[Observer],
+        closed_loop: bool,
+        check_every: int,
+    ) -> None:
+        n = len(trace)
+        self.sched = sched
+        self.timing = timing
+        self.observers = observers
+        self.check_every = check_every
+        self.loop: EventLoop[tuple[int, Any]] = EventLoop()
+        self.arrival_s = np.full(n, np.nan)
+        self.scheduled_s = np.full(n, np.nan)
+        self.first_token_s = np.full(n, np.nan)
+        self.finish_s = np.full(n, np.nan)
+        self.next_turn: dict[int, int] = {}
+        self.think_s = trace.think_s
+        self.trace_arrival = trace.arrival_s
+        self.busy = False
+        self.num_steps = 0
+        self._schedule_arrivals(trace, closed_loop)
+
+    def _schedule_arrivals(self, trace: Trace, closed_loop: bool) -> None:
+        if not closed_loop:
+            for r, t in enumerate(trace.arrival_s.tolist()):
+                self.loop.schedule(t, (ARRIVE, r), ARRIVE)
+            return
+        # Closed loop: a session's first request arrives at its trace time; each later one
+        # a think time after its predecessor finishes.
+        last: dict[str, int] = {}
+        order = np.lexsort((trace.turn, trace.arrival_s))
+        for r in order.tolist():
+            sid = trace.session_id[r]
+            if sid is not None and sid in last:
+                self.next_turn[last[sid]] = r
+            else:
+                self.loop.schedule(float(trace.arrival_s[r]), (ARRIVE, r), ARRIVE)
+            if sid is not None:
+                last[sid] = r
+
+    def _think(self, prev: int, r: int) -> float:
+        t = float(self.think_s[r])
+        if math.isnan(t):
+            t = max(float(self.trace_arrival[r] - self.trace_arrival[prev]), 0.0)
+        return t
+
+    def _emit(self, event: object) -> None:
+        for o in self.observers:
+            o.on_event(event)  # type: ignore[arg-type]
+
+    def go(self) -> None:
+        loop = self.loop
+        while (now := loop.peek()) is not None:
+            while loop.peek() == now:
+                kind, payload = loop.pop()
+                if kind == STEP:
+                    self._step_done(payload, now)
+                else:
+                    self.arrival_s[payload] = now
+                    self._emit(Arrived(payload, now))
+                    self.sched.add(payload)
+            if not self.busy:
+                self._start_step(now)
+        if self.sched.waiting or self.sched.running:  # pragma: no cover - a scheduler bug
+            raise AssertionError("simulation ended with unfinished requests")
+
+    def _start_step(self, now: float) -> None:
+        batch = self.sched.schedule(now)
+        if batch is None:
+            return
+        for r, _, _ in batch.chunks:
+            if math.isnan(self.scheduled_s[r]):
+                self.scheduled_s[r] = now
+        duration = self.timing.step_s(
+            [(c[1], c[2]) for c in batch.chunks], [d[1] for d in batch.decodes]
+        )
+        self.busy = True
+        self.num_steps += 1
+        self.loop.schedule(now + duration, (STEP, batch), STEP)
+        self._emit(
+            StepDone(
+                now, duration, sum(c[1] for c in batch.chunks), len(batch.decodes),
+                len(self.sched.running), len(self.sched.waiting),
+            )
+        )  # fmt: skip
+
+    def _step_done(self, batch: Batch, now: float) -> None:
+        self.busy = False
+        first, done = self.sched.complete(batch, now)
+        for r in first:
+            self.first_token_s[r] = now
+        for r in done:
+            self.finish_s[r] = now
+            self._emit(Finished(r, now))
+            nxt = self.next_turn.get(r)
+            if nxt is not None:
+                self.loop.schedule(now + self._think(r, nxt), (ARRIVE, nxt), ARRIVE)
+        if self.check_every and self.num_steps % self.check_every == 0:
+            self.sched.check()
+
+
+def _result(
+    trace: Trace,
+    pol: EvictionPolicy,
+    config: EngineConfig,
+    timing: TimingModel,
+    run: _Run,
+    hits: ReplayMetrics,
+) -> EngineResult:
+    if run.check_every:
+        run.sched.check()
+    args = (run.arrival_s, run.scheduled_s, run.first_token_s, run.finish_s,
+            trace.input_length, trace.output_length)  # fmt: skip
+    metrics: dict[str, Any] = dict(hits.summary(trace.input_length))
+    metrics.update(latency_summary(*args))
+    preempt = np.array(run.sched.num_preemptions, dtype=np.int64)
+    metrics["num_preemptions"] = int(preempt.sum())
+    metrics["num_steps"] = run.num_steps
+    metrics["by_task"] = by_task(
+        trace.task,
+        lambda rows: {
+            **latency_summary(*args, rows=rows),
+            "token_hit_ratio": _ratio(hits.hit_tokens[rows], trace.input_length[rows]),
+            "num_requests": int(rows.sum()),
+        },
+    )
+    return EngineResult(
+        policy=pol.spec(),
+        config=config,
+        timing=timing.spec(),
+        arrival_s=run.arrival_s,
+        scheduled_s=run.scheduled_s,
+        first_token_s=run.first_token_s,
+        finish_s=run.finish_s,
+        hit_tokens=hits.hit_tokens,
+        num_preemptions=preempt,
+        metrics=metrics,
+        num_steps=run.num_steps,
+    )
+
+
+def _ratio(a: npt.NDArray[np.int64], b: npt.NDArray[np.int64]) -> float:
+    total = int(b.sum())
+    return int(a.sum()) / total if total else 0.0
