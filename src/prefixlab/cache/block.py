@@ -134,7 +134,7 @@ class BlockCache:
         """Pin ``need`` new blocks: empty ones first, then policy victims."""
         take = min(need, self._num_empty)
         # A copy: the stack's storage is reused by later releases.
-        fresh = self._empty[self._num_empty - take : self._num_empty][::-1].copy()
+        fresh: I64 = self._empty[self._num_empty - take : self._num_empty][::-1].copy()
         self._num_empty -= take
         if need > take:
             victims = self.policy.evict(need - take)
