@@ -14,17 +14,32 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from prefixlab import cli_engine
 from prefixlab.analysis import trace_stats
+from prefixlab.cli_common import (
+    ArrivalOpt,
+    BlockTokensOpt,
+    EndOpt,
+    FormatOpt,
+    LimitOpt,
+    LoadOpt,
+    SampleOpt,
+    SampleSeedOpt,
+    StartOpt,
+    TokenizerOpt,
+    TraceArg,
+    block_tokens_of,
+    console,
+    fail,
+    load_kwargs,
+    resolve_capacity_blocks,
+)
 from prefixlab.errors import ConfigError, PrefixlabError
-from prefixlab.model import capacity_blocks_for_bytes
-from prefixlab.policies.base import describe, make_policy, parameters, parse_spec, registered
+from prefixlab.policies.base import describe, make_policy, parameters, registered
 from prefixlab.runner.replay import ReplayConfig, ReplayResult, replay
 from prefixlab.workload.generators import GENERATORS, GeneratorInfo
-from prefixlab.workload.loaders.base import LOADERS
 from prefixlab.workload.loaders.native import write_native
 from prefixlab.workload.loaders.parquet import write_parquet
 from prefixlab.workload.sources import open_trace
@@ -35,95 +50,6 @@ app = typer.Typer(
     add_completion=False,
     help="Simulate and compare cache policies for LLM serving.",
 )
-err = Console(stderr=True)
-
-
-def _console() -> Console:
-    # Wide enough for the result table when piped (rich assumes 80 columns off a terminal).
-    return Console() if sys.stdout.isatty() else Console(width=140)
-
-
-# Options shared by several commands.
-TraceArg = Annotated[str, typer.Argument(help="Trace file, or gen:NAME[:k=v,...] to generate.")]
-FormatOpt = Annotated[
-    str, typer.Option("--format", "-f", help=f"Trace format: {', '.join(sorted(LOADERS))}.")
-]
-BlockTokensOpt = Annotated[int | None, typer.Option(help="Tokens per block (token-form traces).")]
-LimitOpt = Annotated[int | None, typer.Option(help="Keep at most this many requests.")]
-SampleOpt = Annotated[
-    float | None, typer.Option(help="Keep this fraction of sessions (whole sessions, seeded).")
-]
-SampleSeedOpt = Annotated[int, typer.Option(help="Seed of --sample.")]
-StartOpt = Annotated[float | None, typer.Option(help="Keep arrivals at or after this time (s).")]
-EndOpt = Annotated[float | None, typer.Option(help="Keep arrivals before this time (s).")]
-TokenizerOpt = Annotated[
-    str | None,
-    typer.Option(help="Tokenizer for text formats: llama3, qwen3, cl100k, o200k, hf:PATH, ..."),
-]
-ArrivalOpt = Annotated[
-    str | None,
-    typer.Option(help="Arrival model for text formats, e.g. lpc:lambda_chat=100 or sessions."),
-]
-LoadOpt = Annotated[
-    list[str] | None,
-    typer.Option("--load-opt", help="Other loader option key=value (repeatable), e.g. side=b."),
-]
-
-
-def _load_kwargs(
-    limit: int | None,
-    sample: float | None,
-    sample_seed: int,
-    start_s: float | None,
-    end_s: float | None,
-    tokenizer: str | None,
-    arrival: str | None,
-    load_opt: list[str] | None,
-) -> dict[str, Any]:
-    """Loader keywords from the shared options; only those the user gave."""
-    kw: dict[str, Any] = {}
-    for key, value in (
-        ("limit", limit),
-        ("sample", sample),
-        ("start_s", start_s),
-        ("end_s", end_s),
-        ("tokenizer", tokenizer),
-        ("arrival", arrival),
-    ):
-        if value is not None:
-            kw[key] = value
-    if sample is not None:
-        kw["sample_seed"] = sample_seed
-    if load_opt:
-        _, extra = parse_spec("x:" + ",".join(load_opt), "--load-opt")
-        kw.update(extra)
-    return kw
-
-
-def _block_tokens(tr: Trace, block_tokens: int | None) -> int:
-    """The block size: the trace's own (hash form) or --block-tokens (token form)."""
-    bt = tr.block_tokens if tr.is_hash_form else block_tokens
-    if bt is None:
-        raise ConfigError("this token-form trace needs --block-tokens")
-    return bt
-
-
-def _fail(message: str) -> None:
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
-
-
-def _capacity_blocks(
-    capacity_blocks: int | None, capacity_bytes: int | None, model: str | None, block_tokens: int
-) -> int:
-    if (capacity_blocks is None) == (capacity_bytes is None):
-        raise ConfigError("give exactly one of --capacity-blocks or --capacity-bytes")
-    if capacity_blocks is not None:
-        return capacity_blocks
-    assert capacity_bytes is not None
-    if model is None:
-        raise ConfigError("--capacity-bytes needs --model to know the KV bytes per block")
-    return capacity_blocks_for_bytes(capacity_bytes, model, block_tokens)
 
 
 def _write_per_request(path: Path, results: list[ReplayResult]) -> list[Path]:
@@ -210,13 +136,13 @@ def replay_cmd(
 ) -> None:
     """Replay a trace through a prefix cache under each policy and compare hit ratios."""
     try:
-        kwargs = _load_kwargs(
+        kwargs = load_kwargs(
             limit, sample, sample_seed, start_s, end_s, tokenizer, arrival, load_opt
         )
         tr = open_trace(trace, fmt, **kwargs)
-        bt = _block_tokens(tr, block_tokens)
+        bt = block_tokens_of(tr, block_tokens)
         config = ReplayConfig(
-            capacity_blocks=_capacity_blocks(capacity_blocks, capacity_bytes, model, bt),
+            capacity_blocks=resolve_capacity_blocks(capacity_blocks, capacity_bytes, model, bt),
             structure=structure,
             block_tokens=block_tokens,
             max_free_blocks=max_free_blocks,
@@ -233,13 +159,13 @@ def replay_cmd(
         results = [replay(tr, pol, config) for pol in policies]
         written = _write_per_request(per_request, results) if per_request else []
     except PrefixlabError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
     rows = [r.as_dict() for r in results]
     if as_json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return
-    out = _console()
+    out = console()
     out.print(_result_table(rows))
     out.print(
         f"trace: {tr.name} ({len(tr):,} requests, {int(tr.input_length.sum()):,} input tokens)"
@@ -289,7 +215,7 @@ def policies_cmd(
     for e in entries:
         params = ", ".join(f"{k}={v}" for k, v in e["parameters"].items()) or "-"
         table.add_row(str(e["name"]), ",".join(e["structures"]), params, str(e["description"]))
-    _console().print(table)
+    console().print(table)
 
 
 trace_app = typer.Typer(no_args_is_help=True, help="Inspect and convert traces.")
@@ -313,14 +239,14 @@ def trace_stats_cmd(
 ) -> None:
     """Requests, sessions, tasks, length percentiles, arrival span and the hit ceiling."""
     try:
-        kwargs = _load_kwargs(
+        kwargs = load_kwargs(
             limit, sample, sample_seed, start_s, end_s, tokenizer, arrival, load_opt
         )
         tr = open_trace(trace, fmt, **kwargs)
-        _block_tokens(tr, block_tokens)
+        block_tokens_of(tr, block_tokens)
         stats = trace_stats(tr, block_tokens)
     except PrefixlabError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
     if as_json:
         sys.stdout.write(json.dumps(stats, indent=2) + "\n")
@@ -338,7 +264,7 @@ def trace_stats_cmd(
         elif isinstance(value, int):
             value = f"{value:,}"
         table.add_row(key, str(value))
-    _console().print(table)
+    console().print(table)
 
 
 OutOpt = Annotated[
@@ -366,16 +292,16 @@ def trace_convert_cmd(
 ) -> None:
     """Convert any supported trace to native JSONL or Parquet (atomically written)."""
     try:
-        kwargs = _load_kwargs(
+        kwargs = load_kwargs(
             limit, sample, sample_seed, start_s, end_s, tokenizer, arrival, load_opt
         )
         _check_out(out, to)
         tr = open_trace(trace, fmt, **kwargs)
         _write_trace(tr, out, to)
     except PrefixlabError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
-    _console().print(f"wrote {len(tr):,} requests to {out}")
+    console().print(f"wrote {len(tr):,} requests to {out}")
 
 
 generate_app = typer.Typer(
@@ -398,9 +324,9 @@ def _generate_command(info: GeneratorInfo) -> Callable[..., None]:
             tr = info.fn(**given)
             _write_trace(tr, out, to)
         except PrefixlabError as exc:
-            _fail(str(exc))
+            fail(str(exc))
             return
-        _console().print(f"wrote {len(tr):,} requests to {out}")
+        console().print(f"wrote {len(tr):,} requests to {out}")
 
     params = [
         inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, annotation=OutOpt),
@@ -442,6 +368,9 @@ def _write_trace(tr: Trace, out: Path, to: str | None = None) -> None:
         write_parquet(tr, out)
     else:
         write_native(tr, out)
+
+
+cli_engine.register(app)
 
 
 def main() -> None:

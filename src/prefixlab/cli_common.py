@@ -1,0 +1,106 @@
+"""What the CLI's commands share: consoles, errors, common options and their parsing."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from prefixlab.errors import ConfigError
+from prefixlab.model import capacity_blocks_for_bytes
+from prefixlab.policies.base import parse_spec
+from prefixlab.workload.loaders.base import LOADERS
+from prefixlab.workload.trace import Trace
+
+err = Console(stderr=True)
+
+
+def console() -> Console:
+    # Wide enough for the result table when piped (rich assumes 80 columns off a terminal).
+    return Console() if sys.stdout.isatty() else Console(width=140)
+
+
+# Options shared by several commands.
+TraceArg = Annotated[str, typer.Argument(help="Trace file, or gen:NAME[:k=v,...] to generate.")]
+FormatOpt = Annotated[
+    str, typer.Option("--format", "-f", help=f"Trace format: {', '.join(sorted(LOADERS))}.")
+]
+BlockTokensOpt = Annotated[int | None, typer.Option(help="Tokens per block (token-form traces).")]
+LimitOpt = Annotated[int | None, typer.Option(help="Keep at most this many requests.")]
+SampleOpt = Annotated[
+    float | None, typer.Option(help="Keep this fraction of sessions (whole sessions, seeded).")
+]
+SampleSeedOpt = Annotated[int, typer.Option(help="Seed of --sample.")]
+StartOpt = Annotated[float | None, typer.Option(help="Keep arrivals at or after this time (s).")]
+EndOpt = Annotated[float | None, typer.Option(help="Keep arrivals before this time (s).")]
+TokenizerOpt = Annotated[
+    str | None,
+    typer.Option(help="Tokenizer for text formats: llama3, qwen3, cl100k, o200k, hf:PATH, ..."),
+]
+ArrivalOpt = Annotated[
+    str | None,
+    typer.Option(help="Arrival model for text formats, e.g. lpc:lambda_chat=100 or sessions."),
+]
+LoadOpt = Annotated[
+    list[str] | None,
+    typer.Option("--load-opt", help="Other loader option key=value (repeatable), e.g. side=b."),
+]
+
+
+def load_kwargs(
+    limit: int | None,
+    sample: float | None,
+    sample_seed: int,
+    start_s: float | None,
+    end_s: float | None,
+    tokenizer: str | None,
+    arrival: str | None,
+    load_opt: list[str] | None,
+) -> dict[str, Any]:
+    """Loader keywords from the shared options; only those the user gave."""
+    kw: dict[str, Any] = {}
+    for key, value in (
+        ("limit", limit),
+        ("sample", sample),
+        ("start_s", start_s),
+        ("end_s", end_s),
+        ("tokenizer", tokenizer),
+        ("arrival", arrival),
+    ):
+        if value is not None:
+            kw[key] = value
+    if sample is not None:
+        kw["sample_seed"] = sample_seed
+    if load_opt:
+        _, extra = parse_spec("x:" + ",".join(load_opt), "--load-opt")
+        kw.update(extra)
+    return kw
+
+
+def block_tokens_of(tr: Trace, block_tokens: int | None) -> int:
+    """The block size: the trace's own (hash form) or --block-tokens (token form)."""
+    bt = tr.block_tokens if tr.is_hash_form else block_tokens
+    if bt is None:
+        raise ConfigError("this token-form trace needs --block-tokens")
+    return bt
+
+
+def fail(message: str) -> None:
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def resolve_capacity_blocks(
+    capacity_blocks: int | None, capacity_bytes: int | None, model: str | None, block_tokens: int
+) -> int:
+    if (capacity_blocks is None) == (capacity_bytes is None):
+        raise ConfigError("give exactly one of --capacity-blocks or --capacity-bytes")
+    if capacity_blocks is not None:
+        return capacity_blocks
+    assert capacity_bytes is not None
+    if model is None:
+        raise ConfigError("--capacity-bytes needs --model to know the KV bytes per block")
+    return capacity_blocks_for_bytes(capacity_bytes, model, block_tokens)

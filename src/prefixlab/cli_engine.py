@@ -1,0 +1,198 @@
+"""CLI commands of the engine runner: ``simulate`` and ``fit-timing``."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from prefixlab.cli_common import (
+    ArrivalOpt,
+    BlockTokensOpt,
+    EndOpt,
+    FormatOpt,
+    LimitOpt,
+    LoadOpt,
+    SampleOpt,
+    SampleSeedOpt,
+    StartOpt,
+    TokenizerOpt,
+    TraceArg,
+    block_tokens_of,
+    console,
+    fail,
+    load_kwargs,
+    resolve_capacity_blocks,
+)
+from prefixlab.errors import ConfigError, PrefixlabError
+from prefixlab.model.fit import fit_csv
+from prefixlab.model.timing import GPU_PRESETS, make_timing
+from prefixlab.policies.base import make_policy
+from prefixlab.runner.engine import EngineConfig, simulate
+from prefixlab.workload.sources import open_trace
+
+#: the fields ``--json`` adds to the replay fields (the issue's contract), in order
+LATENCY_FIELDS = (
+    "mean_ttft_s", "mean_qttft_s", "p50_ttft_s", "p95_ttft_s", "p99_ttft_s", "p50_qttft_s",
+    "p95_qttft_s", "mean_tpot_s", "throughput_tokens_per_s", "makespan_s",
+)  # fmt: skip
+
+
+def simulate_cmd(
+    trace: TraceArg,
+    policy: Annotated[list[str], typer.Option("--policy", "-p", help="Policy spec (repeatable).")],
+    fmt: FormatOpt = "native",
+    block_tokens: BlockTokensOpt = None,
+    model: Annotated[str | None, typer.Option(help="Model preset (roofline, bytes).")] = None,
+    gpu: Annotated[str | None, typer.Option(help=f"GPU preset: {', '.join(GPU_PRESETS)}.")] = None,
+    timing: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Timing spec (repeatable or joined with +): power:a=..,b=..,c=.. | "
+            "power:preset=llama-3.2-1b-a100 | roofline:mfu=0.5 | table:path=ttft.csv | "
+            "tpot:s=0.02. Default with --model and --gpu: roofline."
+        ),
+    ] = None,
+    capacity_blocks: Annotated[int | None, typer.Option(help="KV pool size in blocks.")] = None,
+    capacity_bytes: Annotated[
+        int | None, typer.Option(help="KV pool size in bytes (needs --model).")
+    ] = None,
+    structure: Annotated[str, typer.Option(help="Cache structure: block or radix.")] = "block",
+    max_num_seqs: Annotated[int, typer.Option(help="Running requests at most.")] = 256,
+    max_num_batched_tokens: Annotated[int, typer.Option(help="Token budget per step.")] = 8192,
+    chunked_prefill: Annotated[
+        bool, typer.Option(help="Split long prompts across steps (vLLM's chunked prefill).")
+    ] = True,
+    closed_loop: Annotated[
+        bool, typer.Option(help="Next turn arrives a think time after the previous finishes.")
+    ] = False,
+    min_recompute_tokens: Annotated[int, typer.Option(help="Prompt tokens always run.")] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON list.")] = False,
+    by_task: Annotated[bool, typer.Option(help="Also print a per-task table.")] = False,
+    limit: LimitOpt = None,
+    sample: SampleOpt = None,
+    sample_seed: SampleSeedOpt = 0,
+    start_s: StartOpt = None,
+    end_s: EndOpt = None,
+    tokenizer: TokenizerOpt = None,
+    arrival: ArrivalOpt = None,
+    load_opt: LoadOpt = None,
+) -> None:
+    """Simulate serving: continuous batching, a shared KV pool, TTFT / QTTFT / TPOT."""
+    try:
+        kwargs = load_kwargs(
+            limit, sample, sample_seed, start_s, end_s, tokenizer, arrival, load_opt
+        )
+        tr = open_trace(trace, fmt, **kwargs)
+        bt = block_tokens_of(tr, block_tokens)
+        if timing is None:
+            if model is None or gpu is None:
+                raise ConfigError("give --timing, or --model and --gpu for a roofline")
+            timing = ["roofline"]
+        tm = make_timing(timing, model, gpu)
+        config = EngineConfig(
+            capacity_blocks=resolve_capacity_blocks(capacity_blocks, capacity_bytes, model, bt),
+            structure=structure,
+            block_tokens=block_tokens,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            chunked_prefill=chunked_prefill,
+            closed_loop=closed_loop,
+            min_recompute_tokens=min_recompute_tokens,
+        )
+        config.validate()
+        policies = [make_policy(spec, structure) for spec in policy]
+        results = [simulate(tr, pol, config, tm) for pol in policies]
+    except PrefixlabError as exc:
+        fail(str(exc))
+        return
+    rows = [r.as_dict() for r in results]
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2, default=_json_default) + "\n")
+        return
+    out = console()
+    out.print(_table(rows))
+    if by_task:
+        for row in rows:
+            out.print(_task_table(row))
+    out.print(f"trace: {tr.name} ({len(tr):,} requests); timing: {results[0].timing}")
+
+
+def _json_default(value: Any) -> Any:
+    raise TypeError(f"not JSON serialisable: {value!r}")
+
+
+def _fmt(value: Any, pattern: str) -> str:
+    if isinstance(value, float) and math.isnan(value):
+        return "-"
+    return pattern.format(value)
+
+
+def _table(rows: list[dict[str, Any]]) -> Table:
+    cols = [
+        ("policy", "policy", "{}"),
+        ("token_hit_ratio", "token hit", "{:.4f}"),
+        ("mean_ttft_s", "mean TTFT (s)", "{:.4f}"),
+        ("p95_ttft_s", "P95 TTFT", "{:.4f}"),
+        ("mean_qttft_s", "mean QTTFT", "{:.4f}"),
+        ("p95_qttft_s", "P95 QTTFT", "{:.4f}"),
+        ("mean_tpot_s", "mean TPOT", "{:.4f}"),
+        ("throughput_tokens_per_s", "out tok/s", "{:,.0f}"),
+        ("makespan_s", "makespan (s)", "{:,.1f}"),
+        ("num_preemptions", "preempt", "{:,}"),
+    ]
+    table = Table(title="serving simulation")
+    for _, title, _ in cols:
+        table.add_column(title, justify="left" if title == "policy" else "right")
+    for row in rows:
+        table.add_row(*(_fmt(row[k], f) for k, _, f in cols))
+    return table
+
+
+def _task_table(row: dict[str, Any]) -> Table:
+    table = Table(title=f"{row['policy']}: by task")
+    for title in ("task", "requests", "token hit", "mean TTFT", "P95 TTFT", "mean QTTFT"):
+        table.add_column(title, justify="left" if title == "task" else "right")
+    for task, m in row["by_task"].items():
+        table.add_row(
+            task, f"{m['num_requests']:,}", _fmt(m["token_hit_ratio"], "{:.4f}"),
+            _fmt(m["mean_ttft_s"], "{:.4f}"), _fmt(m["p95_ttft_s"], "{:.4f}"),
+            _fmt(m["mean_qttft_s"], "{:.4f}"),
+        )  # fmt: skip
+    return table
+
+
+def fit_timing_cmd(
+    csv_path: Annotated[
+        Path, typer.Argument(help="CSV with input_tokens, ttft_s (and batch_size) columns.")
+    ],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Fit the power-law prefill model a * BS^b * L^c to measured timings (reports R^2)."""
+    try:
+        fit = fit_csv(csv_path)
+    except PrefixlabError as exc:
+        fail(str(exc))
+        return
+    result = {
+        "a": fit.a, "b": fit.b, "c": fit.c, "r2": fit.r2, "r2_log": fit.r2_log,
+        "num_points": fit.num_points, "b_fixed": fit.b_fixed, "spec": fit.spec(),
+    }  # fmt: skip
+    if as_json:
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        return
+    out = console()
+    note = " (b fixed: one batch size in the data)" if fit.b_fixed else ""
+    out.print(f"t = {fit.a:.6g} * BS^{fit.b:.4g} * L^{fit.c:.4g}{note}")
+    out.print(f"R^2 = {fit.r2:.4f} (log scale {fit.r2_log:.4f}) over {fit.num_points} points")
+    out.print(f"timing spec: {fit.spec()}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate")(simulate_cmd)
+    app.command("fit-timing")(fit_timing_cmd)
