@@ -38,6 +38,8 @@ def fit_power_law(batch_size: np.ndarray, tokens: np.ndarray, seconds: np.ndarra
     t = np.asarray(seconds, dtype=np.float64)
     if not (bs.shape == n.shape == t.shape) or t.shape[0] < 2:
         raise ConfigError("a power-law fit needs at least 2 points of equal-length columns")
+    if not (np.isfinite(bs).all() and np.isfinite(n).all() and np.isfinite(t).all()):
+        raise ConfigError("a power-law fit needs finite batch sizes, tokens and seconds")
     if (bs <= 0).any() or (n <= 0).any() or (t <= 0).any():
         raise ConfigError("a power-law fit needs positive batch sizes, tokens and seconds")
     b_fixed = np.unique(bs).shape[0] == 1
@@ -47,7 +49,12 @@ def fit_power_law(batch_size: np.ndarray, tokens: np.ndarray, seconds: np.ndarra
     cols = [np.ones_like(y), np.log(n)] if b_fixed else [np.ones_like(y), np.log(bs), np.log(n)]
     x = np.column_stack(cols)
     target = y - np.log(bs) if b_fixed else y  # b fixed at 1
-    coef, *_ = np.linalg.lstsq(x, target, rcond=None)
+    coef, _, rank, _ = np.linalg.lstsq(x, target, rcond=None)
+    if rank < x.shape[1]:
+        raise ConfigError(
+            "batch size and input length vary together in the data: b and c cannot be told "
+            "apart; measure several lengths at each batch size"
+        )
     if b_fixed:
         log_a, c = coef
         b = 1.0

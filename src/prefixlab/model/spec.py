@@ -94,6 +94,8 @@ class ModelSpec:
     def sequence_bytes(self, num_tokens: int, checkpoint_every: int | None = None) -> int:
         """KV of a sequence plus its state checkpoints (one every ``checkpoint_every`` tokens,
         or one at the end when None)."""
+        if checkpoint_every is not None and checkpoint_every <= 0:
+            raise ConfigError(f"checkpoint_every must be positive, got {checkpoint_every}")
         checkpoints = 1 if checkpoint_every is None else num_tokens // checkpoint_every
         if not self.num_ssm_layers:
             checkpoints = 0

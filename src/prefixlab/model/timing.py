@@ -26,6 +26,7 @@ the mixed batch as a whole.
 from __future__ import annotations
 
 import csv
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -175,10 +176,16 @@ def _read_table(path: Path) -> tuple[np.ndarray, np.ndarray]:
                 if not np.isfinite(value) or value < 0:
                     raise TraceFormatError(str(path), lineno, col, f"must be >= 0, got {value}")
                 out.append(value)
-    if len(set(tokens)) < 1 or not tokens:
+    if not tokens:
         raise TraceFormatError(str(path), None, None, "no rows")
-    if len(set(tokens)) != len(tokens):
-        raise TraceFormatError(str(path), None, "input_tokens", "each length must appear once")
+    seen: dict[float, int] = {}
+    for i, t in enumerate(tokens):
+        if t in seen:
+            raise TraceFormatError(
+                str(path), i + 2, "input_tokens",
+                f"length {t:g} appears twice (also on line {seen[t] + 2}); give each once",
+            )  # fmt: skip
+        seen[t] = i
     return np.array(tokens), np.array(seconds)
 
 
@@ -200,11 +207,15 @@ class Roofline(TimingModel):
         return float(self.model.active_parameters * self.model.dtype_bytes)
 
     def prefill_s(self, chunks: Sequence[Chunk]) -> float:
+        if not chunks:
+            return 0.0
         flops = sum(self.model.total_prefill_flops(n, p) for n, p in chunks)
         kv = sum((n + p) * self.model.kv_bytes_per_token for n, p in chunks)
         return self._time(flops, self._weights() + kv)
 
     def decode_s(self, contexts: Sequence[int]) -> float:
+        if not contexts:
+            return 0.0
         flops = sum(self.model.decode_flops(c) for c in contexts)
         kv = sum(c * self.model.kv_bytes_per_token for c in contexts)
         state = len(contexts) * self.model.state_bytes_per_checkpoint
@@ -277,7 +288,8 @@ def _component(text: str, model: ModelSpec | None, gpu: GPU | None) -> TimingMod
         if "preset" in kw:
             if str(kw["preset"]) not in POWER_PRESETS or len(kw) > 1:
                 raise ConfigError(
-                    f"power preset must be one of {', '.join(POWER_PRESETS)} (and alone)"
+                    f"power preset {kw['preset']!r} unknown or combined with a, b, c; known: "
+                    f"{', '.join(POWER_PRESETS)}"
                 )
             return PowerLaw(*POWER_PRESETS[str(kw["preset"])])
         missing = {"a", "b", "c"} - set(kw)
@@ -297,8 +309,9 @@ def _component(text: str, model: ModelSpec | None, gpu: GPU | None) -> TimingMod
         raise ConfigError("timing 'roofline' needs a model and a GPU (--model, --gpu)")
     mfu = _number(kind, "mfu", kw.get("mfu", 0.5))
     mbu = _number(kind, "mbu", kw.get("mbu", 0.7))
-    if mfu > 1 or mbu > 1:
-        raise ConfigError("roofline mfu and mbu are fractions of peak: at most 1")
+    for key, value in (("mfu", mfu), ("mbu", mbu)):
+        if value > 1:
+            raise ConfigError(f"roofline {key} is a fraction of peak (at most 1), got {value}")
     return Roofline(model, gpu, mfu, mbu)
 
 
@@ -307,19 +320,22 @@ def make_timing(
 ) -> TimingModel:
     """Build a timing model from specs (``a+b`` strings or a list of them)."""
     texts = [spec] if isinstance(spec, str) else list(spec)
-    parts = [p for t in texts for p in t.split("+") if p.strip()]
+    # "+" joins components ("power:...+tpot:s=1"); a "+" inside a number (1e+3) does not.
+    parts = [p.strip("+ ") for t in texts for p in re.split(r"\+(?=[A-Za-z])", t)]
+    parts = [p for p in parts if p]
     if not parts:
         raise ConfigError("no timing model given")
     m = get_model(model) if model is not None else None
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     comps = [_component(p.strip(), m, g) for p in parts]
-    prefill = [c for c in comps if c.times_prefill and not isinstance(c, ConstantTPOT)]
-    decode = [c for c in comps if c.times_decode]
-    if len(prefill) > 1:
-        names = ", ".join(c.spec() for c in prefill)
-        raise ConfigError(f"more than one prefill timing model: {names}")
-    explicit = [c for c in decode if isinstance(c, ConstantTPOT)]
-    if len(explicit) > 1:
-        raise ConfigError("more than one tpot timing model")
-    dec = explicit[0] if explicit else (decode[0] if decode else None)
-    return Composite(prefill[0] if prefill else None, dec)
+    # A roofline times whatever no dedicated component does (power/table prefill, tpot).
+    roof = [c for c in comps if isinstance(c, Roofline)]
+    prefill = [c for c in comps if isinstance(c, (PowerLaw, TableTiming))]
+    tpot = [c for c in comps if isinstance(c, ConstantTPOT)]
+    for what, group in (("prefill", prefill), ("tpot", tpot), ("roofline", roof)):
+        if len(group) > 1:
+            names = ", ".join(c.spec() for c in group)
+            raise ConfigError(f"more than one {what} timing model: {names}")
+    pre = prefill[0] if prefill else (roof[0] if roof else None)
+    dec = tpot[0] if tpot else (roof[0] if roof else None)
+    return Composite(pre, dec)

@@ -255,10 +255,21 @@ class Scheduler:
             if self.blocks[r] != self.blocks_needed(r, g):
                 want = self.blocks_needed(r, g)
                 raise AssertionError(f"request {r} holds {self.blocks[r]} blocks, not {want}")
-        held = sum(self.blocks[r] for r in self.running)
-        if held > self.cache.capacity_blocks:
-            raise AssertionError(f"running requests hold {held} blocks > capacity")
+        cap = self.cache.capacity_blocks
         if isinstance(self.cache, BlockCache):
-            pinned = int(np.count_nonzero(self.cache.view.ref > 0))
-            if pinned > held:
-                raise AssertionError(f"{pinned} pinned blocks but running requests hold {held}")
+            # Running requests share hit blocks: each physical block's ref count must equal
+            # the number of running requests holding it, and no more blocks than exist.
+            held = [h for h in (self.handle[r] for r in self.running) if isinstance(h, np.ndarray)]
+            flat = np.concatenate(held) if held else np.zeros(0, dtype=np.int64)
+            refs = np.bincount(flat, minlength=cap)
+            if not np.array_equal(refs, self.cache.view.ref[:cap]):
+                raise AssertionError("block ref counts differ from the running requests' holdings")
+            if int(np.count_nonzero(refs)) > cap:
+                raise AssertionError("running requests pin more blocks than the pool has")
+        else:
+            reserved = sum(h.reserved_blocks for h in (self.handle[r] for r in self.running)
+                           if isinstance(h, RadixHandle))  # fmt: skip
+            if reserved != self.cache.reserved_blocks:
+                raise AssertionError(f"reserved pages {self.cache.reserved_blocks} != {reserved}")
+            if self.cache.reserved_blocks + self.cache.tree_blocks > cap:
+                raise AssertionError("tree pages + reserved pages exceed the capacity")
