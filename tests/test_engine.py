@@ -4,6 +4,7 @@ determinism, events, memory invariants, preemption, chunked prefill, closed loop
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from typing import Any
 
@@ -86,7 +87,7 @@ def test_hand_computed_timeline() -> None:
     """
     a = list(range(1, 9))
     trace = Trace.from_requests([
-        _req(0.0, a, 3), _req(8.5, a + [20, 21, 22, 23], 2), _req(30.0, a + [20, 21, 22, 23], 1),
+        _req(0.0, a, 3), _req(8.5, [*a, 20, 21, 22, 23], 2), _req(30.0, [*a, 20, 21, 22, 23], 1),
     ])  # fmt: skip
     log = Log()
     res = simulate(trace, "lru", EngineConfig(capacity_blocks=64, block_tokens=4), LINEAR,
@@ -176,7 +177,7 @@ def test_higher_hit_ratio_never_worse_mean_ttft() -> None:
             runs.append((r.metrics["token_hit_ratio"], r.metrics["mean_ttft_s"], cap, pol))
     runs.sort()
     assert runs[-1][0] > runs[0][0] + 0.2  # the sweep spans a real range of hit ratios
-    for (h1, t1, *_), (h2, t2, *_) in zip(runs, runs[1:], strict=False):
+    for (h1, t1, *_), (h2, t2, *_) in itertools.pairwise(runs):
         if h2 > h1:
             assert t2 <= t1 + 1e-12, (runs,)
 
@@ -263,7 +264,7 @@ def test_closed_loop_next_turn_waits_for_completion_plus_think() -> None:
     a = list(range(1, 9))
     trace = Trace.from_requests([
         _req(0.0, a, 2, sid="s", turn=0),
-        _req(1.0, a + [900, 901, 30, 31], 1, sid="s", turn=1, think=5.0),
+        _req(1.0, [*a, 900, 901, 30, 31], 1, sid="s", turn=1, think=5.0),
         _req(2.0, [50, 51], 1),
     ])  # fmt: skip
     res = simulate(trace, "lru", EngineConfig(capacity_blocks=64, block_tokens=4,
