@@ -1,4 +1,4 @@
-"""docs/workloads: one page per loader and generator, and every example command on them runs.
+"""docs/workloads (a page per loader and generator) and docs/engine.md: every example runs.
 
 The commands are read from the pages' ``bash`` blocks and run through the CLI in a scratch
 folder (``../shared/`` and ``docs/`` paths resolved to this checkout), so a page cannot drift
@@ -63,9 +63,12 @@ def test_every_generator_has_a_page_with_an_example(name: str) -> None:
     assert f"`{name}`" in (PAGES / "README.md").read_text()
 
 
-@pytest.mark.parametrize("page", sorted(p.name for p in PAGES.glob("*.md")))
+DOC_PAGES = [*sorted(str(p.relative_to(ROOT / "docs")) for p in PAGES.glob("*.md")), "engine.md"]
+
+
+@pytest.mark.parametrize("page", DOC_PAGES)
 def test_page_examples_run(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cmds = _commands(PAGES / page)
+    cmds = _commands(ROOT / "docs" / page)
     if any("../shared/" in c for c in cmds) and not SHARED_DATA.is_dir():
         pytest.skip("shared data not found")
     monkeypatch.chdir(tmp_path)

@@ -131,7 +131,10 @@ class Scheduler:
                 batch.chunks.append((r, n, self.computed[r]))
                 budget -= n
             else:
-                if not self._ensure_blocks(r, self.generated[r] + 1):
+                # Only a decode that crosses into a new block needs memory.
+                g = min(self.generated[r] + 1, self.output[r])
+                full = self.input[r] + g > self.blocks[r] * self.bt
+                if full and not self._ensure_blocks(r, self.generated[r] + 1):
                     continue  # r itself was preempted: the list shifted
                 batch.decodes.append((r, self.input[r] + self.generated[r]))
                 budget -= 1
