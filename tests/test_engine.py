@@ -336,3 +336,27 @@ def test_simulate_cli_errors_are_one_line(args: list[str], message: str) -> None
                                    "16", "--capacity-blocks", "500", "-p", "lru", *args])  # fmt: skip
     assert res.exit_code == 2, res.output
     assert message in res.stderr.replace("\n", " ")
+
+
+def test_radix_engine_preempts_and_keeps_invariants() -> None:
+    trace = generate_sessions(num_sessions=40, seed=8, session_rate_per_s=20.0, max_turns=3,
+                              system_tokens=64, mean_user_tokens=64, mean_output_tokens=200)  # fmt: skip
+    res = simulate(trace, "sglang-lru", EngineConfig(capacity_blocks=120, structure="radix",
+                   block_tokens=16), LINEAR, check_every=1)  # fmt: skip
+    assert res.metrics["num_preemptions"] > 0
+    assert not np.isnan(res.finish_s).any()
+    assert res.metrics["token_hit_ratio"] > 0
+
+
+def test_single_token_outputs_have_no_tpot_and_json_has_null() -> None:
+    trace = Trace.from_requests([_req(0.0, [1, 2, 3, 4], 1), _req(0.0, [5, 6], 0)])
+    res = simulate(trace, "lru", EngineConfig(capacity_blocks=16, block_tokens=4), LINEAR)
+    # Both prefill in one 6-second step; an output of 0 tokens finishes at prefill end.
+    assert res.first_token_s.tolist() == [6.0, 6.0] and res.finish_s.tolist() == [6.0, 6.0]
+    assert np.isnan(res.metrics["mean_tpot_s"])
+    out = CliRunner().invoke(app, [
+        "simulate", "gen:random-pool:num_requests=20,output_tokens=1", "--block-tokens", "4",
+        "--capacity-blocks", "100", "-p", "lru", "--timing", "power:a=1e-3,b=1,c=1", "--json",
+    ])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)[0]["mean_tpot_s"] is None

@@ -113,7 +113,9 @@ def simulate_cmd(
         return
     rows = [r.as_dict() for r in results]
     if as_json:
-        sys.stdout.write(json.dumps(rows, indent=2, default=_json_default) + "\n")
+        # NaN (e.g. TPOT when no request has two output tokens) is not JSON: write null.
+        text = json.dumps(_nan_to_none(rows), indent=2, allow_nan=False)
+        sys.stdout.write(text + "\n")
         return
     out = console()
     out.print(_table(rows))
@@ -123,8 +125,14 @@ def simulate_cmd(
     out.print(f"trace: {tr.name} ({len(tr):,} requests); timing: {results[0].timing}")
 
 
-def _json_default(value: Any) -> Any:
-    raise TypeError(f"not JSON serialisable: {value!r}")
+def _nan_to_none(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _nan_to_none(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nan_to_none(v) for v in value]
+    return value
 
 
 def _fmt(value: Any, pattern: str) -> str:
