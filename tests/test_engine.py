@@ -79,11 +79,14 @@ def test_hand_computed_timeline() -> None:
     """Blocks of 4 tokens; prefill costs 1 s per new token, a decode step 1 s.
 
     r0 t=0: 8 tokens, 3 out.   step [0,8) prefill 8 -> first token 8; decodes 8->9, 9->...
-    r1 t=8.5: r0's 8 tokens + 4 (12), 2 out. Busy until 9; at 9 the step runs r0's decode
-       and r1's 12-token prefill: 13 s -> ends 22: r0 finishes (3 tokens), r1's first token.
-       r1 decodes 22 -> 23: done. Nothing was cached when r1 looked (r0 still running).
-    r2 t=30: r1's 12 tokens, 1 out: lookup caps at (12-1)//4 = 2 blocks, both cached (r0's
-       and r1's commit) -> 8 hit tokens, prefill 4 -> first token (and finish) at 34.
+    r1 t=8.5: r0's 8 tokens + 4 (12), 2 out. Busy until 9. r0's two prompt blocks were
+       cached when its prefill finished (at 8), so r1 hits them while r0 still decodes:
+       lookup caps at (12-1)//4 = 2 blocks -> 8 hit tokens. At 9 the step runs r0's decode
+       and r1's 4-token prefill: 5 s -> ends 14: r0 finishes (3 tokens), r1's first token;
+       r1 decodes 14 -> 15: done.
+    r2 t=30: r1's 12 tokens, 1 out: 2 cached blocks -> 8 hits, prefill 4 -> done at 34.
+    With cache_while_running=False (replay's rule) r1 finds nothing: it prefills 12 tokens
+    in a 13-second step (9 -> 22) and r0 finishes at 22.
     """
     a = list(range(1, 9))
     trace = Trace.from_requests([
@@ -93,18 +96,23 @@ def test_hand_computed_timeline() -> None:
     res = simulate(trace, "lru", EngineConfig(capacity_blocks=64, block_tokens=4), LINEAR,
                    observers=[log], check_every=1)  # fmt: skip
     assert res.scheduled_s.tolist() == [0.0, 9.0, 30.0]
-    assert res.first_token_s.tolist() == [8.0, 22.0, 34.0]
-    assert res.finish_s.tolist() == [22.0, 23.0, 34.0]
-    assert res.hit_tokens.tolist() == [0, 0, 8]
+    assert res.first_token_s.tolist() == [8.0, 14.0, 34.0]
+    assert res.finish_s.tolist() == [14.0, 15.0, 34.0]
+    assert res.hit_tokens.tolist() == [0, 8, 8]
     m = res.metrics
-    assert m["mean_ttft_s"] == pytest.approx((8 + 13 + 4) / 3)
-    assert m["mean_qttft_s"] == pytest.approx((8 + 13.5 + 4) / 3)
-    # TPOT: r0 (22-8)/2 = 7, r1 (23-22)/1 = 1; r2 has one token: no TPOT.
-    assert m["mean_tpot_s"] == pytest.approx(4.0)
+    assert m["mean_ttft_s"] == pytest.approx((8 + 5 + 4) / 3)
+    assert m["mean_qttft_s"] == pytest.approx((8 + 5.5 + 4) / 3)
+    # TPOT: r0 (14-8)/2 = 3, r1 (15-14)/1 = 1; r2 has one token: no TPOT.
+    assert m["mean_tpot_s"] == pytest.approx(2.0)
     assert m["makespan_s"] == 34.0 and m["throughput_tokens_per_s"] == pytest.approx(6 / 34)
     steps = log.of(StepDone)
     assert [(s.start_s, s.duration_s) for s in steps] == [
-        (0.0, 8.0), (8.0, 1.0), (9.0, 13.0), (22.0, 1.0), (30.0, 4.0)]  # fmt: skip
+        (0.0, 8.0), (8.0, 1.0), (9.0, 5.0), (14.0, 1.0), (30.0, 4.0)]  # fmt: skip
+    late = simulate(trace, "lru", EngineConfig(capacity_blocks=64, block_tokens=4,
+                    cache_while_running=False), LINEAR, check_every=1)  # fmt: skip
+    assert late.hit_tokens.tolist() == [0, 0, 8]
+    assert late.first_token_s.tolist() == [8.0, 22.0, 34.0]
+    assert late.finish_s.tolist() == [22.0, 23.0, 34.0]
 
 
 # ------------------------------------------------------------------ agreement with replay
@@ -121,8 +129,13 @@ def test_no_queueing_matches_replay_and_timing(structure: str, policy: str) -> N
                               mean_output_tokens=32)  # fmt: skip
     timing = make_timing("power:preset=llama-3.1-8b-h100+tpot:s=0.01")
     cap = 600
+    # With arrivals far apart caching while running changes nothing for recency and FIFO
+    # orders; S3-FIFO's queues see the prompt's blocks before the decode's evictions, so it
+    # matches replay under replay's caching rule.
+    early = policy != "s3fifo"
     res = simulate(trace, policy, EngineConfig(capacity_blocks=cap, structure=structure,
-                   block_tokens=16, max_num_batched_tokens=1 << 20), timing, check_every=5)  # fmt: skip
+                   block_tokens=16, max_num_batched_tokens=1 << 20,
+                   cache_while_running=early), timing, check_every=5)  # fmt: skip
     rep = replay(trace, policy, ReplayConfig(capacity_blocks=cap, structure=structure,
                  block_tokens=16))  # fmt: skip
     assert res.metrics["num_evictions"] > 0  # the capacity binds
@@ -360,3 +373,18 @@ def test_single_token_outputs_have_no_tpot_and_json_has_null() -> None:
     ])  # fmt: skip
     assert out.exit_code == 0, out.output
     assert json.loads(out.stdout)[0]["mean_tpot_s"] is None
+
+
+@pytest.mark.parametrize(
+    "spec", ["power:preset=llama-3.1-8b-h100", "roofline:mfu=0.5", "power:a=1e-6,b=1,c=1.3"]
+)
+def test_a_chunked_prompt_costs_what_one_pass_costs(spec: str) -> None:
+    """Alone, a prompt larger than the token budget runs in several chunks; its TTFT still
+    equals the timing model applied to its uncached tokens in one pass."""
+    timing = make_timing(spec, "llama-3.1-8b", "h100")
+    trace = Trace.from_requests([_req(0.0, list(range(1, 20_001)), 1)])
+    res = simulate(trace, "lru", EngineConfig(capacity_blocks=2000, block_tokens=16,
+                   max_num_batched_tokens=4096), timing)  # fmt: skip
+    assert res.metrics["num_steps"] == 5  # 4096 x 4 + 3616
+    ttft = res.first_token_s[0] - res.scheduled_s[0]
+    assert ttft == pytest.approx(timing.prefill_s([(20_000, 0)]), rel=1e-9)

@@ -5,6 +5,7 @@ Expected values are computed by hand from the models' fields; the arithmetic is 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -44,7 +45,8 @@ HYBRID = MODEL_PRESETS["marconi-hybrid-7b"]
 
 def tiny() -> ModelSpec:
     """D = 4; 1 MHA layer (2 heads x 2 = D_kv = D); 1 plain MLP (F = 16 = 4D, m = 2);
-    1 SSM layer (d_inner = 8 = 2D, N = 3, conv kernel 4); vocab 10."""
+    1 SSM layer (d_inner = 8 = 2D, N = 3, conv kernel 4); vocab 10, untied (input embedding
+    and lm_head counted separately)."""
     return ModelSpec(
         "tiny", 4, num_attention_layers=1, num_heads=2, num_kv_heads=2, head_dim=2,
         num_mlp_layers=1, intermediate_size=16, mlp_matrices=2,
@@ -151,6 +153,7 @@ def test_get_model_case_insensitive_and_unknown() -> None:
         ({"hidden_size": 4, "head_dim": 2.0}, "head_dim must be an integer >= 0, got 2.0"),
         ({"hidden_size": 4, "num_attention_layers": 1}, "need num_kv_heads, head_dim"),
         ({"hidden_size": 4, "num_ssm_layers": 1, "ssm_d_inner": 8}, "need ssm_d_inner"),
+        ({"hidden_size": 4, "tie_embeddings": 1}, "tie_embeddings must be true or false"),
     ],
 )
 def test_model_spec_validation(kwargs: dict, needle: str) -> None:
@@ -177,6 +180,55 @@ def test_tiny_prefill_flops_by_hand() -> None:
     assert m.prefill_flops(3)["attention"] == 528.0
     # nothing new: all zero
     assert m.prefill_flops(0, 5) == dict.fromkeys(LAYER_TYPES, 0.0)
+    assert m.prefill_flops(0, 5, causal=True) == dict.fromkeys(LAYER_TYPES, 0.0)
+
+
+def test_tiny_causal_prefill_flops_by_hand() -> None:
+    m = tiny()
+    # causal counts half the new tokens' square: 2 n^2 D_q instead of 4 n^2 D_q
+    # n = 3, p = 2: attention 384 + 4 x 3 x 2 x 4 + 2 x 3 x 3 x 4 = 384 + 96 + 72 = 552
+    # (non-causal: 384 + 96 + 144 = 624); MLP and SSM do not change
+    f = m.prefill_flops(3, 2, causal=True)
+    assert f == {"attention": 552.0, "mlp": 768.0, "moe": 0.0, "ssm": 1272.0}
+    assert m.total_prefill_flops(3, 2, True) == 552 + 768 + 1272  # 2592
+    # default stays non-causal (Marconi's 4 L^2 D)
+    assert m.total_prefill_flops(3, 2) == 624 + 768 + 1272
+    # decode: 1 token after 5, attention 128 + 4 x 1 x 5 x 4 + 2 x 1 x 1 x 4 = 128 + 80 + 8
+    # = 216 (non-causal 224); + MLP 256 + SSM 424 = 896
+    assert m.decode_flops(5, causal=True) == 896.0
+    assert m.decode_flops(5) == 904.0
+
+
+def test_causal_flops_are_additive_over_chunks_by_hand() -> None:
+    m = tiny()
+    # (1 new after 0) + (2 new after 1) = 3 new after 0, causal:
+    # total(1, 0): attention 2x1x4x16 + 2x1x1x4 = 128 + 8 = 136; MLP 256; SSM 424 -> 816
+    # total(2, 1): attention 2x2x4x16 + 4x2x1x4 + 2x2x2x4 = 256 + 32 + 32 = 320;
+    #              MLP 512; SSM 848 -> 1680
+    # total(3, 0): attention 384 + 2x3x3x4 = 384 + 72 = 456; MLP 768; SSM 1272 -> 2496
+    assert m.total_prefill_flops(1, 0, True) == 816.0
+    assert m.total_prefill_flops(2, 1, True) == 1680.0
+    assert m.total_prefill_flops(3, 0, True) == 2496.0 == 816.0 + 1680.0
+    # non-causal counts the full square of each chunk, so chunking drops 4 a b D_q per
+    # attention layer: whole 4 x 9 x 4 = 144 vs chunks 4x1x4 + 4x2x1x4 + 4x4x4 = 16+32+64
+    # = 112 -> 32 = 4 x 1 x 2 x 4
+    chunked = m.total_prefill_flops(1, 0) + m.total_prefill_flops(2, 1)
+    assert m.total_prefill_flops(3, 0) - chunked == 32.0
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "mixtral-8x7b", "marconi-hybrid-7b"])
+@pytest.mark.parametrize(("a", "b", "p"), [(1, 1, 0), (300, 700, 0), (512, 64, 1000)])
+def test_causal_flops_are_additive_over_chunks(name: str, a: int, b: int, p: int) -> None:
+    # attention: 4 a p D + 2 a^2 D + 4 b (p + a) D + 2 b^2 D = 4 (a + b) p D + 2 (a + b)^2 D;
+    # every other term is linear in the new tokens
+    m = MODEL_PRESETS[name]
+    split = m.total_prefill_flops(a, p, True) + m.total_prefill_flops(b, p + a, True)
+    assert split == pytest.approx(m.total_prefill_flops(a + b, p, True), rel=1e-12)
+    # non-causal is not additive (it double-counts): it drops 4 a b D_q per attention layer
+    split_nc = m.total_prefill_flops(a, p) + m.total_prefill_flops(b, p + a)
+    d_q = m.num_heads * m.head_dim
+    whole_nc = m.total_prefill_flops(a + b, p)
+    assert whole_nc - split_nc == pytest.approx(m.num_attention_layers * 4 * a * b * d_q)
 
 
 def test_tiny_matches_marconi_formulas() -> None:
@@ -222,7 +274,11 @@ def test_gqa_attention_flops() -> None:
 def test_decode_flops_is_one_token_prefill(name: str, c: int) -> None:
     m = MODEL_PRESETS[name]
     assert m.decode_flops(c) == m.total_prefill_flops(1, c)
+    assert m.decode_flops(c, True) == m.total_prefill_flops(1, c, True)
     assert m.decode_flops(c) > 0
+    # one new token: causal counts 2 x 1 x 1 x D_q per attention layer instead of 4
+    d_q = m.num_heads * m.head_dim
+    assert m.decode_flops(c) - m.decode_flops(c, True) == 2 * d_q * m.num_attention_layers
 
 
 def test_tiny_decode_flops_by_hand() -> None:
@@ -238,10 +294,58 @@ def test_moe_flops_count_active_experts_plus_router() -> None:
     )  # fmt: skip
     # n = 2: experts 2 x 2 x 4 x 8 x 3 x 2 = 768; router 2 x 2 x 4 x 4 = 64
     assert m.prefill_flops(2) == {"attention": 0.0, "mlp": 0.0, "moe": 832.0, "ssm": 0.0}
-    # params: 4 experts x 3 x 4 x 8 + router 4 x 4 + embeddings 10 x 4 = 384 + 16 + 40
-    assert m.num_parameters == 440
-    # active: minus (4 - 2) x 3 x 4 x 8 = 192
-    assert m.active_parameters == 248
+    # no attention: causal changes nothing
+    assert m.prefill_flops(2, 7, causal=True) == m.prefill_flops(2)
+    # params: 4 experts x 3 x 4 x 8 + router 4 x 4 + untied embeddings 2 x 10 x 4
+    # = 384 + 16 + 80
+    assert m.num_parameters == 480
+    # active: 4 x (1 - (1 - 2/4)^1) = 2 experts touched; minus (4 - 2) x 96 = 192
+    assert m.active_parameters == 288
+
+
+def moe_toy() -> ModelSpec:
+    """D = 4; 1 MoE layer, 4 experts (3 x 4 x 8 = 96 weights each), top 2; vocab 10."""
+    return ModelSpec(
+        "moe", 4, num_moe_layers=1, num_experts=4, experts_per_token=2,
+        moe_intermediate_size=8, mlp_matrices=3, vocab_size=10,
+    )  # fmt: skip
+
+
+def test_moe_parameters_read_by_hand() -> None:
+    m = moe_toy()
+    # 480 parameters, 96 per expert; experts touched by T tokens: 4 x (1 - (1/2)^T)
+    # T = 1: 2 touched, 2 idle -> 480 - 192 = 288 (= active_parameters)
+    assert m.parameters_read(1) == m.active_parameters == 288
+    # T = 2: 4 x (1 - 1/4) = 3 touched, 1 idle -> 480 - 96 = 384
+    assert m.parameters_read(2) == 384
+    # T = 3: 4 x (1 - 1/8) = 3.5 touched, 0.5 idle -> 480 - 48 = 432
+    assert m.parameters_read(3) == 432
+    # T = 4: 4 x (1 - 1/16) = 3.75 touched, 0.25 idle -> 480 - 24 = 456
+    assert m.parameters_read(4) == 456
+    # many tokens touch all experts
+    assert m.parameters_read(10_000) == m.num_parameters == 480
+
+
+def test_mixtral_parameters_read_grows_to_all_experts() -> None:
+    m = MODEL_PRESETS["mixtral-8x7b"]
+    # T = 2: 8 x (1 - (6/8)^2) = 8 x 0.4375 = 3.5 experts touched, 4.5 idle per layer:
+    # 4.5 x 176,160,768 x 32 layers = 25,367,150,592 -> 46,702,526,464 - that = 21,335,375,872
+    assert m.parameters_read(2) == 21_335_375_872
+    read = [m.parameters_read(t) for t in (1, 2, 4, 8, 16, 32, 64)]
+    assert all(a < b for a, b in itertools.pairwise(read))
+    assert read[0] == m.active_parameters
+    assert read[-1] < m.num_parameters
+    # T = 64: 8 x 0.75^64 = 8.1e-8 experts idle per layer, x 176,160,768 x 32 = ~456 weights
+    assert m.num_parameters - read[-1] == pytest.approx(8 * 0.75**64 * 176_160_768 * 32, abs=1)
+    assert 400 < m.num_parameters - read[-1] < 500
+    assert m.parameters_read(10_000) == m.num_parameters
+
+
+@pytest.mark.parametrize("name", ["llama-3.2-1b", "llama-3.1-8b", "marconi-hybrid-7b"])
+@pytest.mark.parametrize("t", [1, 7, 4096])
+def test_dense_parameters_read_is_all_parameters(name: str, t: int) -> None:
+    m = MODEL_PRESETS[name]
+    assert m.parameters_read(t) == m.num_parameters == m.active_parameters
 
 
 def test_mixtral_moe_flops_by_hand() -> None:
@@ -252,19 +356,32 @@ def test_mixtral_moe_flops_by_hand() -> None:
 
 def test_tiny_parameters_by_hand() -> None:
     # attention: 4x4 (Q) + 4x4 (O) + 2 x 4x4 (K, V) = 64; MLP 2 x 4 x 16 = 128;
-    # SSM 4 x 2 x 8 + 8 x 4 = 96; embeddings 10 x 4 = 40 -> 328
-    assert tiny().num_parameters == 328
-    assert tiny().active_parameters == 328
+    # SSM 4 x 2 x 8 + 8 x 4 = 96; untied embeddings 2 x 10 x 4 = 80 -> 368
+    assert tiny().num_parameters == 368
+    assert tiny().active_parameters == 368
+    # tied: the embedding counted once, 368 - 40 = 328
+    assert dataclasses.replace(tiny(), tie_embeddings=True).num_parameters == 328
+
+
+def test_only_llama_3_2_presets_tie_embeddings() -> None:
+    tied = {name for name, m in MODEL_PRESETS.items() if m.tie_embeddings}
+    assert tied == {"llama-3.2-1b", "llama-3.2-3b"}
+    assert ModelSpec("x", 4).tie_embeddings is False
 
 
 def test_flop_efficiency_by_hand() -> None:
     m = tiny()
-    # entry covers tokens [1, 3): saves prefilling 3 tokens = 528 + 768 + 1272 = 2568 FLOPs;
+    # entry covers tokens [1, 3): credited with prefilling 3 tokens minus its parent's 1
+    # (non-causal, Marconi's accounting): total(3) = 528 + 768 + 1272 = 2568;
+    # total(1) = (2x1x4x16 + 4x1x1x4 = 144) + 256 + 424 = 824 -> 2568 - 824 = 1744 FLOPs;
     # holds 2 tokens of KV (2 x 16) + one checkpoint (112) = 144 bytes
-    assert m.flop_efficiency(3, 1) == pytest.approx(2568 / 144, rel=1e-12)
-    # the whole prefix as one entry: 3 x 16 + 112 = 160 bytes
-    assert m.flop_efficiency(3) == pytest.approx(2568 / 160, rel=1e-12)
+    assert m.total_prefill_flops(1) == 824.0
+    assert m.flop_efficiency(3, 1) == pytest.approx(1744 / 144, rel=1e-12)  # 12.11
+    # the whole prefix as one entry (no parent): 2568 over 3 x 16 + 112 = 160 bytes
+    assert m.flop_efficiency(3) == pytest.approx(2568 / 160, rel=1e-12)  # 16.05
     assert m.flop_efficiency(0) == 0.0
+    # an empty edge adds no FLOPs over its parent: a hybrid's still holds a checkpoint
+    assert m.flop_efficiency(3, 3) == 0.0
     # a transformer entry with an empty edge holds nothing
     assert MODEL_PRESETS["llama-3.2-1b"].flop_efficiency(5, 5) == math.inf
 
@@ -273,31 +390,61 @@ def test_flop_efficiency_grows_with_length_for_hybrid() -> None:
     lengths = [16, 128, 1024, 8192, 65536]
     whole = [HYBRID.flop_efficiency(n) for n in lengths]
     assert all(a < b for a, b in itertools.pairwise(whole))
-    # fixed 16-token edges deeper in a longer prefix are worth more too
+    # fixed 16-token edges deeper in a longer prefix are worth more: attention grows
     edges = [HYBRID.flop_efficiency(n, n - 16) for n in lengths[1:]]
     assert all(a < b for a, b in itertools.pairwise(edges))
+    # by hand: the edge [n - 16, n) adds a linear part (the same for every n) plus
+    # 4 layers x 4 D (n^2 - (n - 16)^2) = 16 D (32 n - 256); from n = 128 to n = 1024 that
+    # grows by 16 x 4096 x 32 x 896 = 1,879,048,192 FLOPs over the same bytes:
+    # 16 x 65,536 + 26,787,840 = 27,836,416
+    held = 16 * 65_536 + 26_787_840
+    assert held == 27_836_416
+    gain = (edges[1] - edges[0]) * held
+    assert gain == pytest.approx(1_879_048_192, rel=1e-9)
+
+
+def test_flop_efficiency_of_fixed_edge_is_flat_without_attention() -> None:
+    # a pure SSM's FLOPs are linear in the tokens: a 16-token edge adds the same FLOPs at
+    # any depth, and holds one checkpoint, so its efficiency does not grow with the parent
+    mamba = MODEL_PRESETS["mamba2-2.7b"]
+    edges = [mamba.flop_efficiency(n, n - 16) for n in (16, 128, 1024, 8192)]
+    assert edges == pytest.approx([edges[0]] * 4, rel=1e-12)
+    ckpt = mamba.state_bytes_per_checkpoint
+    assert edges[0] == pytest.approx(mamba.total_prefill_flops(16) / ckpt, rel=1e-12)
 
 
 def test_num_parameters_near_published() -> None:
-    # llama-3.2-1b: 16 x (2 x 2048^2 + 2 x 2048 x 512 + 3 x 2048 x 8192) + 128256 x 2048
-    # = 16 x 60,817,408 + 262,668,288 = 1,235,746,816
+    # llama-3.2-1b (tied): 16 x (2 x 2048^2 + 2 x 2048 x 512 + 3 x 2048 x 8192)
+    # + 128256 x 2048 once = 16 x 60,817,408 + 262,668,288 = 1,235,746,816
     p1 = MODEL_PRESETS["llama-3.2-1b"].num_parameters
     assert p1 == 1_235_746_816
     assert abs(p1 / 1.24e9 - 1) < 0.03
-    # llama-3.1-8b: 32 x 218,103,808 + 525,336,576 = 7,504,658,432 (lm_head not counted)
+    # untied it would count the embedding twice: + 262,668,288
+    untied = dataclasses.replace(MODEL_PRESETS["llama-3.2-1b"], tie_embeddings=False)
+    assert untied.num_parameters == 1_235_746_816 + 262_668_288
+    # llama-3.2-3b (tied): 28 x (2 x 3072^2 + 2 x 3072 x 1024 + 3 x 3072 x 8192)
+    # + 128256 x 3072 = 28 x 100,663,296 + 394,002,432 = 3,212,574,720 (published 3.21B)
+    p3 = MODEL_PRESETS["llama-3.2-3b"].num_parameters
+    assert p3 == 3_212_574_720
+    assert abs(p3 / 3.21e9 - 1) < 0.03
+    # llama-3.1-8b (untied): 32 x 218,103,808 + 2 x 525,336,576 (embedding and lm_head)
+    # = 6,979,321,856 + 1,050,673,152 = 8,029,995,008
     p8 = MODEL_PRESETS["llama-3.1-8b"].num_parameters
-    assert p8 == 7_504_658_432
-    assert abs(p8 / 8.03e9 - 1) < 0.08
+    assert p8 == 8_029_995_008
+    assert abs(p8 / 8.03e9 - 1) < 0.03
 
 
 def test_mixtral_active_parameters() -> None:
     m = MODEL_PRESETS["mixtral-8x7b"]
     # active per layer: attention 41,943,040 + 2 experts x 3 x 4096 x 14336 (352,321,536)
-    # + router 32,768 = 394,297,344; x 32 + 32000 x 4096 = 12,748,587,008
-    assert m.active_parameters == 12_748_587_008
-    assert abs(m.active_parameters / 12.9e9 - 1) < 0.05
-    # all 8 experts: roughly 46.7e9
-    assert abs(m.num_parameters / 46.7e9 - 1) < 0.02
+    # + router 32,768 = 394,297,344; x 32 = 12,617,515,008 + untied embeddings
+    # 2 x 32000 x 4096 = 262,144,000 -> 12,879,659,008
+    assert m.active_parameters == 12_879_659_008
+    assert abs(m.active_parameters / 12.9e9 - 1) < 0.03
+    # all 8 experts: per layer 41,943,040 + 8 x 176,160,768 + 32,768 = 1,451,261,952;
+    # x 32 = 46,440,382,464 + 262,144,000 = 46,702,526,464
+    assert m.num_parameters == 46_702_526_464
+    assert abs(m.num_parameters / 46.7e9 - 1) < 0.03
 
 
 # ====================================================================== timing: power / tpot
@@ -324,6 +471,39 @@ def test_power_law_batch_formula() -> None:
     assert pl.prefill_s([]) == 0.0
     assert pl.decode_s([100]) == 0.0
     assert pl.spec() == f"power:a={a},b={b},c={c}"
+
+
+def test_power_law_prices_a_later_chunk_as_its_increment() -> None:
+    pl = PowerLaw(1e-4, 1.0, 2.0)
+    # one prompt of 1000 in three steps; a chunk of L after d of its own tokens costs
+    # a ((d + L)^2 - d^2): 1e-4 x 300^2 = 9; 1e-4 x (800^2 - 300^2) = 55;
+    # 1e-4 x (1000^2 - 800^2) = 36 -> 100 = 1e-4 x 1000^2, the one-pass cost
+    # (the middle part has 50 cache hits too: cached 350 = 50 hits + 300 done)
+    parts = [[(300, 0)], [(500, 350, 300)], [(200, 850, 800)]]
+    costs = [pl.prefill_s(c) for c in parts]
+    assert costs == pytest.approx([9.0, 55.0, 36.0], rel=1e-12)
+    assert sum(costs) == pytest.approx(pl.prefill_s([(1000, 0)]), rel=1e-9)
+    assert pl.prefill_s([(1000, 0)]) == pytest.approx(100.0, rel=1e-12)
+    # without `done` the last chunk would be priced as fresh: 1e-4 x 200^2 = 4
+    assert pl.prefill_s([(200, 850)]) == pytest.approx(4.0, rel=1e-12)
+    # in a batch its equivalent fresh length enters the formula: (200 after 300) ->
+    # sqrt(500^2 - 300^2) = 400; with a fresh 100: BS = 2, mean (400 + 100) / 2 = 250
+    # -> 1e-4 x 2 x 250^2 = 12.5
+    assert pl.prefill_s([(200, 300, 300), (100, 0)]) == pytest.approx(12.5, rel=1e-12)
+    # c = 1 is linear: the increment is L whatever came before
+    lin = PowerLaw(1e-4, 1.0, 1.0)
+    assert lin.prefill_s([(200, 300, 300)]) == pytest.approx(0.02, rel=1e-12)
+
+
+@pytest.mark.parametrize("preset", sorted(POWER_PRESETS))
+def test_power_law_chunked_prompt_costs_one_pass(preset: str) -> None:
+    pl = PowerLaw(*POWER_PRESETS[preset])
+    # 4096 tokens in chunks of 1000, 1000, 1000, 1096 (the first after 96 cache hits)
+    pieces, hits, done, total = [1000, 1000, 1000, 1096], 96, 0, 0.0
+    for n in pieces:
+        total += pl.prefill_s([(n, hits + done, done)])
+        done += n
+    assert total == pytest.approx(pl.prefill_s([(4096, hits)]), rel=1e-9)
 
 
 def test_constant_tpot() -> None:
@@ -402,6 +582,32 @@ def test_table_sums_chunks_and_ignores_cached(table: TableTiming) -> None:
     assert table.decode_s([100]) == 0.0
 
 
+def test_table_prices_a_later_chunk_as_its_increment(table: TableTiming) -> None:
+    # t(L): 100 -> 0.01, 200 -> 0.03, 400 -> 0.05 (slope 1e-4 between 200 and 400)
+    # a 300-token prompt in chunks 100, 150, 50: t(100) = 0.01;
+    # t(250) - t(100) = 0.035 - 0.01 = 0.025; t(300) - t(250) = 0.04 - 0.035 = 0.005
+    parts = [[(100, 0)], [(150, 100, 100)], [(50, 250, 250)]]
+    costs = [table.prefill_s(c) for c in parts]
+    assert costs == pytest.approx([0.01, 0.025, 0.005], rel=1e-12)
+    assert sum(costs) == pytest.approx(table.prefill_s([(300, 0)]), rel=1e-9)
+    assert table.prefill_s([(300, 0)]) == pytest.approx(0.04, rel=1e-12)
+    # the same chunk fresh costs t(150) = 0.02, not 0.025
+    assert table.prefill_s([(150, 100)]) == pytest.approx(0.02, rel=1e-12)
+    # a batch sums its chunks' increments: 0.025 + t(150) = 0.045
+    assert table.prefill_s([(150, 100, 100), (150, 0)]) == pytest.approx(0.045, rel=1e-12)
+
+
+def test_table_chunked_prompt_costs_one_pass_with_extrapolation(table: TableTiming) -> None:
+    # chunks crossing the rows and running past the last one (extrapolated above 400)
+    pieces, done, total = [60, 90, 170, 230, 150], 0, 0.0
+    for n in pieces:
+        total += table.prefill_s([(n, done, done)])
+        done += n
+    # t(700) = 0.05 + 300 x 1e-4 = 0.08
+    assert total == pytest.approx(table.prefill_s([(700, 0)]), rel=1e-9)
+    assert total == pytest.approx(0.08, rel=1e-9)
+
+
 def test_table_single_row_is_proportional(tmp_path: Path) -> None:
     t = TableTiming(write(tmp_path / "one.csv", "input_tokens,ttft_s\n100,0.02\n"))
     # 0.02 x 250 / 100 = 0.05
@@ -477,30 +683,80 @@ TOY_GPU_FLOP = GPU("toy-flop", peak_flops=100.0, mem_bandwidth=1000.0, mem_bytes
 
 def test_roofline_prefill_by_hand_compute_bound() -> None:
     r = Roofline(tiny(), TOY_GPU_FLOP, mfu=0.5, mbu=0.5)
-    # FLOPs of (3 new, 2 cached) = 2664 -> 2664 / (100 x 0.5) = 53.28 s
-    # bytes: weights 328 x 2 = 656 + KV (3 + 2) x 16 = 80 -> 736 / (1000 x 0.5) = 1.472 s
-    assert r.prefill_s([(3, 2)]) == pytest.approx(max(2664 / 50, 736 / 500), rel=1e-12)
-    assert r.prefill_s([(3, 2)]) == pytest.approx(53.28, rel=1e-12)
+    # causal FLOPs of (3 new, 2 cached) = 552 + 768 + 1272 = 2592 -> 2592 / (100 x 0.5)
+    # = 51.84 s (the non-causal 2664 would give 53.28)
+    # bytes: weights 368 x 2 = 736 + KV (3 + 2) x 16 = 80 -> 816 / (1000 x 0.5) = 1.632 s
+    assert r.prefill_s([(3, 2)]) == pytest.approx(max(2592 / 50, 816 / 500), rel=1e-12)
+    assert r.prefill_s([(3, 2)]) == pytest.approx(51.84, rel=1e-12)
 
 
 def test_roofline_prefill_and_decode_by_hand_memory_bound() -> None:
     r = Roofline(tiny(), TOY_GPU_MEM, mfu=0.5, mbu=0.5)
-    # prefill: compute 2664 / 500 = 5.328; memory 736 / 50 = 14.72
-    assert r.prefill_s([(3, 2)]) == pytest.approx(14.72, rel=1e-12)
-    # decode of contexts [5, 5]: FLOPs 2 x 904 = 1808 -> 1808 / 500 = 3.616
-    # bytes 656 + KV 2 x 5 x 16 = 160 + states 2 x 112 = 224 -> 1040 / 50 = 20.8
-    assert r.decode_s([5, 5]) == pytest.approx(max(1808 / 500, 1040 / 50), rel=1e-12)
-    assert r.decode_s([5, 5]) == pytest.approx(20.8, rel=1e-12)
+    # prefill: compute 2592 / 500 = 5.184; memory 816 / 50 = 16.32
+    assert r.prefill_s([(3, 2)]) == pytest.approx(max(2592 / 500, 816 / 50), rel=1e-12)
+    assert r.prefill_s([(3, 2)]) == pytest.approx(16.32, rel=1e-12)
+    # decode of contexts [5, 5]: causal FLOPs 2 x 896 = 1792 -> 1792 / 500 = 3.584
+    # bytes 736 + KV 2 x 5 x 16 = 160 + states 2 x 112 = 224 -> 1120 / 50 = 22.4
+    assert r.decode_s([5, 5]) == pytest.approx(max(1792 / 500, 1120 / 50), rel=1e-12)
+    assert r.decode_s([5, 5]) == pytest.approx(22.4, rel=1e-12)
+
+
+def test_roofline_moe_reads_the_experts_the_step_touches() -> None:
+    # moe_toy: no attention (no KV, no state); 416 FLOPs per token (experts 2 x 4 x 8 x 3
+    # x 2 = 384 + router 2 x 4 x 4 = 32); parameters read by T tokens: 288, 384, 432, 456
+    # for T = 1..4 (test_moe_parameters_read_by_hand). Memory-bound: bytes / 50, FLOPs / 500
+    r = Roofline(moe_toy(), TOY_GPU_MEM, mfu=0.5, mbu=0.5)
+    # one token: 288 x 2 = 576 bytes -> 11.52 s (compute 416 / 500 = 0.832)
+    assert r.prefill_s([(1, 0)]) == pytest.approx(max(416 / 500, 576 / 50), rel=1e-12)
+    assert r.prefill_s([(1, 0)]) == pytest.approx(11.52, rel=1e-12)
+    # two chunks, 1 + 2 = 3 new tokens: 432 x 2 = 864 bytes -> 17.28 s; cached tokens add
+    # no bytes without attention
+    assert r.prefill_s([(1, 0), (2, 5)]) == pytest.approx(17.28, rel=1e-12)
+    # decode of 2 sequences: 2 tokens, 384 x 2 = 768 -> 15.36 s; of 4: 456 x 2 = 912 -> 18.24
+    assert r.decode_s([5, 5]) == pytest.approx(15.36, rel=1e-12)
+    assert r.decode_s([5, 9, 1, 3]) == pytest.approx(18.24, rel=1e-12)
+    # a mixed step counts both: 1 prefill token + 2 decode tokens = 3 -> 864 bytes -> 17.28
+    # (priced separately: 11.52 + 15.36 = 26.88)
+    assert r.step_s([(1, 0)], [5, 5]) == pytest.approx(17.28, rel=1e-12)
+
+
+def test_roofline_chunked_prompt_costs_one_pass_when_compute_bound() -> None:
+    r = Roofline(tiny(), TOY_GPU_FLOP, mfu=0.5, mbu=0.5)
+    # causal FLOPs add up over chunks: 816 (1 after 0) + 1680 (2 after 1) = 2496 (3 after 0),
+    # each step compute-bound (bytes at most (736 + 48) / 500 = 1.568 s):
+    # 816 / 50 + 1680 / 50 = 16.32 + 33.6 = 49.92 = 2496 / 50
+    first, second = r.prefill_s([(1, 0)]), r.prefill_s([(2, 1, 1)])
+    assert (first, second) == pytest.approx((16.32, 33.6), rel=1e-12)
+    assert first + second == pytest.approx(r.prefill_s([(3, 0)]), rel=1e-9)
+    assert r.prefill_s([(3, 0)]) == pytest.approx(49.92, rel=1e-12)
+    # memory-bound, every step reads the weights again, so chunking costs more:
+    # (736 + 16) / 50 + (736 + 48) / 50 = 15.04 + 15.68 = 30.72 vs (736 + 48) / 50 = 15.68
+    m = Roofline(tiny(), TOY_GPU_MEM, mfu=0.5, mbu=0.5)
+    assert m.prefill_s([(1, 0)]) + m.prefill_s([(2, 1, 1)]) == pytest.approx(30.72)
+    assert m.prefill_s([(3, 0)]) == pytest.approx(15.68, rel=1e-12)
+
+
+def test_roofline_chunked_8b_prompt_costs_one_pass() -> None:
+    m = MODEL_PRESETS["llama-3.1-8b"]
+    r = Roofline(m, GPU_PRESETS["h100"])
+    # 8192 tokens after 100 hits in four 2048-token steps: each compute-bound (2048 tokens
+    # x ~2 x 8e9 FLOPs = 3.3e13 / (989e12 x 0.5) = 66 ms vs 16 GB / (3.35e12 x 0.7) = 7 ms)
+    done, total = 0, 0.0
+    for _ in range(4):
+        total += r.prefill_s([(2048, 100 + done, done)])
+        done += 2048
+    assert total == pytest.approx(r.prefill_s([(8192, 100)]), rel=1e-9)
 
 
 def test_roofline_llama_decode_by_hand() -> None:
     m = MODEL_PRESETS["llama-3.2-1b"]
     r = Roofline(m, GPU_PRESETS["a100"], mfu=0.5, mbu=0.7)
-    # one sequence, 1000 tokens of context, per layer:
-    # attention 2 x 2048 x (2 x 2048 + 2 x 512) + 4 x 1001 x 2048 = 20,971,520 + 8,200,192
-    # MLP 2 x 2048 x 8192 x 3 = 100,663,296; x 16 layers -> 2,077,360,128 FLOPs
-    flops = 16 * (20_971_520 + 8_200_192 + 100_663_296)
-    assert flops == 2_077_360_128
+    # one sequence, 1000 tokens of context, per layer (causal):
+    # attention 2 x 2048 x (2 x 2048 + 2 x 512) + 4 x 1000 x 2048 + 2 x 1 x 2048
+    # = 20,971,520 + 8,192,000 + 4,096 = 29,167,616
+    # MLP 2 x 2048 x 8192 x 3 = 100,663,296; x 16 layers -> 2,077,294,592 FLOPs
+    flops = 16 * (29_167_616 + 100_663_296)
+    assert flops == 2_077_294_592 == m.decode_flops(1000, True)
     # bytes: weights 1,235,746,816 x 2 = 2,471,493,632 + KV 1000 x 32,768 = 32,768,000
     num_bytes = 2_471_493_632 + 32_768_000
     compute = flops / (312e12 * 0.5)  # 1.33e-5 s
@@ -509,27 +765,30 @@ def test_roofline_llama_decode_by_hand() -> None:
     assert memory > 100 * compute  # decode of one sequence is memory-bound
 
 
-@pytest.mark.parametrize("name", ["llama-3.1-8b", "llama-3.2-1b", "marconi-hybrid-7b"])
+@pytest.mark.parametrize(
+    "name", ["llama-3.1-8b", "llama-3.2-1b", "marconi-hybrid-7b", "mixtral-8x7b"]
+)
 def test_roofline_regimes(name: str) -> None:
     m = MODEL_PRESETS[name]
     gpu = GPU_PRESETS["h100"]
     r = Roofline(m, gpu, mfu=0.5, mbu=0.7)
-    weights = m.active_parameters * m.dtype_bytes
 
-    def memory_s(extra: float) -> float:
-        return (weights + extra) / (gpu.mem_bandwidth * 0.7)
+    def memory_s(tokens: int, extra: float) -> float:
+        # the weights a step over `tokens` tokens reads (all of them unless MoE) + extra
+        return (m.parameters_read(tokens) * m.dtype_bytes + extra) / (gpu.mem_bandwidth * 0.7)
 
-    # small decode batch: the bytes term decides
+    # small decode batch: the bytes term decides (4 sequences = 4 tokens' weights)
     ctx = [500] * 4
     extra = sum(ctx) * m.kv_bytes_per_token + 4 * m.state_bytes_per_checkpoint
-    dec_flops = sum(m.decode_flops(c) for c in ctx) / (gpu.peak_flops * 0.5)
-    assert memory_s(extra) > dec_flops
-    assert r.decode_s(ctx) == pytest.approx(memory_s(extra), rel=1e-12)
-    # big prefill: the FLOPs term decides
+    dec_flops = sum(m.decode_flops(c, True) for c in ctx) / (gpu.peak_flops * 0.5)
+    assert memory_s(4, extra) > dec_flops
+    assert r.decode_s(ctx) == pytest.approx(memory_s(4, extra), rel=1e-12)
+    # big prefill: the (causal) FLOPs term decides
     big = [(8192, 0)]
-    pre_flops = m.total_prefill_flops(8192) / (gpu.peak_flops * 0.5)
-    assert pre_flops > memory_s(8192 * m.kv_bytes_per_token)
+    pre_flops = m.total_prefill_flops(8192, 0, True) / (gpu.peak_flops * 0.5)
+    assert pre_flops > memory_s(8192, 8192 * m.kv_bytes_per_token)
     assert r.prefill_s(big) == pytest.approx(pre_flops, rel=1e-12)
+    assert r.prefill_s(big) < m.total_prefill_flops(8192) / (gpu.peak_flops * 0.5)
 
 
 def test_lone_roofline_prices_mixed_step_as_a_whole() -> None:
@@ -537,10 +796,11 @@ def test_lone_roofline_prices_mixed_step_as_a_whole() -> None:
     assert isinstance(tm, Composite) and tm.prefill is tm.decode
     assert isinstance(tm.prefill, Roofline)
     chunks, contexts = [(3, 2)], [5, 5]
-    # FLOPs 2664 + 1808 = 4472 -> 8.944 s; bytes (weights read once) 656 + 80 + 160 + 224
-    # = 1120 -> 22.4 s; separately 14.72 + 20.8 = 35.52
-    assert tm.step_s(chunks, contexts) == pytest.approx(max(4472 / 500, 1120 / 50), rel=1e-12)
-    assert tm.step_s(chunks, contexts) == pytest.approx(22.4, rel=1e-12)
+    # causal FLOPs 2592 + 1792 = 4384 -> 8.768 s; bytes (weights read once) 736 + 80 + 160
+    # + 224 = 1200 -> 24.0 s; separately 16.32 + 22.4 = 38.72
+    assert tm.step_s(chunks, contexts) == pytest.approx(max(4384 / 500, 1200 / 50), rel=1e-12)
+    assert tm.step_s(chunks, contexts) == pytest.approx(24.0, rel=1e-12)
+    assert tm.prefill_s(chunks) + tm.decode_s(contexts) == pytest.approx(38.72, rel=1e-12)
     assert tm.prefill_s(chunks) > 0 and tm.decode_s(contexts) > 0
     assert tm.step_s(chunks, contexts) != pytest.approx(
         tm.prefill_s(chunks) + tm.decode_s(contexts)
@@ -552,8 +812,8 @@ def test_lone_roofline_prices_mixed_step_as_a_whole() -> None:
 def test_roofline_plus_tpot_sums_roofline_prefill_and_tpot() -> None:
     tm = make_timing("roofline:mfu=0.5,mbu=0.5+tpot:s=2", tiny(), TOY_GPU_MEM)
     assert isinstance(tm.prefill, Roofline) and isinstance(tm.decode, ConstantTPOT)
-    # 14.72 + 2
-    assert tm.step_s([(3, 2)], [5, 5]) == pytest.approx(16.72, rel=1e-12)
+    # roofline prefill 16.32 (memory-bound, 816 / 50) + tpot 2
+    assert tm.step_s([(3, 2)], [5, 5]) == pytest.approx(18.32, rel=1e-12)
     assert tm.step_s([], [5]) == 2.0
 
 

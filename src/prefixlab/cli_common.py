@@ -88,6 +88,10 @@ def block_tokens_of(tr: Trace, block_tokens: int | None) -> int:
     return bt
 
 
+def warn(message: str) -> None:
+    err.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
 def fail(message: str) -> None:
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)

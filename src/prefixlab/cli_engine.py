@@ -28,6 +28,7 @@ from prefixlab.cli_common import (
     fail,
     load_kwargs,
     resolve_capacity_blocks,
+    warn,
 )
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.model.fit import fit_csv
@@ -95,6 +96,12 @@ def simulate_cmd(
                 raise ConfigError("give --timing, or --model and --gpu for a roofline")
             timing = ["roofline"]
         tm = make_timing(timing, model, gpu)
+        for part, ok, hint in (
+            ("prefill", tm.times_prefill, "power:..., table:path=... or roofline"),
+            ("decode", tm.times_decode, "tpot:s=... or roofline"),
+        ):
+            if not ok:
+                warn(f"the timing has no {part} model: {part} costs 0 s (add {hint})")
         config = EngineConfig(
             capacity_blocks=resolve_capacity_blocks(capacity_blocks, capacity_bytes, model, bt),
             structure=structure,

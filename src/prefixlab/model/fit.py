@@ -8,13 +8,13 @@ reported as 1.0 (fixed). R^2 is reported on the seconds themselves and on their 
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from prefixlab.errors import ConfigError, TraceFormatError
+from prefixlab.model._csv import read_csv
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,26 +80,25 @@ def fit_csv(path: str | Path) -> PowerFit:
     if not p.is_file():
         raise ConfigError(f"timing CSV not found: {p}")
     rows: list[tuple[float, float, float]] = []
-    with p.open(newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        names = reader.fieldnames or []
-        for col in ("input_tokens", "ttft_s"):
-            if col not in names:
-                raise TraceFormatError(str(p), 1, col, "column missing")
-        for lineno, row in enumerate(reader, start=2):
-            values = []
-            for col in ("batch_size", "input_tokens", "ttft_s"):
-                raw = row.get(col) if col in names else "1"
-                try:
-                    v = float(raw) if raw is not None else float("nan")
-                except ValueError:
-                    raise TraceFormatError(
-                        str(p), lineno, col, f"expected a number, got {raw!r}"
-                    ) from None
-                if not np.isfinite(v) or v <= 0:
-                    raise TraceFormatError(str(p), lineno, col, f"must be > 0, got {raw!r}")
-                values.append(v)
-            rows.append((values[0], values[1], values[2]))
+    reader = read_csv(p)
+    names = reader.fieldnames or []
+    for col in ("input_tokens", "ttft_s"):
+        if col not in names:
+            raise TraceFormatError(str(p), 1, col, "column missing")
+    for lineno, row in enumerate(reader, start=2):
+        values = []
+        for col in ("batch_size", "input_tokens", "ttft_s"):
+            raw = row.get(col) if col in names else "1"
+            try:
+                v = float(raw) if raw is not None else float("nan")
+            except ValueError:
+                raise TraceFormatError(
+                    str(p), lineno, col, f"expected a number, got {raw!r}"
+                ) from None
+            if not np.isfinite(v) or v <= 0:
+                raise TraceFormatError(str(p), lineno, col, f"must be > 0, got {raw!r}")
+            values.append(v)
+        rows.append((values[0], values[1], values[2]))
     if len(rows) < 2:
         raise TraceFormatError(str(p), None, None, "need at least 2 rows to fit")
     arr = np.array(rows)

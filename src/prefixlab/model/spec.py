@@ -13,8 +13,9 @@ with p cached, per layer:
 
 * attention: projections ``2 L D (2 D + 2 D_kv)`` (Q and O are D x D, K and V are
   D x D_kv with D_kv = KV heads x head dim; with D_kv = D this is Marconi's 8 L D^2) plus
-  scores and values ``4 L (p + L) D`` (each new token attends to p + L positions; with p = 0
-  this is Marconi's 4 L^2 D, counting the full square as Marconi does);
+  scores and values ``4 L p D + 4 L^2 D`` (each new token attends to the p cached ones and
+  to the new square, counted in full as Marconi's 4 L^2 D does); ``causal=True`` counts
+  half the square (``2 L^2 D``), which is additive over chunks and what timing uses;
 * MLP: ``2 L D F x m`` with F the intermediate size and m = 2 matrices (3 when gated); with
   F = 4 D, m = 2 this is Marconi's 16 L D^2;
 * MoE: as MLP, times ``experts_per_token`` (plus the router, 2 L D E);
@@ -24,7 +25,7 @@ with p cached, per layer:
 
 Marconi's 7B hybrid (4 attention, 24 SSM, 28 MLP layers, D = 4096, N = 128) gives one SSM
 checkpoint of 26.8 MB = the KV of 409 tokens, and 17.4 GB for a 10K-token sequence
-checkpointed every 16 tokens (tests/test_model.py), as the paper reports.
+checkpointed every 16 tokens (tests/test_model_timing.py), as the paper reports.
 """
 
 from __future__ import annotations
@@ -60,12 +61,17 @@ class ModelSpec:
     ssm_conv_dim: int = 0  # channels of the convolution state (Mamba2: d_inner + 2 groups N)
     ssm_conv_kernel: int = 4
     vocab_size: int = 32_000
+    tie_embeddings: bool = False  # the output layer reuses the input embeddings
     dtype_bytes: int = 2
     state_dtype_bytes: int = 2
 
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
+            if f.name == "tie_embeddings":
+                if not isinstance(v, bool):
+                    raise ConfigError(f"model {self.name}: tie_embeddings must be true or false")
+                continue
             if f.name != "name" and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 raise ConfigError(f"model {self.name}: {f.name} must be an integer >= 0, got {v!r}")
         if self.hidden_size <= 0:
@@ -103,7 +109,7 @@ class ModelSpec:
 
     @property
     def num_parameters(self) -> int:
-        """Weights (embeddings once, all experts counted)."""
+        """Weights: all experts, the input embeddings, and the output layer unless tied."""
         d = self.hidden_size
         kv = self.num_kv_heads * self.head_dim
         q = (self.num_heads * self.head_dim) or d
@@ -117,26 +123,44 @@ class ModelSpec:
             + self.num_mlp_layers * mlp
             + self.num_moe_layers * moe
             + self.num_ssm_layers * ssm
-            + self.vocab_size * d
+            + self.vocab_size * d * (1 if self.tie_embeddings else 2)
         )
 
     @property
     def active_parameters(self) -> int:
-        """Weights read per token (MoE: only ``experts_per_token`` experts)."""
-        d = self.hidden_size
-        inactive = (self.num_experts - self.experts_per_token) * self.mlp_matrices * d
-        inactive *= self.moe_intermediate_size * self.num_moe_layers
-        return self.num_parameters - max(inactive, 0)
+        """Weights one token uses (MoE: only ``experts_per_token`` experts)."""
+        return self.parameters_read(1)
+
+    def parameters_read(self, num_tokens: int) -> int:
+        """Weights a step over ``num_tokens`` tokens reads: the dense part once, and per MoE
+        layer the experts the tokens touch, E (1 - (1 - k/E)^T) in expectation under
+        uniform routing (all of them for large batches)."""
+        if not self.num_experts:
+            return self.num_parameters
+        e, k = self.num_experts, self.experts_per_token
+        touched = e * (1.0 - (1.0 - k / e) ** max(num_tokens, 1))
+        expert = self.mlp_matrices * self.hidden_size * self.moe_intermediate_size
+        idle = (e - touched) * expert * self.num_moe_layers
+        return round(self.num_parameters - idle)
 
     # ------------------------------------------------------------------ compute
-    def prefill_flops(self, num_new_tokens: int, num_cached_tokens: int = 0) -> dict[str, float]:
-        """FLOPs to prefill ``num_new_tokens`` after ``num_cached_tokens``, per layer type."""
+    def prefill_flops(
+        self, num_new_tokens: int, num_cached_tokens: int = 0, causal: bool = False
+    ) -> dict[str, float]:
+        """FLOPs to prefill ``num_new_tokens`` after ``num_cached_tokens``, per layer type.
+
+        ``causal=False`` counts the new tokens' attention square in full, as Marconi's
+        4L^2D does (the FLOPs-saved accounting). ``causal=True`` counts half of it, as a
+        causal kernel computes; only then is the cost additive over chunks (prefilling
+        L1 then L2 costs what L1 + L2 costs at once), which the timing models rely on.
+        """
         n, p, d = float(num_new_tokens), float(num_cached_tokens), float(self.hidden_size)
         if n <= 0:
             return dict.fromkeys(LAYER_TYPES, 0.0)
         d_kv = float(self.num_kv_heads * self.head_dim)
         d_q = float(self.num_heads * self.head_dim) or d
-        attn = 2 * n * d * (2 * d_q + 2 * d_kv) + 4 * n * (p + n) * d_q
+        square = 2 * n * n * d_q if causal else 4 * n * n * d_q
+        attn = 2 * n * d * (2 * d_q + 2 * d_kv) + 4 * n * p * d_q + square
         mlp = 2 * n * d * self.intermediate_size * self.mlp_matrices
         moe = 2 * n * d * self.moe_intermediate_size * self.mlp_matrices * self.experts_per_token
         moe += 2 * n * d * self.num_experts
@@ -149,43 +173,55 @@ class ModelSpec:
             "ssm": self.num_ssm_layers * ssm,
         }
 
-    def total_prefill_flops(self, num_new_tokens: int, num_cached_tokens: int = 0) -> float:
-        return sum(self.prefill_flops(num_new_tokens, num_cached_tokens).values())
+    def total_prefill_flops(
+        self, num_new_tokens: int, num_cached_tokens: int = 0, causal: bool = False
+    ) -> float:
+        return sum(self.prefill_flops(num_new_tokens, num_cached_tokens, causal).values())
 
-    def decode_flops(self, context_tokens: int) -> float:
+    def decode_flops(self, context_tokens: int, causal: bool = False) -> float:
         """FLOPs of one decode step of one sequence with ``context_tokens`` before it."""
-        return self.total_prefill_flops(1, context_tokens)
+        return self.total_prefill_flops(1, context_tokens, causal)
 
     def flop_efficiency(self, num_tokens: int, num_parent_tokens: int = 0) -> float:
         """Marconi's FLOP efficiency of a cache entry: FLOPs its hit saves per byte it holds.
 
         The entry covers tokens ``[num_parent_tokens, num_tokens)`` of a prefix (a radix
-        node's edge) plus one state checkpoint at its end. A hit on it saves prefilling the
-        whole prefix of ``num_tokens``; it holds the KV of its edge and the checkpoint.
+        node's edge) plus one state checkpoint at its end. As in Marconi's eviction code, it
+        is credited with what it adds over its parent: the FLOPs of prefilling its whole
+        prefix minus those of the parent's. It holds the KV of its edge and the checkpoint.
         """
         if num_tokens <= 0:
             return 0.0
-        saved = self.total_prefill_flops(num_tokens, 0)
-        edge = max(num_tokens - num_parent_tokens, 0)
+        parent = min(max(num_parent_tokens, 0), num_tokens)
+        saved = self.total_prefill_flops(num_tokens, 0) - self.total_prefill_flops(parent, 0)
+        edge = num_tokens - parent
         held = edge * self.kv_bytes_per_token
         held += self.state_bytes_per_checkpoint if self.num_ssm_layers else 0
         return saved / held if held else float("inf")
 
 
 def _llama(
-    name: str, layers: int, d: int, heads: int, kv: int, hd: int, ff: int, v: int
+    name: str,
+    layers: int,
+    d: int,
+    heads: int,
+    kv: int,
+    hd: int,
+    ff: int,
+    v: int,
+    tie: bool = False,
 ) -> ModelSpec:
     return ModelSpec(
         name, d, num_attention_layers=layers, num_heads=heads, num_kv_heads=kv, head_dim=hd,
-        num_mlp_layers=layers, intermediate_size=ff, vocab_size=v,
+        num_mlp_layers=layers, intermediate_size=ff, vocab_size=v, tie_embeddings=tie,
     )  # fmt: skip
 
 
 MODEL_PRESETS: dict[str, ModelSpec] = {
     m.name: m
     for m in (
-        _llama("llama-3.2-1b", 16, 2048, 32, 8, 64, 8192, 128_256),
-        _llama("llama-3.2-3b", 28, 3072, 24, 8, 128, 8192, 128_256),
+        _llama("llama-3.2-1b", 16, 2048, 32, 8, 64, 8192, 128_256, tie=True),
+        _llama("llama-3.2-3b", 28, 3072, 24, 8, 128, 8192, 128_256, tie=True),
         _llama("llama-3.1-8b", 32, 4096, 32, 8, 128, 14_336, 128_256),
         _llama("qwen3-32b", 64, 5120, 64, 8, 128, 25_600, 151_936),
         ModelSpec(

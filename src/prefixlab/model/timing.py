@@ -7,11 +7,14 @@ of decode tokens (one per running sequence, with its context length). Models:
   in the step and L their mean new tokens. Presets from the UniCache paper:
   ``llama-3.2-1b-a100`` (5.56e-5, 0.992, 1.034) and ``llama-3.1-8b-h100`` (3.59e-5, 0.991,
   1.018). The unit is seconds with L in tokens: for 1,000 tokens the 1B preset gives 70 ms,
-  the 8B preset 41 ms, in line with those models' measured prefill on those GPUs (in ms the
-  figures would be 1,000x faster than the GPUs' peak allows).
+  the 8B preset 41 ms, in line with those models' measured prefill on those GPUs (read in
+  ms, the 1B figure would be 70 us, about 95x faster than the GPU's peak allows).
 * ``roofline``: FLOPs / (peak x ``mfu``) or bytes moved / (bandwidth x ``mbu``), whichever is
-  larger, for any :class:`ModelSpec` on a GPU preset; a step reads the weights once plus
-  every decode sequence's KV (decode is memory-bound for small batches).
+  larger, for any :class:`ModelSpec` on a GPU preset; a step reads the weights its tokens
+  touch (all dense weights; for MoE the experts hit, see ``ModelSpec.parameters_read``)
+  plus the KV of its sequences (decode is memory-bound for small batches). FLOPs are
+  causal, so a prompt's chunks add up to its one-pass cost (``cached`` must include the
+  prompt's earlier chunks).
 * ``table``: a CSV of measured prefill time against new tokens (columns ``input_tokens`` and
   ``ttft_s``), interpolated linearly (and extrapolated from the end segments); a batch costs
   the sum of its chunks.
@@ -25,7 +28,6 @@ the mixed batch as a whole.
 
 from __future__ import annotations
 
-import csv
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -35,10 +37,17 @@ from pathlib import Path
 import numpy as np
 
 from prefixlab.errors import ConfigError
+from prefixlab.model._csv import read_csv
 from prefixlab.model.spec import ModelSpec, get_model
 
-#: (new tokens, cached tokens) of one prefill chunk
-Chunk = tuple[int, int]
+#: (new tokens, cached tokens[, tokens of this prompt's earlier chunks]) of a prefill chunk;
+#: the third part (0 when absent) lets a model price a chunk as the increment it adds, so a
+#: prompt split into chunks costs what it costs in one pass
+Chunk = tuple[int, ...]
+
+
+def _done(chunk: Chunk) -> int:
+    return chunk[2] if len(chunk) > 2 else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +112,15 @@ class PowerLaw(TimingModel):
         n = len(chunks)
         if not n:
             return 0.0
-        mean_new = sum(c[0] for c in chunks) / n
+        # A chunk after d tokens of its own prompt costs the increment (d + L)^c - d^c, so
+        # chunking does not make a prompt cheaper; its equivalent fresh length enters the
+        # batch formula (for fresh chunks this is a BS^b (mean L)^c exactly).
+        eq = [
+            float(c[0]) if not _done(c) else
+            max((_done(c) + c[0]) ** self.c - _done(c) ** self.c, 0.0) ** (1.0 / self.c)
+            for c in chunks
+        ]  # fmt: skip
+        mean_new = sum(eq) / n
         return float(self.a * n**self.b * mean_new**self.c) if mean_new > 0 else 0.0
 
     def spec(self) -> str:
@@ -147,7 +164,16 @@ class TableTiming(TimingModel):
         return max(float(s[anchor] + slope * (n - t[anchor])), 0.0)
 
     def prefill_s(self, chunks: Sequence[Chunk]) -> float:
-        return sum(self._one(float(c[0])) for c in chunks if c[0] > 0)
+        # A chunk after d tokens of its prompt costs t(d + L) - t(d): chunks sum to t(n).
+        total = 0.0
+        for c in chunks:
+            if c[0] <= 0:
+                continue
+            d = _done(c)
+            total += (
+                self._one(float(d + c[0])) - self._one(float(d)) if d else self._one(float(c[0]))
+            )
+        return total
 
     def spec(self) -> str:
         return f"table:path={self.path}"
@@ -160,22 +186,21 @@ def _read_table(path: Path) -> tuple[np.ndarray, np.ndarray]:
         raise ConfigError(f"timing table not found: {path}")
     tokens: list[float] = []
     seconds: list[float] = []
-    with path.open(newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        for col in ("input_tokens", "ttft_s"):
-            if col not in (reader.fieldnames or []):
-                raise TraceFormatError(str(path), 1, col, "column missing")
-        for lineno, row in enumerate(reader, start=2):
-            for col, out in (("input_tokens", tokens), ("ttft_s", seconds)):
-                try:
-                    value = float(row[col])
-                except (TypeError, ValueError):
-                    raise TraceFormatError(
-                        str(path), lineno, col, f"expected a number, got {row[col]!r}"
-                    ) from None
-                if not np.isfinite(value) or value < 0:
-                    raise TraceFormatError(str(path), lineno, col, f"must be >= 0, got {value}")
-                out.append(value)
+    reader = read_csv(path)
+    for col in ("input_tokens", "ttft_s"):
+        if col not in (reader.fieldnames or []):
+            raise TraceFormatError(str(path), 1, col, "column missing")
+    for lineno, row in enumerate(reader, start=2):
+        for col, out in (("input_tokens", tokens), ("ttft_s", seconds)):
+            try:
+                value = float(row[col])
+            except (TypeError, ValueError):
+                raise TraceFormatError(
+                    str(path), lineno, col, f"expected a number, got {row[col]!r}"
+                ) from None
+            if not np.isfinite(value) or value < 0:
+                raise TraceFormatError(str(path), lineno, col, f"must be >= 0, got {value}")
+            out.append(value)
     if not tokens:
         raise TraceFormatError(str(path), None, None, "no rows")
     seen: dict[float, int] = {}
@@ -203,31 +228,32 @@ class Roofline(TimingModel):
         memory = num_bytes / (self.gpu.mem_bandwidth * self.mbu)
         return max(compute, memory)
 
-    def _weights(self) -> float:
-        return float(self.model.active_parameters * self.model.dtype_bytes)
+    def _weights(self, num_tokens: int = 1) -> float:
+        return float(self.model.parameters_read(num_tokens) * self.model.dtype_bytes)
 
     def prefill_s(self, chunks: Sequence[Chunk]) -> float:
         if not chunks:
             return 0.0
-        flops = sum(self.model.total_prefill_flops(n, p) for n, p in chunks)
-        kv = sum((n + p) * self.model.kv_bytes_per_token for n, p in chunks)
-        return self._time(flops, self._weights() + kv)
+        flops = sum(self.model.total_prefill_flops(c[0], c[1], True) for c in chunks)
+        kv = sum((c[0] + c[1]) * self.model.kv_bytes_per_token for c in chunks)
+        return self._time(flops, self._weights(sum(c[0] for c in chunks)) + kv)
 
     def decode_s(self, contexts: Sequence[int]) -> float:
         if not contexts:
             return 0.0
-        flops = sum(self.model.decode_flops(c) for c in contexts)
+        flops = sum(self.model.decode_flops(c, True) for c in contexts)
         kv = sum(c * self.model.kv_bytes_per_token for c in contexts)
         state = len(contexts) * self.model.state_bytes_per_checkpoint
-        return self._time(flops, self._weights() + kv + state)
+        return self._time(flops, self._weights(len(contexts)) + kv + state)
 
     def step_s(self, chunks: Sequence[Chunk], contexts: Sequence[int]) -> float:
-        flops = sum(self.model.total_prefill_flops(n, p) for n, p in chunks)
-        flops += sum(self.model.decode_flops(c) for c in contexts)
-        kv = sum((n + p) * self.model.kv_bytes_per_token for n, p in chunks)
+        flops = sum(self.model.total_prefill_flops(c[0], c[1], True) for c in chunks)
+        flops += sum(self.model.decode_flops(c, True) for c in contexts)
+        kv = sum((c[0] + c[1]) * self.model.kv_bytes_per_token for c in chunks)
         kv += sum(c * self.model.kv_bytes_per_token for c in contexts)
         kv += len(contexts) * self.model.state_bytes_per_checkpoint
-        return self._time(flops, self._weights() + kv) if chunks or contexts else 0.0
+        tokens = sum(c[0] for c in chunks) + len(contexts)
+        return self._time(flops, self._weights(tokens) + kv) if chunks or contexts else 0.0
 
     def spec(self) -> str:
         return f"roofline:mfu={self.mfu},mbu={self.mbu}"
@@ -297,7 +323,7 @@ def _component(text: str, model: ModelSpec | None, gpu: GPU | None) -> TimingMod
             raise ConfigError(f"timing 'power' needs a, b and c (or preset=); missing {missing}")
         return PowerLaw(
             _number(kind, "a", kw["a"]), _number(kind, "b", kw["b"], -1e9),
-            _number(kind, "c", kw["c"], -1e9),
+            _number(kind, "c", kw["c"]),  # c > 0: cost grows with length
         )  # fmt: skip
     if kind == "tpot":
         return ConstantTPOT(_number(kind, "s", kw.get("s", 0.02), -1e-300))

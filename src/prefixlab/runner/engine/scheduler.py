@@ -61,6 +61,7 @@ class Scheduler:
         max_num_batched_tokens: int,
         chunked_prefill: bool,
         observers: list[Observer],
+        cache_while_running: bool = True,
     ) -> None:
         n = len(trace)
         self.cache = cache
@@ -69,6 +70,7 @@ class Scheduler:
         self.max_num_seqs = max_num_seqs
         self.budget = max_num_batched_tokens
         self.chunked = chunked_prefill
+        self.cache_while_running = cache_while_running
         self.observers = observers
         self.bt = layout.block_tokens
         self.input = trace.input_length.tolist()
@@ -81,7 +83,10 @@ class Scheduler:
         self.prompt_len = [0] * n  # tokens to prefill: input (+ generated, after preemption)
         self.generated = [0] * n
         self.blocks = [0] * n
-        self.hit_blocks = [0] * n  # at the current admission
+        self.committed = [0] * n  # leading blocks whose keys are in the cache
+        self.admit_hits = [0] * n  # hit tokens at the current admission
+        num_keys = np.diff(layout.key_offsets).tolist()
+        self.input_keys = [min(i // self.bt, k) for i, k in zip(self.input, num_keys, strict=True)]
         self.handle: list[np.ndarray | RadixHandle | None] = [None] * n
         self.first_hit_tokens = [-1] * n  # at the first admission (the metric)
         self.num_preemptions = [0] * n
@@ -104,12 +109,12 @@ class Scheduler:
             obs.on_event(event)  # type: ignore[arg-type]
 
     def add(self, r: int) -> None:
-        need = self.blocks_needed(r, 1)
+        need = self.blocks_needed(r, self.output[r])
         if need > self.cache.capacity_blocks:
             raise CapacityError(
-                f"request {r} needs {need} blocks of {self.bt} tokens for its prompt "
-                f"({self.input[r]} tokens) but the pool holds {self.cache.capacity_blocks}; "
-                "raise the capacity"
+                f"request {r} needs {need} blocks of {self.bt} tokens ({self.input[r]} input + "
+                f"{self.output[r]} output tokens) but the pool holds "
+                f"{self.cache.capacity_blocks}; raise the capacity"
             )
         self.phase[r] = WAITING
         self.waiting.append(r)
@@ -168,7 +173,8 @@ class Scheduler:
                 self._emit(Miss(r, nl - m.num_hit_blocks, self.lookup_end[r] - m.num_hit_tokens))
             self.handle[r] = handle
             self.blocks[r] = self.blocks_needed(r, self.generated[r] + 1)
-            self.hit_blocks[r] = m.num_hit_blocks
+            self.committed[r] = m.num_hit_blocks
+            self.admit_hits[r] = m.num_hit_tokens
             self.computed[r] = m.num_hit_tokens
             self.prompt_len[r] = prompt
             self.phase[r] = PREFILL
@@ -217,6 +223,8 @@ class Scheduler:
             if self.phase[r] != PREFILL:
                 continue  # preempted after being scheduled
             self.computed[r] += n
+            if self.cache_while_running:
+                self._cache_computed(r)
             if self.computed[r] < self.prompt_len[r]:
                 continue
             if self.generated[r] == 0:
@@ -237,10 +245,21 @@ class Scheduler:
             self._finish(r)
         return first, done
 
+    def _cache_computed(self, r: int) -> None:
+        """Cache the prompt's blocks as soon as they are full (vLLM v1 does so after each
+        step), so requests running at the same time share them."""
+        upto = min(self.computed[r], self.input[r]) // self.bt
+        upto = min(upto, self.input_keys[r])
+        if upto > self.committed[r]:
+            self.cache.view.request_index = r
+            keys = self.keys(r)[:upto]
+            self.cache.commit(self.handle[r], keys, self.committed[r])  # type: ignore[arg-type]
+            self.committed[r] = upto
+
     def _finish(self, r: int) -> None:
         self.cache.view.request_index = r
         handle = self.handle[r]
-        self.cache.commit(handle, self.keys(r), self.hit_blocks[r])  # type: ignore[arg-type]
+        self.cache.commit(handle, self.keys(r), self.committed[r])  # type: ignore[arg-type]
         self.cache.release(handle)  # type: ignore[arg-type]
         self.handle[r] = None
         self.blocks[r] = 0

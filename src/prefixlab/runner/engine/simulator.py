@@ -16,6 +16,7 @@ starts the next step, so a request arriving exactly when a step ends joins the n
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,10 @@ class EngineConfig:
     closed_loop: bool = False
     min_recompute_tokens: int = 1
     max_free_blocks: int | None = None
+    #: cache a prompt's full blocks as soon as they are computed (vLLM v1, SGLang), so
+    #: concurrent requests share them; False caches them when the request finishes, as the
+    #: replay runner does
+    cache_while_running: bool = True
 
     def replay_config(self) -> ReplayConfig:
         return ReplayConfig(
@@ -64,6 +69,9 @@ class EngineConfig:
 
     def validate(self) -> None:
         self.replay_config().validate()
+        for name in ("chunked_prefill", "closed_loop", "cache_while_running"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("max_num_seqs", "max_num_batched_tokens"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -131,10 +139,14 @@ def simulate(
         max_num_batched_tokens=config.max_num_batched_tokens,
         chunked_prefill=config.chunked_prefill,
         observers=obs,
+        cache_while_running=config.cache_while_running,
     )  # fmt: skip
     run = _Run(trace, sched, timing, obs, config.closed_loop, check_every)
+    start = time.perf_counter()
     run.go()
-    return _result(trace, pol, config, timing, run, hits)
+    result = _result(trace, pol, config, timing, run, hits)
+    result.metrics["elapsed_s"] = time.perf_counter() - start  # how long we took, for reports
+    return result
 
 
 class _Run:
@@ -217,8 +229,10 @@ class _Run:
         for r, _, _ in batch.chunks:
             if math.isnan(self.scheduled_s[r]):
                 self.scheduled_s[r] = now
+        hits = self.sched.admit_hits
         duration = self.timing.step_s(
-            [(c[1], c[2]) for c in batch.chunks], [d[1] for d in batch.decodes]
+            [(n, cached, cached - hits[r]) for r, n, cached in batch.chunks],
+            [d[1] for d in batch.decodes],
         )
         self.busy = True
         self.num_steps += 1
