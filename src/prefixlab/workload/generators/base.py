@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
-from prefixlab.workload.trace import Trace
+from prefixlab.workload.trace import Request, Trace
 
 I64 = npt.NDArray[np.int64]
 P = TypeVar("P")
@@ -111,6 +111,44 @@ def lognormal_lengths(rng: np.random.Generator, mean: float, n: int, sigma: floa
     """Positive integer lengths, log-normal with the given mean."""
     mu = np.log(mean) - sigma**2 / 2
     out: I64 = np.maximum(1, rng.lognormal(mu, sigma, n).round()).astype(np.int64)
+    return out
+
+
+def session_turns(
+    history: I64,
+    user_lens: I64,
+    out_lens: I64,
+    gaps: npt.NDArray[np.float64],
+    start_s: float,
+    draw: Callable[[int], I64],
+    *,
+    session_id: str,
+    task: str,
+    closed_loop: bool = False,
+) -> list[Request]:
+    """The turns of one session: turn k's input is the history plus a new user message, its
+    output the reply, which the next turn repeats; turn k+1 arrives ``gaps[k]`` later.
+    ``draw(n)`` gives n fresh token ids (user message, then reply, turn by turn)."""
+    out: list[Request] = []
+    t = start_s
+    for k in range(len(user_lens)):
+        prompt = np.concatenate([history, draw(int(user_lens[k]))])
+        reply = draw(int(out_lens[k]))
+        out.append(
+            Request(
+                arrival_s=t,
+                input_length=int(prompt.shape[0]),
+                output_length=int(reply.shape[0]),
+                session_id=session_id,
+                turn=k,
+                task=task,
+                input_tokens=prompt,
+                output_tokens=reply,
+                think_s=float(gaps[k - 1]) if closed_loop and k else None,
+            )
+        )
+        history = np.concatenate([prompt, reply])
+        t += float(gaps[k])
     return out
 
 

@@ -23,6 +23,7 @@ from prefixlab.workload.generators.base import (
     param,
     register_generator,
     resolve_params,
+    session_turns,
     zipf_weights,
 )
 from prefixlab.workload.generators.templated import TASKS, TemplatedParams, TemplatedTasks
@@ -80,24 +81,10 @@ def _sessions(
         out_lens = lognormal_lengths(rng, p.mean_output_tokens, turns)
         gaps = rng.lognormal(mu, sigma, turns)
         history = systems[int(rng.choice(p.num_system_prompts, p=popularity))]
-        t = start
-        for k in range(turns):
-            prompt = np.concatenate([history, tokens.draw(int(user_lens[k]))])
-            reply = tokens.draw(int(out_lens[k]))
-            out.append(
-                Request(
-                    arrival_s=t,
-                    input_length=int(prompt.shape[0]),
-                    output_length=int(reply.shape[0]),
-                    session_id=f"s{s}",
-                    turn=k,
-                    task=preset,
-                    input_tokens=prompt,
-                    output_tokens=reply,
-                )
-            )
-            history = np.concatenate([prompt, reply])
-            t += float(gaps[k])
+        out += session_turns(
+            history, user_lens, out_lens, gaps, start, tokens.draw,
+            session_id=f"s{s}", task=preset,
+        )  # fmt: skip
         s += 1
     return out
 

@@ -24,7 +24,13 @@ import numpy as np
 
 from prefixlab.errors import ConfigError
 from prefixlab.workload.arrivals import GAP_PRESETS
-from prefixlab.workload.generators.base import param, register_generator, resolve_params
+from prefixlab.workload.generators.base import (
+    lognormal_lengths,
+    param,
+    register_generator,
+    resolve_params,
+    session_turns,
+)
 from prefixlab.workload.trace import Request, Trace
 
 
@@ -56,14 +62,6 @@ class SessionParams:
             )
 
 
-def _lengths(rng: np.random.Generator, mean: int, n: int) -> list[int]:
-    # Log-normal lengths with the given mean and a moderate spread (sigma 0.6).
-    sigma = 0.6
-    mu = np.log(mean) - sigma**2 / 2
-    out: list[int] = np.maximum(1, rng.lognormal(mu, sigma, n).round()).astype(int).tolist()
-    return out
-
-
 @register_generator("sessions", SessionParams, "Multi-turn chat/agentic sessions (UniCache).")
 def generate_sessions(params: SessionParams | None = None, **overrides: object) -> Trace:
     """Generate a token-form multi-turn trace, sorted by arrival time."""
@@ -80,29 +78,14 @@ def generate_sessions(params: SessionParams | None = None, **overrides: object) 
     requests: list[Request] = []
     for s in range(p.num_sessions):
         num_turns = min(p.max_turns, int(rng.geometric(1.0 / p.mean_turns)))
-        user_lens = _lengths(rng, p.mean_user_tokens, num_turns)
-        out_lens = _lengths(rng, p.mean_output_tokens, num_turns)
+        user_lens = lognormal_lengths(rng, p.mean_user_tokens, num_turns)
+        out_lens = lognormal_lengths(rng, p.mean_output_tokens, num_turns)
         gaps = rng.lognormal(mu, sigma, num_turns)
         history = systems[int(rng.choice(p.num_system_prompts, p=popularity))]
-        t = float(starts[s])
-        for k in range(num_turns):
-            user = rng.integers(0, p.vocab_size, user_lens[k])
-            reply = rng.integers(0, p.vocab_size, out_lens[k])
-            prompt = np.concatenate([history, user])
-            requests.append(
-                Request(
-                    arrival_s=t,
-                    input_length=int(prompt.shape[0]),
-                    output_length=int(reply.shape[0]),
-                    session_id=f"s{s}",
-                    turn=k,
-                    task=p.preset,
-                    input_tokens=prompt,
-                    output_tokens=reply,
-                    think_s=float(gaps[k - 1]) if p.closed_loop and k else None,
-                )
-            )
-            history = np.concatenate([prompt, reply])
-            t += float(gaps[k])
+        requests += session_turns(
+            history, user_lens, out_lens, gaps, float(starts[s]),
+            lambda n: rng.integers(0, p.vocab_size, n),
+            session_id=f"s{s}", task=p.preset, closed_loop=p.closed_loop,
+        )  # fmt: skip
     requests.sort(key=lambda r: r.arrival_s)
     return Trace.from_requests(requests, name=f"sessions-{p.preset}-seed{p.seed}")
