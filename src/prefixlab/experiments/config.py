@@ -1,0 +1,291 @@
+"""Experiment configs: typed, validated, read from TOML (or YAML).
+
+::
+
+    [workload]                     # a file (with format and loader options) or gen:NAME
+    source = "gen:mix"
+    params = { trace = 2, num_requests = 2000 }
+
+    [model]                        # optional: bytes, roofline, capacities in GPU memory
+    name = "llama-3.1-8b"
+    gpu = "h100"
+    timing = ["power:preset=llama-3.1-8b-h100", "tpot:s=0.02"]
+
+    [cache]
+    structure = "block"
+    block_tokens = 16
+    capacities = [2000, "0.5ws", "0.7A"]   # blocks; fraction of the working set; fraction of
+                                            # GPU memory left after the weights (UniCache's A)
+    [runner]
+    kind = "engine"                # or "replay"
+    max_num_seqs = 64
+
+    policies = ["lru", "s3fifo:small_ratio=0.1", "opt"]   # top level
+    seeds = [0, 1]
+
+Every error names the key (``cache.capacities[1]: ...``). The resolved config (defaults
+filled in) can be written beside the results as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prefixlab.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+RUNNERS = ("replay", "engine")
+STRUCTURES = ("block", "radix")
+_CAPACITY = re.compile(r"^(?P<f>\d*\.?\d+)(?P<unit>ws|A)$")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadConfig:
+    source: str
+    format: str = "native"
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    name: str | None = None
+    gpu: str | None = None
+    timing: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    capacities: list[int | str]
+    structure: str = "block"
+    block_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerConfig:
+    kind: str = "replay"
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    closed_loop: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ExperimentConfig:
+    workload: WorkloadConfig
+    cache: CacheConfig
+    policies: list[str]
+    model: ModelConfig = field(default_factory=ModelConfig)
+    runner: RunnerConfig = field(default_factory=RunnerConfig)
+    seeds: list[int] = field(default_factory=lambda: [0])
+    name: str = "experiment"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    def write_resolved(self, folder: str | Path) -> Path:
+        """Save the resolved config beside the results (``config.resolved.json``)."""
+        path = Path(folder) / "config.resolved.json"
+        path.write_text(self.to_json() + "\n", encoding="utf-8")
+        return path
+
+
+# ------------------------------------------------------------------ parsing
+def _table(d: Any, where: str) -> dict[str, Any]:
+    if not isinstance(d, dict):
+        raise ConfigError(f"{where}: expected a table of keys, got {d!r}")
+    return d
+
+
+def _keys(d: dict[str, Any], where: str, known: set[str]) -> None:
+    for key in d:
+        if key not in known:
+            prefix = f"{where}." if where else ""
+            raise ConfigError(
+                f"config key '{prefix}{key}' unknown; known here: {', '.join(sorted(known))}"
+            )
+
+
+def _str(d: dict[str, Any], key: str, where: str, default: str | None = None) -> str | None:
+    v = d.get(key, default)
+    if v is not None and not isinstance(v, str):
+        raise ConfigError(f"{where}.{key}: expected a string, got {v!r}")
+    return v
+
+
+def _int(d: dict[str, Any], key: str, where: str, default: int, low: int = 1) -> int:
+    v = d.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise ConfigError(f"{where}.{key}: expected an integer >= {low}, got {v!r}")
+    return v
+
+
+def _str_list(d: dict[str, Any], key: str, where: str, required: bool = False) -> list[str]:
+    v = d.get(key)
+    if v is None:
+        if required:
+            raise ConfigError(f"{where}{key}: missing (a list of strings)")
+        return []
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v) or not v:
+        raise ConfigError(f"{where}{key}: expected a non-empty list of strings, got {v!r}")
+    return list(v)
+
+
+def _capacity(v: Any, where: str) -> int | str:
+    if isinstance(v, bool):
+        raise ConfigError(f"{where}: expected blocks (an integer) or a fraction like '0.5ws'")
+    if isinstance(v, int):
+        if v <= 0:
+            raise ConfigError(f"{where}: a capacity in blocks must be positive, got {v}")
+        return v
+    if isinstance(v, str):
+        m = _CAPACITY.match(v.strip())
+        if m and 0 < float(m.group("f")) <= 1:
+            return v.strip()
+        raise ConfigError(
+            f"{where}: {v!r} is not a capacity; give blocks (4000), a fraction of the working "
+            "set (0.5ws) or of the GPU memory left after the weights (0.7A), fractions in (0, 1]"
+        )
+    raise ConfigError(f"{where}: expected blocks or a fraction string, got {v!r}")
+
+
+def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentConfig:
+    """Validate a config dict (as TOML or YAML parse it); errors name the key."""
+    top = _table(data, "config")
+    _keys(top, "", {"workload", "model", "cache", "runner", "policies", "seeds", "name"})
+    if "workload" not in top:
+        raise ConfigError("config key 'workload' missing (a table with source = ...)")
+    w = _table(top["workload"], "workload")
+    _keys(w, "workload", {"source", "format", "params"})
+    source = _str(w, "source", "workload")
+    if not source:
+        raise ConfigError("workload.source: missing (a trace file or gen:NAME)")
+    params = _table(w.get("params", {}), "workload.params")
+    workload = WorkloadConfig(source, _str(w, "format", "workload", "native") or "native", params)
+    m = _table(top.get("model", {}), "model")
+    _keys(m, "model", {"name", "gpu", "timing"})
+    model = ModelConfig(_str(m, "name", "model"), _str(m, "gpu", "model"),
+                        _str_list(m, "timing", "model."))  # fmt: skip
+    if "cache" not in top:
+        raise ConfigError("config key 'cache' missing (a table with capacities = [...])")
+    c = _table(top["cache"], "cache")
+    _keys(c, "cache", {"capacities", "structure", "block_tokens"})
+    caps = c.get("capacities")
+    if not isinstance(caps, list) or not caps:
+        raise ConfigError(f"cache.capacities: expected a non-empty list, got {caps!r}")
+    capacities = [_capacity(v, f"cache.capacities[{i}]") for i, v in enumerate(caps)]
+    structure = _str(c, "structure", "cache", "block") or "block"
+    if structure not in STRUCTURES:
+        raise ConfigError(f"cache.structure: {structure!r} unknown; known: {', '.join(STRUCTURES)}")
+    bt = c.get("block_tokens")
+    if bt is not None:
+        bt = _int(c, "block_tokens", "cache", 16)
+    cache = CacheConfig(capacities, structure, bt)
+    r = _table(top.get("runner", {}), "runner")
+    _keys(r, "runner", {"kind", "max_num_seqs", "max_num_batched_tokens", "closed_loop"})
+    kind = _str(r, "kind", "runner", "replay") or "replay"
+    if kind not in RUNNERS:
+        raise ConfigError(f"runner.kind: {kind!r} unknown; known: {', '.join(RUNNERS)}")
+    closed = r.get("closed_loop", False)
+    if not isinstance(closed, bool):
+        raise ConfigError(f"runner.closed_loop: expected true or false, got {closed!r}")
+    runner = RunnerConfig(kind, _int(r, "max_num_seqs", "runner", 256),
+                          _int(r, "max_num_batched_tokens", "runner", 8192), closed)  # fmt: skip
+    if kind == "engine" and not model.timing and not (model.name and model.gpu):
+        raise ConfigError("runner.kind = 'engine' needs model.timing, or model.name and model.gpu")
+    if any(isinstance(x, str) and x.endswith("A") for x in capacities) and not (
+        model.name and model.gpu
+    ):
+        raise ConfigError("a capacity in 'A' (GPU memory after weights) needs model.name and gpu")
+    policies = _str_list(top, "policies", "", required=True)
+    seeds = top.get("seeds", [0])
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+    ):
+        raise ConfigError(f"seeds: expected a non-empty list of integers >= 0, got {seeds!r}")
+    cfg_name = top.get("name", name)
+    if not isinstance(cfg_name, str) or not cfg_name:
+        raise ConfigError(f"name: expected a non-empty string, got {cfg_name!r}")
+    _check_policies(policies, structure)
+    return ExperimentConfig(workload, cache, policies, model, runner, list(seeds), cfg_name)
+
+
+def _check_policies(policies: list[str], structure: str) -> None:
+    from prefixlab.policies.base import make_policy
+
+    for i, spec in enumerate(policies):
+        try:
+            make_policy(spec, structure)
+        except ConfigError as exc:
+            raise ConfigError(f"policies[{i}]: {exc}") from None
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) experiment config."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not UTF-8 text") from None
+    if p.suffix in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise ConfigError("YAML configs need PyYAML (pip install pyyaml)") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p}: bad YAML: {exc}") from None
+    else:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{p}: bad TOML: {exc}") from None
+    return parse_config(data if data is not None else {}, name=p.stem)
+
+
+# ------------------------------------------------------------------ capacities
+def resolve_capacity(
+    capacity: int | str,
+    *,
+    working_set_blocks: int,
+    block_tokens: int,
+    model: str | None = None,
+    gpu: str | None = None,
+) -> int:
+    """Blocks for a capacity: blocks as given; ``f ws`` = f x the trace's distinct blocks;
+    ``f A`` = f x (GPU memory - weights) / KV bytes per block (UniCache's 0.5A-0.9A)."""
+    if isinstance(capacity, int):
+        return capacity
+    m = _CAPACITY.match(capacity)
+    if m is None:
+        raise ConfigError(f"capacity {capacity!r} is not blocks, 'f ws' or 'f A'")
+    f = float(m.group("f"))
+    if m.group("unit") == "ws":
+        return max(1, int(f * working_set_blocks))
+    from prefixlab.model.spec import get_model
+    from prefixlab.model.timing import get_gpu
+
+    if model is None or gpu is None:
+        raise ConfigError(f"capacity {capacity!r} needs a model and a GPU")
+    spec, g = get_model(model), get_gpu(gpu)
+    free = g.mem_bytes - spec.num_parameters * spec.dtype_bytes
+    per_block = spec.kv_bytes_per_block(block_tokens)
+    if free <= 0 or per_block <= 0:
+        raise ConfigError(
+            f"capacity {capacity!r}: {spec.name}'s weights do not leave KV room on {g.name}"
+        )
+    return max(1, int(f * free // per_block))

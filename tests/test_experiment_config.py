@@ -1,0 +1,132 @@
+"""Experiment configs (issue 5, first part): TOML/YAML parsing, validation naming the key,
+capacity resolution (blocks, fraction of the working set, UniCache's fraction A)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from prefixlab.errors import ConfigError
+from prefixlab.experiments import load_config, parse_config, resolve_capacity
+from prefixlab.model import get_model
+from prefixlab.model.timing import get_gpu
+
+TOML = """
+name = "demo"
+policies = ["lru", "s3fifo:small_ratio=0.1", "opt"]
+seeds = [0, 1]
+
+[workload]
+source = "gen:mix"
+params = { trace = 2, num_requests = 500 }
+
+[model]
+name = "llama-3.1-8b"
+gpu = "h100"
+timing = ["power:preset=llama-3.1-8b-h100", "tpot:s=0.02"]
+
+[cache]
+structure = "block"
+block_tokens = 16
+capacities = [2000, "0.5ws", "0.7A"]
+
+[runner]
+kind = "engine"
+max_num_seqs = 64
+"""
+
+
+def test_toml_config_round_trip(tmp_path: Path) -> None:
+    p = tmp_path / "exp.toml"
+    p.write_text(TOML)
+    cfg = load_config(p)
+    assert cfg.name == "demo" and cfg.seeds == [0, 1]
+    assert cfg.policies == ["lru", "s3fifo:small_ratio=0.1", "opt"]
+    assert cfg.workload.source == "gen:mix" and cfg.workload.params == {
+        "trace": 2,
+        "num_requests": 500,
+    }
+    assert cfg.cache.capacities == [2000, "0.5ws", "0.7A"] and cfg.cache.block_tokens == 16
+    assert cfg.runner.kind == "engine" and cfg.runner.max_num_seqs == 64
+    assert cfg.runner.max_num_batched_tokens == 8192  # default filled in
+    out = cfg.write_resolved(tmp_path)
+    resolved = json.loads(out.read_text())
+    assert resolved["runner"]["max_num_batched_tokens"] == 8192
+    assert resolved["model"]["timing"] == ["power:preset=llama-3.1-8b-h100", "tpot:s=0.02"]
+
+
+def test_yaml_config_is_accepted(tmp_path: Path) -> None:
+    yaml = pytest.importorskip("yaml")
+    import tomllib
+
+    p = tmp_path / "exp.yaml"
+    p.write_text(yaml.safe_dump(tomllib.loads(TOML)))
+    assert load_config(p) == load_config(_write(tmp_path / "exp.toml", TOML))
+
+
+def _write(p: Path, text: str) -> Path:
+    p.write_text(text)
+    return p
+
+
+def _base() -> dict[str, object]:
+    return {"workload": {"source": "gen:sessions"}, "cache": {"capacities": [100]},
+            "policies": ["lru"]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"polices": ["lru"]}, "config key 'polices' unknown"),
+        (
+            {"cache": {"capacities": [100], "blocktokens": 16}},
+            "config key 'cache.blocktokens' unknown",
+        ),
+        ({"cache": {"capacities": [100, "half"]}}, "cache.capacities[1]: 'half' is not a capacity"),
+        ({"cache": {"capacities": [100, "1.5ws"]}}, "cache.capacities[1]"),
+        ({"cache": {"capacities": [0]}}, "must be positive"),
+        ({"cache": {"capacities": []}}, "cache.capacities: expected a non-empty list"),
+        ({"cache": {"capacities": [100], "structure": "tree"}}, "cache.structure: 'tree' unknown"),
+        ({"policies": ["lru", "nope"]}, "policies[1]: unknown policy 'nope'"),
+        ({"policies": []}, "policies: expected a non-empty list"),
+        ({"seeds": [-1]}, "seeds: expected a non-empty list of integers >= 0"),
+        ({"runner": {"kind": "fast"}}, "runner.kind: 'fast' unknown"),
+        ({"runner": {"kind": "engine"}}, "needs model.timing"),
+        ({"runner": {"max_num_seqs": 0}}, "runner.max_num_seqs: expected an integer >= 1"),
+        ({"cache": {"capacities": ["0.5A"]}}, "needs model.name and gpu"),
+        ({"workload": {"format": "mooncake"}}, "workload.source: missing"),
+    ],
+)
+def test_bad_configs_name_the_key(patch: dict[str, object], message: str) -> None:
+    data = {**_base(), **patch}
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data)
+    assert message in str(exc.value)
+
+
+def test_bad_files_are_one_line_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match="bad TOML"):
+        load_config(_write(tmp_path / "bad.toml", "[cache\ncapacities = 1"))
+    with pytest.raises(ConfigError, match="config key 'workload' missing"):
+        load_config(_write(tmp_path / "empty.toml", ""))
+
+
+def test_capacity_resolution() -> None:
+    # blocks as given; 0.5ws of 1,001 distinct blocks = 500
+    assert resolve_capacity(2000, working_set_blocks=1001, block_tokens=16) == 2000
+    assert resolve_capacity("0.5ws", working_set_blocks=1001, block_tokens=16) == 500
+    # 0.7A on an H100 (80 GiB = 85,899,345,920 B) with Llama-3.1-8B (8,029,995,008 params
+    # x 2 B = 16,059,990,016 B): 0.7 x 69,839,355,904 B / (16 x 131,072 B) = 23,311.6 -> 23,311.
+    spec, gpu = get_model("llama-3.1-8b"), get_gpu("h100")
+    free = gpu.mem_bytes - spec.num_parameters * 2
+    want = int(0.7 * free // (16 * 131_072))
+    got = resolve_capacity("0.7A", working_set_blocks=1, block_tokens=16,
+                           model="llama-3.1-8b", gpu="h100")  # fmt: skip
+    assert got == want == 23_311
+    with pytest.raises(ConfigError, match="weights do not leave KV room"):
+        resolve_capacity("0.5A", working_set_blocks=1, block_tokens=16,
+                         model="mixtral-8x7b", gpu="a6000")  # fmt: skip
