@@ -19,22 +19,14 @@ from rich.table import Table
 from prefixlab import cli_engine
 from prefixlab.analysis import trace_stats
 from prefixlab.cli_common import (
-    ArrivalOpt,
     BlockTokensOpt,
-    EndOpt,
     FormatOpt,
-    LimitOpt,
-    LoadOpt,
-    SampleOpt,
-    SampleSeedOpt,
-    StartOpt,
-    TokenizerOpt,
     TraceArg,
     block_tokens_of,
     console,
     fail,
-    load_kwargs,
     resolve_capacity_blocks,
+    with_loader_options,
 )
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.policies.base import describe, make_policy, parameters, registered
@@ -99,6 +91,7 @@ def _result_table(rows: list[dict[str, Any]]) -> Table:
 
 
 @app.command("replay")
+@with_loader_options
 def replay_cmd(
     trace: TraceArg,
     policy: Annotated[
@@ -125,20 +118,11 @@ def replay_cmd(
     per_request: Annotated[
         Path | None, typer.Option(help="Write per-request CSV (index,hit_tokens,input_tokens).")
     ] = None,
-    limit: LimitOpt = None,
-    sample: SampleOpt = None,
-    sample_seed: SampleSeedOpt = 0,
-    start_s: StartOpt = None,
-    end_s: EndOpt = None,
-    tokenizer: TokenizerOpt = None,
-    arrival: ArrivalOpt = None,
-    load_opt: LoadOpt = None,
+    load: dict[str, Any] | None = None,
 ) -> None:
     """Replay a trace through a prefix cache under each policy and compare hit ratios."""
     try:
-        kwargs = load_kwargs(
-            limit, sample, sample_seed, start_s, end_s, tokenizer, arrival, load_opt
-        )
+        kwargs = load or {}
         tr = open_trace(trace, fmt, **kwargs)
         bt = block_tokens_of(tr, block_tokens)
         config = ReplayConfig(
@@ -223,25 +207,17 @@ app.add_typer(trace_app, name="trace")
 
 
 @trace_app.command("stats")
+@with_loader_options
 def trace_stats_cmd(
     trace: TraceArg,
     fmt: FormatOpt = "native",
     block_tokens: BlockTokensOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    limit: LimitOpt = None,
-    sample: SampleOpt = None,
-    sample_seed: SampleSeedOpt = 0,
-    start_s: StartOpt = None,
-    end_s: EndOpt = None,
-    tokenizer: TokenizerOpt = None,
-    arrival: ArrivalOpt = None,
-    load_opt: LoadOpt = None,
+    load: dict[str, Any] | None = None,
 ) -> None:
     """Requests, sessions, tasks, length percentiles, arrival span and the hit ceiling."""
     try:
-        kwargs = load_kwargs(
-            limit, sample, sample_seed, start_s, end_s, tokenizer, arrival, load_opt
-        )
+        kwargs = load or {}
         tr = open_trace(trace, fmt, **kwargs)
         block_tokens_of(tr, block_tokens)
         stats = trace_stats(tr, block_tokens)
@@ -276,25 +252,17 @@ ToOpt = Annotated[
 
 
 @trace_app.command("convert")
+@with_loader_options
 def trace_convert_cmd(
     trace: TraceArg,
     out: OutOpt,
     fmt: FormatOpt = "native",
     to: ToOpt = None,
-    limit: LimitOpt = None,
-    sample: SampleOpt = None,
-    sample_seed: SampleSeedOpt = 0,
-    start_s: StartOpt = None,
-    end_s: EndOpt = None,
-    tokenizer: TokenizerOpt = None,
-    arrival: ArrivalOpt = None,
-    load_opt: LoadOpt = None,
+    load: dict[str, Any] | None = None,
 ) -> None:
     """Convert any supported trace to native JSONL or Parquet (atomically written)."""
     try:
-        kwargs = load_kwargs(
-            limit, sample, sample_seed, start_s, end_s, tokenizer, arrival, load_opt
-        )
+        kwargs = load or {}
         _check_out(out, to)
         tr = open_trace(trace, fmt, **kwargs)
         _write_trace(tr, out, to)

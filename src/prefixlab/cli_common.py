@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
+import typing
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from prefixlab.errors import ConfigError
+from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.model import capacity_blocks_for_bytes
 from prefixlab.policies.base import parse_spec
 from prefixlab.workload.loaders.base import LOADERS
@@ -74,9 +78,10 @@ def load_kwargs(
             kw[key] = value
     if sample is not None:
         kw["sample_seed"] = sample_seed
-    if load_opt:
-        _, extra = parse_spec("x:" + ",".join(load_opt), "--load-opt")
-        kw.update(extra)
+    for item in load_opt or ():
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            raise ConfigError(f"--load-opt expects key=value, got {item!r}")
+        kw.update(parse_spec("opt:" + item, "--load-opt")[1])
     return kw
 
 
@@ -108,3 +113,49 @@ def resolve_capacity_blocks(
     if model is None:
         raise ConfigError("--capacity-bytes needs --model to know the KV bytes per block")
     return capacity_blocks_for_bytes(capacity_bytes, model, block_tokens)
+
+
+#: the options every trace-reading command takes, with their defaults
+_LOADER_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "limit": (LimitOpt, None),
+    "sample": (SampleOpt, None),
+    "sample_seed": (SampleSeedOpt, 0),
+    "start_s": (StartOpt, None),
+    "end_s": (EndOpt, None),
+    "tokenizer": (TokenizerOpt, None),
+    "arrival": (ArrivalOpt, None),
+    "load_opt": (LoadOpt, None),
+}
+
+
+def with_loader_options(fn: Callable[..., None]) -> Callable[..., None]:
+    """Give a command the shared loader flags (--limit, --sample, --start-s, --tokenizer...).
+
+    The command declares a ``load: dict[str, Any]`` parameter instead of the eight flags; it
+    receives the loader keywords the user gave (a bad ``--load-opt`` fails before it runs).
+    """
+    hints = typing.get_type_hints(fn, include_extras=True)
+    sig = inspect.signature(fn)
+    params = [
+        p.replace(annotation=hints[p.name]) for p in sig.parameters.values() if p.name != "load"
+    ]
+    params += [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=ann)
+        for name, (ann, default) in _LOADER_OPTIONS.items()
+    ]
+
+    @functools.wraps(fn)
+    def command(*args: Any, **kwargs: Any) -> None:
+        options = {
+            name: kwargs.pop(name, default) for name, (_, default) in _LOADER_OPTIONS.items()
+        }
+        try:
+            load = load_kwargs(**options)
+        except PrefixlabError as exc:
+            fail(str(exc))
+            return
+        fn(*args, load=load, **kwargs)
+
+    command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
+    return command

@@ -12,23 +12,15 @@ import typer
 from rich.table import Table
 
 from prefixlab.cli_common import (
-    ArrivalOpt,
     BlockTokensOpt,
-    EndOpt,
     FormatOpt,
-    LimitOpt,
-    LoadOpt,
-    SampleOpt,
-    SampleSeedOpt,
-    StartOpt,
-    TokenizerOpt,
     TraceArg,
     block_tokens_of,
     console,
     fail,
-    load_kwargs,
     resolve_capacity_blocks,
     warn,
+    with_loader_options,
 )
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.model.fit import fit_csv
@@ -44,6 +36,7 @@ LATENCY_FIELDS = (
 )  # fmt: skip
 
 
+@with_loader_options
 def simulate_cmd(
     trace: TraceArg,
     policy: Annotated[list[str], typer.Option("--policy", "-p", help="Policy spec (repeatable).")],
@@ -75,20 +68,11 @@ def simulate_cmd(
     min_recompute_tokens: Annotated[int, typer.Option(help="Prompt tokens always run.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON list.")] = False,
     by_task: Annotated[bool, typer.Option(help="Also print a per-task table.")] = False,
-    limit: LimitOpt = None,
-    sample: SampleOpt = None,
-    sample_seed: SampleSeedOpt = 0,
-    start_s: StartOpt = None,
-    end_s: EndOpt = None,
-    tokenizer: TokenizerOpt = None,
-    arrival: ArrivalOpt = None,
-    load_opt: LoadOpt = None,
+    load: dict[str, Any] | None = None,
 ) -> None:
     """Simulate serving: continuous batching, a shared KV pool, TTFT / QTTFT / TPOT."""
     try:
-        kwargs = load_kwargs(
-            limit, sample, sample_seed, start_s, end_s, tokenizer, arrival, load_opt
-        )
+        kwargs = load or {}
         tr = open_trace(trace, fmt, **kwargs)
         bt = block_tokens_of(tr, block_tokens)
         if timing is None:

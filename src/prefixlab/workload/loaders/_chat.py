@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from prefixlab.errors import ConfigError
-from prefixlab.workload.arrivals import ArrivalModel
-from prefixlab.workload.tokenizers import Tokenizer
+from prefixlab.workload.arrivals import ArrivalModel, make_arrivals
+from prefixlab.workload.loaders.base import Header
+from prefixlab.workload.tokenizers import Tokenizer, as_tokenizer
 from prefixlab.workload.trace import Request
 
 CHUNK_SESSIONS = 128
@@ -51,6 +52,18 @@ def seeded_rng(seed: object) -> np.random.Generator:
 
 def render(role: str, text: str) -> str:
     return f"<|{role}|>\n{text}\n"
+
+
+def chat_stream(
+    sessions: Iterable[ChatSession], tokenizer: str | Tokenizer, arrival: str, seed: object
+) -> Iterator[Request | Header]:
+    """What a text loader yields: a header (rows come session by session, with synthesised
+    times: sort them) and the requests of ``sessions`` (options checked before any read)."""
+    tok = as_tokenizer(tokenizer)
+    model = make_arrivals(arrival)
+    rng = seeded_rng(seed)
+    yield Header(sort_by_arrival=True)
+    yield from chat_requests(sessions, tok, model, rng)
 
 
 def chat_requests(

@@ -25,12 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from prefixlab.errors import TraceFormatError
-from prefixlab.workload.arrivals import make_arrivals
-from prefixlab.workload.loaders._chat import Call, ChatSession, chat_requests, seeded_rng
+from prefixlab.workload.loaders._chat import Call, ChatSession, chat_stream
 from prefixlab.workload.loaders._jsonstream import iter_json_records
 from prefixlab.workload.loaders.base import Header, register_loader
 from prefixlab.workload.loaders.conversations import message_text
-from prefixlab.workload.tokenizers import DEFAULT_TOKENIZER, Tokenizer, as_tokenizer
+from prefixlab.workload.tokenizers import DEFAULT_TOKENIZER, Tokenizer
 from prefixlab.workload.trace import Request
 
 #: The instruction shown before the tools of a single-turn ToolBench request (our wording).
@@ -112,11 +111,8 @@ def load_swe_agent(
     seed: int = 0,
 ) -> Iterator[Request | Header]:
     """Read one ``.traj`` file or a folder of them (one session per trajectory)."""
-    tok = as_tokenizer(tokenizer)
-    model = make_arrivals(arrival)
-    yield Header(sort_by_arrival=True)
     sessions = (parse_trajectory(p) for p in _files(path, ".traj"))
-    yield from chat_requests(sessions, tok, model, seeded_rng(seed))
+    yield from chat_stream(sessions, tokenizer, arrival, seed)
 
 
 # ------------------------------------------------------------------ ToolBench
@@ -206,8 +202,5 @@ def load_toolbench(
     seed: int = 0,
 ) -> Iterator[Request | Header]:
     """Read a ToolBench instruction or answer file, or a folder holding both kinds."""
-    tok = as_tokenizer(tokenizer)
-    model = make_arrivals(arrival)
-    yield Header(sort_by_arrival=True)
     sessions = _toolbench_sessions(_files(path, ".json"))
-    yield from chat_requests(sessions, tok, model, seeded_rng(seed))
+    yield from chat_stream(sessions, tokenizer, arrival, seed)

@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from prefixlab.errors import ConfigError, TraceFormatError
-from prefixlab.workload.arrivals import make_arrivals
-from prefixlab.workload.loaders._chat import Call, ChatSession, chat_requests, seeded_rng
+from prefixlab.workload.loaders._chat import Call, ChatSession, chat_stream
 from prefixlab.workload.loaders._jsonstream import iter_json_records
 from prefixlab.workload.loaders.base import Header, register_loader
-from prefixlab.workload.tokenizers import DEFAULT_TOKENIZER, Tokenizer, as_tokenizer
+from prefixlab.workload.tokenizers import DEFAULT_TOKENIZER, Tokenizer
 from prefixlab.workload.trace import Request
 
 ROLES = {
@@ -140,12 +139,8 @@ def load_conversations(
     """Read conversation JSON; ``arrival`` is an arrival-model spec (``lpc:lambda_chat=100``)."""
     if side not in ("a", "b"):
         raise ConfigError(f"side must be 'a' or 'b' (Chatbot Arena), got {side!r}")
-    tok = as_tokenizer(tokenizer)
-    model = make_arrivals(arrival)
-    rng = seeded_rng(seed)
-    yield Header(sort_by_arrival=True)
     sessions = (
         parse_conversation(path, line, i, rec, side)
         for i, (line, rec) in enumerate(iter_json_records(path))
     )
-    yield from chat_requests(sessions, tok, model, rng)
+    yield from chat_stream(sessions, tokenizer, arrival, seed)
