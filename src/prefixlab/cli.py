@@ -25,11 +25,12 @@ from prefixlab.cli_common import (
     block_tokens_of,
     console,
     fail,
+    make_policies,
     resolve_capacity_blocks,
     with_loader_options,
 )
 from prefixlab.errors import ConfigError, PrefixlabError
-from prefixlab.policies.base import describe, make_policy, parameters, registered
+from prefixlab.policies.base import describe, parameters, registered
 from prefixlab.runner.replay import ReplayConfig, ReplayResult, replay
 from prefixlab.workload.generators import GENERATORS, GeneratorInfo
 from prefixlab.workload.loaders.native import write_native
@@ -134,10 +135,7 @@ def replay_cmd(
             min_recompute_tokens=min_recompute_tokens,
         )
         config.validate()
-        policies = [make_policy(spec, structure) for spec in policy]
-        specs = [p.spec() for p in policies]
-        if len(set(specs)) != len(specs):
-            raise ConfigError(f"a policy is given twice: {', '.join(specs)}")
+        policies = make_policies(policy, structure)
         if per_request is not None and not per_request.parent.resolve().is_dir():
             raise ConfigError(f"--per-request: folder {per_request.parent} does not exist")
         results = [replay(tr, pol, config) for pol in policies]

@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.model import capacity_blocks_for_bytes
-from prefixlab.policies.base import parse_spec
+from prefixlab.policies.base import EvictionPolicy, make_policy, parse_spec
 from prefixlab.workload.loaders.base import LOADERS
 from prefixlab.workload.trace import Trace
 
@@ -159,3 +159,12 @@ def with_loader_options(fn: Callable[..., None]) -> Callable[..., None]:
     command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
     return command
+
+
+def make_policies(specs: list[str], structure: str) -> list[EvictionPolicy]:
+    """The ``--policy`` options as policies; one given twice is an error."""
+    policies = [make_policy(spec, structure) for spec in specs]
+    names = [p.spec() for p in policies]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"a policy is given twice: {', '.join(names)}")
+    return policies

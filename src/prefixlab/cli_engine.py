@@ -18,6 +18,7 @@ from prefixlab.cli_common import (
     block_tokens_of,
     console,
     fail,
+    make_policies,
     resolve_capacity_blocks,
     warn,
     with_loader_options,
@@ -25,7 +26,6 @@ from prefixlab.cli_common import (
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.model.fit import fit_csv
 from prefixlab.model.timing import GPU_PRESETS, make_timing
-from prefixlab.policies.base import make_policy
 from prefixlab.runner.engine import EngineConfig, simulate
 from prefixlab.workload.sources import open_trace
 
@@ -97,7 +97,7 @@ def simulate_cmd(
             min_recompute_tokens=min_recompute_tokens,
         )
         config.validate()
-        policies = [make_policy(spec, structure) for spec in policy]
+        policies = make_policies(policy, structure)
         results = [simulate(tr, pol, config, tm) for pol in policies]
     except PrefixlabError as exc:
         fail(str(exc))
