@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,8 @@ class WorkloadConfig:
     source: str
     format: str = "native"
     params: dict[str, Any] = field(default_factory=dict)
+    #: workload parameters swept over: each value list joins the cross product
+    vary: dict[str, list[Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,9 @@ class RunnerConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     closed_loop: bool = False
+    chunked_prefill: bool = True
+    #: False: nothing is ever looked up (vLLM's --no-enable-prefix-caching), the baseline
+    prefix_caching: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +132,13 @@ def _int(d: dict[str, Any], key: str, where: str, default: int, low: int = 1) ->
     return v
 
 
+def _bool(d: dict[str, Any], key: str, where: str, default: bool) -> bool:
+    v = d.get(key, default)
+    if not isinstance(v, bool):
+        raise ConfigError(f"{where}.{key}: expected true or false, got {v!r}")
+    return v
+
+
 def _str_list(d: dict[str, Any], key: str, where: str, required: bool = False) -> list[str]:
     v = d.get(key)
     if v is None:
@@ -165,12 +177,20 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
     if "workload" not in top:
         raise ConfigError("config key 'workload' missing (a table with source = ...)")
     w = _table(top["workload"], "workload")
-    _keys(w, "workload", {"source", "format", "params"})
+    _keys(w, "workload", {"source", "format", "params", "vary"})
     source = _str(w, "source", "workload")
     if not source:
         raise ConfigError("workload.source: missing (a trace file or gen:NAME)")
     params = _table(w.get("params", {}), "workload.params")
-    workload = WorkloadConfig(source, _str(w, "format", "workload", "native") or "native", params)
+    vary = _table(w.get("vary", {}), "workload.vary")
+    for key, values in vary.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"workload.vary.{key}: expected a non-empty list of values")
+        if key in params:
+            raise ConfigError(f"workload.vary.{key}: also set in workload.params; give one")
+    fmt = _str(w, "format", "workload", "native") or "native"
+    workload = WorkloadConfig(source, fmt, dict(params), {k: list(v) for k, v in vary.items()})
+    _check_workload(workload)
     m = _table(top.get("model", {}), "model")
     _keys(m, "model", {"name", "gpu", "timing"})
     model = ModelConfig(_str(m, "name", "model"), _str(m, "gpu", "model"),
@@ -191,15 +211,17 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
         bt = _int(c, "block_tokens", "cache", 16)
     cache = CacheConfig(capacities, structure, bt)
     r = _table(top.get("runner", {}), "runner")
-    _keys(r, "runner", {"kind", "max_num_seqs", "max_num_batched_tokens", "closed_loop"})
+    _keys(r, "runner", {"kind", "max_num_seqs", "max_num_batched_tokens", "closed_loop",
+                        "chunked_prefill", "prefix_caching"})  # fmt: skip
     kind = _str(r, "kind", "runner", "replay") or "replay"
     if kind not in RUNNERS:
         raise ConfigError(f"runner.kind: {kind!r} unknown; known: {', '.join(RUNNERS)}")
-    closed = r.get("closed_loop", False)
-    if not isinstance(closed, bool):
-        raise ConfigError(f"runner.closed_loop: expected true or false, got {closed!r}")
+    defaults = (("closed_loop", False), ("chunked_prefill", True), ("prefix_caching", True))
+    flags = {k: _bool(r, k, "runner", d) for k, d in defaults}
     runner = RunnerConfig(kind, _int(r, "max_num_seqs", "runner", 256),
-                          _int(r, "max_num_batched_tokens", "runner", 8192), closed)  # fmt: skip
+                          _int(r, "max_num_batched_tokens", "runner", 8192), **flags)  # fmt: skip
+    if kind == "replay" and (runner.closed_loop or not runner.chunked_prefill):
+        raise ConfigError("runner.closed_loop and runner.chunked_prefill apply to kind = 'engine'")
     if kind == "engine" and not model.timing and not (model.name and model.gpu):
         raise ConfigError("runner.kind = 'engine' needs model.timing, or model.name and model.gpu")
     if any(isinstance(x, str) and x.endswith("A") for x in capacities) and not (
@@ -221,6 +243,29 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
     return ExperimentConfig(workload, cache, policies, model, runner, list(seeds), cfg_name)
 
 
+def _check_workload(w: WorkloadConfig) -> None:
+    """A generator's parameters are checked now (names, types), a file's when it loads."""
+    if not w.source.startswith("gen:"):
+        return
+    from prefixlab.policies.base import parse_spec
+    from prefixlab.workload.generators import GENERATORS
+
+    name, inline = parse_spec(w.source[4:], "workload.source")
+    if name not in GENERATORS:
+        raise ConfigError(
+            f"workload.source: unknown generator '{name}'; known: {', '.join(sorted(GENERATORS))}"
+        )
+    known = {f.name for f in fields(GENERATORS[name].params)}
+    for where, keys in (("workload.source", inline), ("workload.params", w.params),
+                        ("workload.vary", w.vary)):  # fmt: skip
+        for key in keys:
+            if key not in known:
+                raise ConfigError(
+                    f"{where}: generator '{name}' has no parameter '{key}'; "
+                    f"it takes: {', '.join(sorted(known))}"
+                )
+
+
 def _check_policies(policies: list[str], structure: str) -> None:
     from prefixlab.policies.base import make_policy
 
@@ -240,21 +285,28 @@ def load_config(path: str | Path) -> ExperimentConfig:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{p}: not UTF-8 text") from None
-    if p.suffix in (".yaml", ".yml"):
+    return config_from_text(text, p.stem, yaml=p.suffix in (".yaml", ".yml"), where=str(p))
+
+
+def config_from_text(
+    text: str, name: str = "experiment", *, yaml: bool = False, where: str = "config"
+) -> ExperimentConfig:
+    """Parse and validate a config given as TOML (or YAML) text."""
+    if yaml:
         try:
-            import yaml
+            import yaml as pyyaml
         except ImportError:
             raise ConfigError("YAML configs need PyYAML (pip install pyyaml)") from None
         try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{p}: bad YAML: {exc}") from None
+            data = pyyaml.safe_load(text)
+        except pyyaml.YAMLError as exc:
+            raise ConfigError(f"{where}: bad YAML: {exc}") from None
     else:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{p}: bad TOML: {exc}") from None
-    return parse_config(data if data is not None else {}, name=p.stem)
+            raise ConfigError(f"{where}: bad TOML: {exc}") from None
+    return parse_config(data if data is not None else {}, name=name)
 
 
 # ------------------------------------------------------------------ capacities

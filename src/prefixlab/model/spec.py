@@ -31,6 +31,10 @@ checkpointed every 16 tokens (tests/test_model_timing.py), as the paper reports.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
 
@@ -154,9 +158,24 @@ class ModelSpec:
         causal kernel computes; only then is the cost additive over chunks (prefilling
         L1 then L2 costs what L1 + L2 costs at once), which the timing models rely on.
         """
-        n, p, d = float(num_new_tokens), float(num_cached_tokens), float(self.hidden_size)
-        if n <= 0:
+        if num_new_tokens <= 0:
             return dict.fromkeys(LAYER_TYPES, 0.0)
+        return {k: float(v) for k, v in self._flops(
+            float(num_new_tokens), float(num_cached_tokens), causal).items()}  # fmt: skip
+
+    def prefill_flops_array(
+        self, num_new_tokens: npt.NDArray[np.float64], num_cached_tokens: npt.NDArray[np.float64],
+        causal: bool = False,
+    ) -> dict[str, npt.NDArray[np.float64]]:  # fmt: skip
+        """:meth:`prefill_flops` of many requests at once (same formula, element-wise)."""
+        n = np.maximum(np.asarray(num_new_tokens, dtype=np.float64), 0.0)
+        p = np.asarray(num_cached_tokens, dtype=np.float64)
+        return {k: np.broadcast_to(np.asarray(v, dtype=np.float64), n.shape)
+                for k, v in self._flops(n, p, causal).items()}  # fmt: skip
+
+    def _flops(self, n: Any, p: Any, causal: bool) -> dict[str, Any]:
+        """The per-layer-type formula on floats or arrays (every term has a factor n)."""
+        d = float(self.hidden_size)
         d_kv = float(self.num_kv_heads * self.head_dim)
         d_q = float(self.num_heads * self.head_dim) or d
         square = 2 * n * n * d_q if causal else 4 * n * n * d_q

@@ -10,6 +10,7 @@ Logical time is the request index, so results do not depend on wall-clock speed.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,9 @@ class ReplayConfig:
     cache_partial: bool = False
     min_recompute_tokens: int = 1
     extra_key: int | str | None = None
+    #: False: requests never look the cache up (vLLM's --no-enable-prefix-caching); their
+    #: blocks are still allocated and freed, so memory behaves as without prefix caching
+    prefix_caching: bool = True
 
     def validate(self) -> None:
         if self.structure not in STRUCTURES:
@@ -56,6 +60,8 @@ class ReplayConfig:
             raise ConfigError(f"min_recompute_tokens must be >= 0, got {self.min_recompute_tokens}")
         if self.max_free_blocks is not None and self.structure != "block":
             raise ConfigError("max_free_blocks applies to the block structure only")
+        if not isinstance(self.prefix_caching, bool):
+            raise ConfigError(f"prefix_caching must be true or false, got {self.prefix_caching!r}")
 
 
 @dataclass(slots=True)
@@ -83,6 +89,12 @@ class ReplayResult:
             self.num_blocks_processed / self.elapsed_s if self.elapsed_s > 0 else 0.0
         )
         return out
+
+
+def without_lookups(layout: BlockLayout) -> BlockLayout:
+    """The layout with prefix caching off: no request looks up any block."""
+    zeros = np.zeros_like(layout.num_lookup_blocks)
+    return dataclasses.replace(layout, num_lookup_blocks=zeros, lookup_end_tokens=zeros.copy())
 
 
 def build_cache(
@@ -138,6 +150,8 @@ def replay(
     layout = trace.block_layout(
         config.block_tokens, config.extra_key, config.cache_partial, config.min_recompute_tokens
     )
+    if not config.prefix_caching:
+        layout = without_lookups(layout)
     n = len(trace)
     if fast and _fast_applies(pol, config, observers, check_every, on_step):
         return _replay_fast(trace, pol, config, layout)

@@ -33,7 +33,7 @@ from prefixlab.policies.base import EvictionPolicy, make_policy
 from prefixlab.runner.engine.events import Arrived, Finished, StepDone
 from prefixlab.runner.engine.loop import EventLoop
 from prefixlab.runner.engine.scheduler import Batch, Scheduler
-from prefixlab.runner.replay import ReplayConfig, build_cache
+from prefixlab.runner.replay import ReplayConfig, build_cache, without_lookups
 from prefixlab.workload.trace import Trace
 
 F64 = npt.NDArray[np.float64]
@@ -57,6 +57,8 @@ class EngineConfig:
     #: concurrent requests share them; False caches them when the request finishes, as the
     #: replay runner does
     cache_while_running: bool = True
+    #: False: no lookups, the no-prefix-caching baseline (see ReplayConfig)
+    prefix_caching: bool = True
 
     def replay_config(self) -> ReplayConfig:
         return ReplayConfig(
@@ -65,6 +67,7 @@ class EngineConfig:
             block_tokens=self.block_tokens,
             max_free_blocks=self.max_free_blocks,
             min_recompute_tokens=self.min_recompute_tokens,
+            prefix_caching=self.prefix_caching,
         )
 
     def validate(self) -> None:
@@ -127,6 +130,8 @@ def simulate(
     config.validate()
     pol = make_policy(policy, config.structure) if isinstance(policy, str) else policy
     layout = trace.block_layout(config.block_tokens, None, False, config.min_recompute_tokens)
+    if not config.prefix_caching:
+        layout = without_lookups(layout)
     n = len(trace)
     hits = ReplayMetrics(n)
     obs: list[Observer] = [hits, *observers]

@@ -1,0 +1,460 @@
+"""CLI commands of experiments: ``compare``, ``sweep``, ``demo`` and ``results``."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from prefixlab.cli_common import (
+    BlockTokensOpt,
+    FormatOpt,
+    TraceArg,
+    console,
+    err,
+    fail,
+    with_loader_options,
+)
+from prefixlab.errors import ConfigError, PrefixlabError
+from prefixlab.experiments.config import (
+    ExperimentConfig,
+    config_from_text,
+    load_config,
+    parse_config,
+)
+from prefixlab.experiments.run import Cell
+from prefixlab.experiments.store import TABLES, find_results, read_table
+from prefixlab.experiments.sweep import BACKENDS, SweepSummary, run_sweep
+
+OutOpt = Annotated[
+    Path | None, typer.Option("--out", "-o", help="Results folder (default results/NAME).")
+]
+JobsOpt = Annotated[int, typer.Option("--jobs", "-j", help="Worker processes (or Ray CPUs).")]
+BackendOpt = Annotated[str, typer.Option(help=f"Where cells run: {', '.join(BACKENDS)}.")]
+AddressOpt = Annotated[
+    str | None, typer.Option(help="Ray cluster to join (auto, ray://host:10001).")
+]
+DetailOpt = Annotated[bool, typer.Option("--detail", help="Also store per-request rows.")]
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress or table: print the results path.")
+]
+ReportOpt = Annotated[bool, typer.Option(help="Write report.html beside the results.")]
+
+
+@contextmanager
+def cell_progress(quiet: bool) -> Iterator[Callable[[int, int, Cell | None], None] | None]:
+    """A progress bar over a sweep's cells, on stderr (none with --quiet or off a terminal)."""
+    if quiet or not err.is_terminal:
+        yield None
+        return
+    bar = Progress(
+        TextColumn("[bold]cells"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.description}"), console=err, transient=True,
+    )  # fmt: skip
+    task = bar.add_task("", total=None)
+
+    def update(done: int, total: int, cell: Cell | None) -> None:
+        bar.update(task, completed=done, total=total, description=cell.label() if cell else "")
+
+    with bar:
+        yield update
+
+
+def _execute(
+    cfg: ExperimentConfig,
+    out: Path | None,
+    *,
+    jobs: int,
+    backend: str,
+    address: str | None,
+    detail: bool,
+    quiet: bool,
+    report: bool,
+) -> None:
+    folder = out if out is not None else Path("results") / cfg.name
+    try:
+        with cell_progress(quiet) as progress:
+            summary = run_sweep(cfg, folder, jobs=jobs, backend=backend, address=address,
+                                detail=detail, progress=progress)  # fmt: skip
+        report_path = _report(folder) if report else None
+    except PrefixlabError as exc:
+        fail(str(exc))
+        return
+    if quiet:
+        typer.echo(str(folder))
+        return
+    out_console = console()
+    out_console.print(summary_table(folder, cfg.name))
+    out_console.print(_footer(summary, report_path))
+
+
+def _report(folder: Path) -> Path:
+    from prefixlab.report import build_report
+
+    return build_report(folder)
+
+
+def _footer(summary: SweepSummary, report: Path | None) -> str:
+    n = len(summary.cells)
+    text = (
+        f"{n} cells: {len(summary.ran)} run, {len(summary.skipped)} already done "
+        f"({summary.wall_s:.1f} s)\nresults: {summary.folder}/results.parquet (and .csv)"
+    )
+    if report is not None:
+        text += f"\nreport:  {report}"
+    return text
+
+
+def _mean(values: list[float]) -> float:
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    return sum(vals) / len(vals) if vals else math.nan
+
+
+def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean over seeds of each (variant, capacity, policy), in plan order."""
+    groups: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    for row in rows:
+        key = (row["variant"], row["capacity_index"], row["policy_index"])
+        groups.setdefault(key, []).append(row)
+    out = []
+    for group in groups.values():
+        first = group[0]
+        rec = {k: first[k] for k in ("variant", "capacity", "capacity_index", "policy", "runner")}
+        rec["capacity_blocks"] = round(_mean([r["capacity_blocks"] for r in group]))
+        rec["seeds"] = len(group)
+        for col in ("token_hit_ratio", "request_hit_ratio", "flops_saved_ratio", "mean_ttft_s",
+                    "p95_ttft_s", "throughput_tokens_per_s"):  # fmt: skip
+            rec[col] = _mean([r[col] for r in group])
+        out.append(rec)
+    return out
+
+
+def _fmt(value: Any, pattern: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return pattern.format(value)
+
+
+def summary_table(folder: Path, title: str) -> Table:
+    """The answer: hit ratios, FLOPs saved and (engine) latency per capacity and policy."""
+    rows = summary_rows(read_table(folder).to_pylist())
+    engine = any(r["runner"] == "engine" for r in rows)
+    flops = any(not math.isnan(r["flops_saved_ratio"]) for r in rows)
+    variants = any(r["variant"] for r in rows)
+    cols: list[tuple[str, str, str]] = [("variant", "workload", "{}")] if variants else []
+    cols += [("capacity", "capacity", "{}"), ("capacity_blocks", "blocks", "{:,}"),
+             ("policy", "policy", "{}"), ("token_hit_ratio", "token hit", "{:.4f}"),
+             ("request_hit_ratio", "request hit", "{:.4f}")]  # fmt: skip
+    if flops:
+        cols.append(("flops_saved_ratio", "FLOPs saved", "{:.1%}"))
+    if engine:
+        cols += [("mean_ttft_s", "mean TTFT (s)", "{:.4f}"), ("p95_ttft_s", "P95 TTFT", "{:.4f}"),
+                 ("throughput_tokens_per_s", "out tok/s", "{:,.0f}")]  # fmt: skip
+    seeds = max(r["seeds"] for r in rows)
+    note = f" (mean of {seeds} seeds)" if seeds > 1 else ""
+    table = Table(title=f"{title}{note}")
+    for _, head, _ in cols:
+        table.add_column(head, justify="left" if head in ("policy", "workload") else "right")
+    best: dict[tuple[str, int], float] = {}
+    for r in rows:
+        key = (r["variant"], r["capacity_index"])
+        best[key] = max(best.get(key, -1.0), r["token_hit_ratio"])
+    last: tuple[str, int] | None = None
+    for r in rows:
+        key = (r["variant"], r["capacity_index"])
+        if last is not None and key != last:
+            table.add_section()
+        last = key
+        cells = [_fmt(r[k], f) for k, _, f in cols]
+        if r["token_hit_ratio"] == best[key]:
+            i = [k for k, _, _ in cols].index("token_hit_ratio")
+            cells[i] = f"[bold green]{cells[i]}[/]"
+        table.add_row(*cells)
+    return table
+
+
+# ------------------------------------------------------------------ commands
+def sweep_cmd(
+    config: Annotated[Path, typer.Argument(help="Experiment config (.toml, .yaml).")],
+    out: OutOpt = None,
+    jobs: JobsOpt = 1,
+    backend: BackendOpt = "local",
+    address: AddressOpt = None,
+    detail: DetailOpt = False,
+    quiet: QuietOpt = False,
+    report: ReportOpt = True,
+) -> None:
+    """Run an experiment's cross product; finished cells are kept, so a rerun resumes."""
+    try:
+        cfg = load_config(config)
+    except PrefixlabError as exc:
+        fail(str(exc))
+        return
+    _execute(cfg, out, jobs=jobs, backend=backend, address=address, detail=detail,
+             quiet=quiet, report=report)  # fmt: skip
+
+
+_INT = re.compile(r"^\d+$")
+
+
+@with_loader_options
+def compare_cmd(
+    trace: TraceArg,
+    policy: Annotated[list[str], typer.Option("--policy", "-p", help="Policy spec (repeatable).")],
+    capacity: Annotated[
+        list[str],
+        typer.Option(
+            "--capacity",
+            "-c",
+            help="Capacity (repeatable): blocks, 0.5ws (of the working set) or 0.7A "
+            "(of GPU memory after weights).",
+        ),
+    ],
+    fmt: FormatOpt = "native",
+    block_tokens: BlockTokensOpt = None,
+    runner: Annotated[str, typer.Option(help="replay, or engine for latencies.")] = "replay",
+    structure: Annotated[str, typer.Option(help="Cache structure: block or radix.")] = "block",
+    model: Annotated[str | None, typer.Option(help="Model preset (FLOPs, 'A').")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU preset (roofline, 'A').")] = None,
+    timing: Annotated[
+        list[str] | None, typer.Option(help="Timing spec for the engine (see simulate).")
+    ] = None,
+    seed: Annotated[list[int] | None, typer.Option(help="Seed (repeatable).")] = None,
+    name: Annotated[str, typer.Option(help="Experiment name.")] = "compare",
+    out: OutOpt = None,
+    jobs: JobsOpt = 1,
+    detail: DetailOpt = False,
+    quiet: QuietOpt = False,
+    report: ReportOpt = False,
+    load: dict[str, Any] | None = None,
+) -> None:
+    """Compare policies on one workload at one or more capacities: a table, and results."""
+    data: dict[str, Any] = {
+        "name": name,
+        "workload": {"source": trace, "format": fmt, "params": dict(load or {})},
+        "cache": {
+            "structure": structure,
+            "capacities": [int(c) if _INT.match(c) else c for c in capacity],
+        },
+        "policies": policy,
+        "runner": {"kind": runner},
+        "seeds": seed or [0],
+    }
+    if block_tokens is not None:
+        data["cache"]["block_tokens"] = block_tokens
+    data["model"] = {k: v for k, v in (("name", model), ("gpu", gpu), ("timing", timing)) if v}
+    try:
+        cfg = parse_config(data)
+    except PrefixlabError as exc:
+        fail(_flag_names(str(exc)))
+        return
+    _execute(cfg, out, jobs=jobs, backend="local", address=None, detail=detail,
+             quiet=quiet, report=report)  # fmt: skip
+
+
+def _flag_names(message: str) -> str:
+    """Config key names in a compare error read as the flags the user typed."""
+    for key, flag in (("cache.capacities", "--capacity"), ("runner.kind", "--runner"),
+                      ("cache.structure", "--structure"), ("policies", "--policy"),
+                      ("model.timing", "--timing"), ("model.name", "--model")):  # fmt: skip
+        message = message.replace(key, flag)
+    return message
+
+
+def demo_cmd(
+    out: OutOpt = None,
+    jobs: JobsOpt = 2,
+    quiet: QuietOpt = False,
+) -> None:
+    """The built-in tour: a multi-turn + templated mix, the classic policies and OPT,
+    on the serving engine; ends with the table and the path of the HTML report."""
+    text = resources.files("prefixlab.experiments").joinpath("demo.toml").read_text("utf-8")
+    cfg = config_from_text(text, "demo")
+    if not quiet:
+        err.print(
+            f"demo: {cfg.workload.source} ({cfg.workload.params.get('num_requests')} requests), "
+            f"{len(cfg.policies)} policies x {len(cfg.cache.capacities)} capacities on the "
+            f"engine runner, {jobs} jobs"
+        )
+    _execute(cfg, out, jobs=jobs, backend="local", address=None, detail=False,
+             quiet=quiet, report=True)  # fmt: skip
+
+
+# ------------------------------------------------------------------ results
+results_app = typer.Typer(no_args_is_help=True, help="List and query saved results.")
+
+
+@results_app.command("list")
+def results_list_cmd(
+    folder: Annotated[Path, typer.Argument(help="Folder holding results folders.")] = Path(
+        "results"
+    ),
+) -> None:
+    """Every results folder under FOLDER: name, runner, cells, policies, capacities."""
+    if not folder.is_dir():
+        fail(f"{folder}: no such folder")
+        return
+    found = sorted(p.parent for p in folder.rglob("results.parquet"))
+    if not found:
+        fail(f"{folder}: no results folders (run `prefixlab sweep` or `compare`)")
+        return
+    table = Table(title=f"results under {folder}")
+    for head in ("folder", "experiment", "runner", "rows", "policies", "capacities", "seeds"):
+        table.add_column(head, justify="right" if head in ("rows", "seeds") else "left")
+    for path in found:
+        rows = read_table(path).to_pylist()
+        table.add_row(
+            str(path), rows[0]["experiment"], rows[0]["runner"], f"{len(rows):,}",
+            ", ".join(dict.fromkeys(r["policy"] for r in rows)),
+            ", ".join(dict.fromkeys(str(r["capacity"]) for r in rows)),
+            str(len({r["seed"] for r in rows})),
+        )  # fmt: skip
+    console().print(table)
+
+
+@results_app.command("show")
+def results_show_cmd(
+    results: Annotated[Path, typer.Argument(help="A results folder.")],
+    table: Annotated[str, typer.Option(help=f"Table: {', '.join(TABLES)}.")] = "results",
+    columns: Annotated[
+        str | None, typer.Option(help="Comma-separated columns (default: the main ones).")
+    ] = None,
+    where: Annotated[
+        list[str] | None, typer.Option(help="column=value filter (repeatable).")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Rows at most.")] = 50,
+    csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
+) -> None:
+    """Print rows of a results table, filtered (no SQL engine needed)."""
+    try:
+        t = read_table(results, table)
+        names = t.column_names
+        cols = (
+            [c.strip() for c in columns.split(",")] if columns else _default_columns(table, names)
+        )
+        for c in cols:
+            if c not in names:
+                raise ConfigError(
+                    f"--columns: no column '{c}' in {table}; it has: {', '.join(names)}"
+                )
+        rows = t.to_pylist()
+        for cond in where or ():
+            key, eq, value = cond.partition("=")
+            if not eq or key not in names:
+                raise ConfigError(
+                    f"--where {cond!r}: expected column=value with a column of {table}"
+                )
+            rows = [r for r in rows if str(r[key]) == value]
+    except PrefixlabError as exc:
+        fail(str(exc))
+        return
+    rows = rows[:limit]
+    if csv:
+        import csv as _csv
+        import sys
+
+        w = _csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(cols)
+        for r in rows:
+            w.writerow([r[c] for c in cols])
+        return
+    out = Table(title=f"{find_results(results)}: {table} ({len(rows)} rows shown)")
+    for c in cols:
+        out.add_column(
+            c, justify="left" if isinstance(rows[0][c] if rows else "", str) else "right"
+        )
+    for r in rows:
+        out.add_row(*(_cell(r[c]) for c in cols))
+    console().print(out)
+
+
+def _default_columns(table: str, names: list[str]) -> list[str]:
+    wanted = {
+        "results": ["variant", "capacity", "capacity_blocks", "policy", "seed", "token_hit_ratio",
+                    "request_hit_ratio", "flops_saved_ratio", "mean_ttft_s", "p95_ttft_s"],
+        "breakdown": ["capacity", "policy", "seed", "dimension", "group", "num_requests",
+                      "token_hit_ratio", "p95_ttft_s"],
+        "cdf": ["capacity", "policy", "seed", "quantile", "ttft_s", "qttft_s"],
+    }.get(table, names[:10])  # fmt: skip
+    return [c for c in wanted if c in names]
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return "-" if math.isnan(value) else f"{value:.6g}"
+    return "" if value is None else str(value)
+
+
+@results_app.command("query")
+def results_query_cmd(
+    results: Annotated[Path, typer.Argument(help="A results folder.")],
+    sql: Annotated[
+        str,
+        typer.Argument(
+            help="SQL over the tables results, breakdown, cdf, "
+            'requests, e.g. "select policy, avg(token_hit_ratio) '
+            'from results group by policy".'
+        ),
+    ],
+    csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
+) -> None:
+    """Run SQL (DuckDB) over a results folder's tables."""
+    try:
+        rows, names = query(results, sql)
+    except PrefixlabError as exc:
+        fail(str(exc))
+        return
+    if csv:
+        import csv as _csv
+        import sys
+
+        w = _csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(names)
+        w.writerows(rows)
+        return
+    out = Table()
+    for n in names:
+        out.add_column(n)
+    for r in rows:
+        out.add_row(*(_cell(v) for v in r))
+    console().print(out)
+
+
+def query(results: Path | str, sql: str) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """Rows and column names of ``sql`` run by DuckDB over a results folder."""
+    try:
+        import duckdb
+    except ImportError:
+        raise ConfigError("results query needs DuckDB: pip install 'prefixlab[query]'") from None
+    folder = find_results(results)
+    con = duckdb.connect()
+    try:
+        for name in TABLES:
+            path = folder / f"{name}.parquet"
+            if path.is_file():
+                quoted = str(path).replace("'", "''")
+                con.execute(f"create view {name} as select * from read_parquet('{quoted}')")
+        try:
+            cur = con.execute(sql)
+        except duckdb.Error as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise ConfigError(f"query failed: {first}") from None
+        names = [d[0] for d in cur.description] if cur.description else []
+        return cur.fetchall(), names
+    finally:
+        con.close()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare")(compare_cmd)
+    app.command("sweep")(sweep_cmd)
+    app.command("demo")(demo_cmd)
+    app.add_typer(results_app, name="results")

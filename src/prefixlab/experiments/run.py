@@ -1,0 +1,385 @@
+"""Plan an experiment's cells and run one cell: the unit every backend executes.
+
+A cell is one point of the cross product: a workload variant (the ``workload.vary`` values),
+a capacity, a policy and a seed. Running it builds (or reuses) the seeded trace, resolves
+the capacity in blocks, runs the replay or engine runner, and returns a row of fixed
+columns plus small breakdown and latency-CDF tables. A cell's result depends only on the
+config and the cell, never on which process or machine ran it, so every backend gives the
+same rows (wall-clock time is kept apart, in ``wall_s``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab.errors import CapacityError, ConfigError
+from prefixlab.experiments.config import ExperimentConfig, resolve_capacity
+from prefixlab.policies.base import make_policy, parameters, parse_spec, registered
+from prefixlab.workload.generators import GENERATORS
+from prefixlab.workload.trace import Trace
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+
+#: input-length bins of the breakdown table (tokens; the last is open-ended)
+LENGTH_BINS = (0, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+#: quantiles of the stored TTFT / QTTFT CDF (engine runner)
+CDF_POINTS = 101
+LAYER_TYPES = ("attention", "mlp", "moe", "ssm")
+
+#: the result row's columns, in order (tidy: one row per cell)
+KEY_COLUMNS = ("experiment", "cell_id", "variant", "capacity", "capacity_index",
+               "capacity_blocks", "policy", "policy_index", "seed")  # fmt: skip
+METRIC_COLUMNS = (
+    "runner", "structure", "block_tokens", "workload", "working_set_blocks",
+    "capacity_fraction_ws", "num_requests", "num_input_tokens", "num_hit_tokens",
+    "token_hit_ratio", "request_hit_ratio", "num_lookup_blocks", "num_hit_blocks",
+    "block_hit_ratio", "num_evictions", "flops_total", "flops_saved", "flops_saved_ratio",
+    *(f"flops_saved_{t}" for t in LAYER_TYPES),
+    "timing", "mean_ttft_s", "p5_ttft_s", "p50_ttft_s", "p95_ttft_s", "p99_ttft_s",
+    "mean_qttft_s", "p50_qttft_s", "p95_qttft_s", "p99_qttft_s", "mean_tpot_s",
+    "p50_tpot_s", "p95_tpot_s", "mean_e2e_s", "p95_e2e_s", "makespan_s",
+    "throughput_tokens_per_s", "total_throughput_tokens_per_s", "num_preemptions",
+    "num_steps",
+)  # fmt: skip
+COLUMNS = KEY_COLUMNS + METRIC_COLUMNS
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One point of the cross product (indices keep the plan's order in the tables)."""
+
+    variant: dict[str, Any]
+    capacity: int | str
+    capacity_index: int
+    policy: str
+    policy_index: int
+    seed: int
+    cell_id: str = ""
+
+    def label(self) -> str:
+        v = ",".join(f"{k}={x}" for k, x in self.variant.items())
+        return f"{self.policy} @ {self.capacity}" + (f" [{v}]" if v else "") + f" seed {self.seed}"
+
+
+@dataclass(slots=True)
+class CellResult:
+    """What a cell returns: its row, breakdown and CDF rows, optional per-request detail."""
+
+    cell_id: str
+    row: dict[str, Any]
+    breakdown: list[dict[str, Any]]
+    cdf: list[dict[str, Any]]
+    requests: dict[str, list[Any]] | None = None
+    wall_s: float = 0.0
+    worker: str = ""
+
+
+def fingerprint(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The parts of a config that decide a cell's result (not its name, not the lists)."""
+    d = asdict(cfg)
+    return {
+        "workload": {k: d["workload"][k] for k in ("source", "format", "params")},
+        "model": d["model"],
+        "cache": {k: d["cache"][k] for k in ("structure", "block_tokens")},
+        "runner": d["runner"],
+    }
+
+
+def variant_label(variant: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in variant.items())
+
+
+def plan(cfg: ExperimentConfig) -> list[Cell]:
+    """Every cell, in table order: variant, capacity, policy, seed."""
+    fp = json.dumps(fingerprint(cfg), sort_keys=True, default=str)
+    keys = list(cfg.workload.vary)
+    variants = [dict(zip(keys, vals, strict=True))
+                for vals in itertools.product(*(cfg.workload.vary[k] for k in keys))]  # fmt: skip
+    cells = []
+    for variant in variants:
+        for ci, cap in enumerate(cfg.cache.capacities):
+            for pi, pol in enumerate(cfg.policies):
+                for seed in cfg.seeds:
+                    ident = json.dumps([fp, variant, cap, pol, seed], sort_keys=True, default=str)
+                    cid = hashlib.blake2b(ident.encode(), digest_size=8).hexdigest()
+                    cells.append(Cell(variant, cap, ci, pol, pi, seed, cid))
+    if len({c.cell_id for c in cells}) != len(cells):
+        raise ConfigError("the config lists a capacity, policy, seed or vary value twice")
+    return cells
+
+
+# ------------------------------------------------------------------ traces
+_TRACES: dict[str, Trace] = {}
+_KEEP_TRACES = 4
+
+
+def build_trace(cfg: ExperimentConfig, variant: dict[str, Any], seed: int) -> Trace:
+    """The cell's trace: a generator gets the seed (unless its params pin one); a file
+    gets it as ``sample_seed`` when sampled. Kept per process for the next cells."""
+    key = json.dumps([asdict(cfg.workload), variant, seed], sort_keys=True, default=str)
+    if key in _TRACES:
+        _TRACES[key] = _TRACES.pop(key)  # most recent last
+        return _TRACES[key]
+    w = cfg.workload
+    params = {**w.params, **variant}
+    if w.source.startswith("gen:"):
+        name, inline = parse_spec(w.source[4:], "workload.source")
+        gen = GENERATORS[name]
+        kwargs = {**inline, **params}
+        if "seed" in {f for f in gen.params.__dataclass_fields__} and "seed" not in kwargs:
+            kwargs["seed"] = seed
+        trace = gen.fn(**kwargs)
+    else:
+        from prefixlab.workload.sources import open_trace
+
+        if "sample" in params and "sample_seed" not in params:
+            params["sample_seed"] = seed
+        trace = open_trace(w.source, w.format, **params)
+    if len(trace) == 0:
+        raise ConfigError(f"workload {w.source} {variant_label(variant)}: no requests")
+    while len(_TRACES) >= _KEEP_TRACES:  # traces can be large: keep the last few
+        del _TRACES[next(iter(_TRACES))]
+    _TRACES[key] = trace
+    return trace
+
+
+def policy_spec(spec: str, seed: int) -> str:
+    """A randomised policy (one taking ``seed``) gets the cell's seed unless its spec pins one."""
+    name, kwargs = parse_spec(spec)
+    cls = registered().get(name)
+    if cls is None or "seed" not in parameters(cls) or "seed" in kwargs:
+        return spec
+    return f"{spec}{',' if ':' in spec else ':'}seed={seed}"
+
+
+def block_tokens_for(cfg: ExperimentConfig, trace: Trace) -> int:
+    if cfg.cache.block_tokens is not None:
+        return cfg.cache.block_tokens
+    if trace.block_tokens is not None:
+        return int(trace.block_tokens)
+    return 16
+
+
+def capacity_blocks(cfg: ExperimentConfig, cell: Cell, trace: Trace) -> tuple[int, int]:
+    """(capacity in blocks, working-set blocks); an impossible capacity is a one-line error."""
+    bt = block_tokens_for(cfg, trace)
+    layout = trace.block_layout(bt)
+    ws = int(layout.num_distinct_keys)
+    where = f"cache.capacities[{cell.capacity_index}] = {cell.capacity!r}"
+    blocks = resolve_capacity(cell.capacity, working_set_blocks=ws, block_tokens=bt,
+                              model=cfg.model.name, gpu=cfg.model.gpu)  # fmt: skip
+    need = int(layout.num_blocks_held.max()) if len(trace) else 0
+    if blocks < need:
+        r = int(np.argmax(layout.num_blocks_held))
+        raise ConfigError(
+            f"{where}: {blocks:,} blocks cannot hold request {r} of "
+            f"{trace.name} ({need:,} blocks of {bt} tokens); give at least {need:,}"
+        )
+    return blocks, ws
+
+
+# ------------------------------------------------------------------ one cell
+def run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool = False) -> CellResult:
+    """Run one cell; ConfigError / CapacityError name the cell."""
+    start = time.perf_counter()
+    try:
+        return _run_cell(cfg, cell, detail, start)
+    except (ConfigError, CapacityError) as exc:
+        raise type(exc)(f"{cell.label()}: {exc}") from None
+
+
+def _run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool, start: float) -> CellResult:
+    from prefixlab.runner.replay import ReplayConfig, replay
+
+    trace = build_trace(cfg, cell.variant, cell.seed)
+    blocks, ws = capacity_blocks(cfg, cell, trace)
+    bt = block_tokens_for(cfg, trace)
+    policy = make_policy(policy_spec(cell.policy, cell.seed), cfg.cache.structure)
+    r = cfg.runner
+    nan = math.nan
+    row: dict[str, Any] = dict.fromkeys(COLUMNS, nan)
+    row.update(
+        experiment=cfg.name, cell_id=cell.cell_id, variant=variant_label(cell.variant),
+        capacity=str(cell.capacity), capacity_index=cell.capacity_index,
+        capacity_blocks=blocks, policy=cell.policy, policy_index=cell.policy_index,
+        seed=cell.seed, runner=r.kind, structure=cfg.cache.structure, block_tokens=bt,
+        workload=cfg.workload.source, working_set_blocks=ws,
+        capacity_fraction_ws=blocks / ws if ws else nan, timing="",
+        num_preemptions=0, num_steps=0,
+    )  # fmt: skip
+    times: tuple[F64, F64, F64, F64] | None = None
+    if r.kind == "replay":
+        rc = ReplayConfig(capacity_blocks=blocks, structure=cfg.cache.structure,
+                          block_tokens=bt, prefix_caching=r.prefix_caching)  # fmt: skip
+        res = replay(trace, policy, rc)
+        hit_tokens = res.hit_tokens
+        metrics: dict[str, Any] = dict(res.metrics)
+    else:
+        from prefixlab.model.timing import make_timing
+        from prefixlab.runner.engine import EngineConfig, simulate
+
+        timing = make_timing(cfg.model.timing or ["roofline"], cfg.model.name, cfg.model.gpu)
+        ec = EngineConfig(
+            capacity_blocks=blocks, structure=cfg.cache.structure, block_tokens=bt,
+            max_num_seqs=r.max_num_seqs, max_num_batched_tokens=r.max_num_batched_tokens,
+            chunked_prefill=r.chunked_prefill, closed_loop=r.closed_loop,
+            prefix_caching=r.prefix_caching,
+        )  # fmt: skip
+        eres = simulate(trace, policy, ec, timing)
+        hit_tokens = eres.hit_tokens
+        metrics = {k: v for k, v in eres.metrics.items() if k not in ("by_task", "elapsed_s")}
+        row["timing"] = eres.timing
+        times = (eres.arrival_s, eres.scheduled_s, eres.first_token_s, eres.finish_s)
+    for key, value in metrics.items():
+        if key in row:
+            row[key] = value
+    row.update(_flops(cfg, trace.input_length, hit_tokens))
+    breakdown = _breakdown(row, trace, hit_tokens, times)
+    cdf = _cdf(row, times) if times is not None else []
+    requests = _requests(trace, hit_tokens, times) if detail else None
+    # numpy scalars would not survive JSON the same way on every backend: plain Python
+    for k, v in row.items():
+        if isinstance(v, np.generic):
+            row[k] = v.item()
+    return CellResult(cell.cell_id, row, breakdown, cdf, requests,
+                      time.perf_counter() - start, _worker())  # fmt: skip
+
+
+def _worker() -> str:
+    import os
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _flops(cfg: ExperimentConfig, inputs: I64, hits: I64) -> dict[str, float]:
+    """FLOPs of the prompts without a cache, and what the hits saved, per layer type
+    (Marconi's accounting: full attention square, DESIGN §4)."""
+    if cfg.model.name is None:
+        return {}
+    from prefixlab.model.spec import get_model
+
+    spec = get_model(cfg.model.name)
+    n = inputs.astype(np.float64)
+    h = hits.astype(np.float64)
+    full = spec.prefill_flops_array(n, np.zeros_like(n))
+    rest = spec.prefill_flops_array(n - h, h)
+    out: dict[str, float] = {}
+    total = saved = 0.0
+    for t in LAYER_TYPES:
+        a, b = float(full[t].sum()), float((full[t] - rest[t]).sum())
+        out[f"flops_saved_{t}"] = b
+        total += a
+        saved += b
+    out.update(flops_total=total, flops_saved=saved,
+               flops_saved_ratio=saved / total if total else math.nan)  # fmt: skip
+    return out
+
+
+def length_bin(n: int) -> str:
+    edges = LENGTH_BINS
+    for lo, hi in itertools.pairwise(edges):
+        if lo <= n < hi:
+            return f"{lo}-{hi - 1}"
+    return f"{edges[-1]}+"
+
+
+def _breakdown(
+    row: dict[str, Any], trace: Trace, hits: I64, times: tuple[F64, F64, F64, F64] | None
+) -> list[dict[str, Any]]:
+    """Token hit ratio (and TTFT with the engine) per task label and per input-length bin."""
+    keys = {k: row[k] for k in KEY_COLUMNS}
+    inputs = trace.input_length
+    ttft = times[2] - times[1] if times is not None else None
+    groups: list[tuple[str, list[str]]] = [
+        ("task", [t if t is not None else "-" for t in trace.task]),
+        ("length_bin", [length_bin(int(x)) for x in inputs.tolist()]),
+    ]
+    out: list[dict[str, Any]] = []
+    for dim, labels in groups:
+        arr = np.array(labels, dtype=object)
+        if dim == "task":
+            order = sorted(set(labels))
+        else:
+            order = sorted(set(labels), key=lambda s: int(s.split("-")[0].rstrip("+")))
+        for label in order:
+            sel = arr == label
+            num_in = int(inputs[sel].sum())
+            num_hit = int(hits[sel].sum())
+            rec: dict[str, Any] = {**keys, "dimension": dim, "group": label,
+                                   "num_requests": int(sel.sum()), "num_input_tokens": num_in,
+                                   "num_hit_tokens": num_hit,
+                                   "token_hit_ratio": num_hit / num_in if num_in else 0.0,
+                                   "mean_ttft_s": math.nan, "p95_ttft_s": math.nan}  # fmt: skip
+            if ttft is not None:
+                rec["mean_ttft_s"] = float(ttft[sel].mean())
+                rec["p95_ttft_s"] = float(np.percentile(ttft[sel], 95))
+            out.append(rec)
+    return out
+
+
+def _cdf(row: dict[str, Any], times: tuple[F64, F64, F64, F64]) -> list[dict[str, Any]]:
+    keys = {k: row[k] for k in KEY_COLUMNS}
+    arrival, scheduled, first, _ = times
+    qs = np.linspace(0.0, 1.0, CDF_POINTS)
+    ttft = np.quantile(first - scheduled, qs)
+    qttft = np.quantile(first - arrival, qs)
+    return [{**keys, "quantile": round(float(q), 6), "ttft_s": float(a), "qttft_s": float(b)}
+            for q, a, b in zip(qs, ttft, qttft, strict=True)]  # fmt: skip
+
+
+def _requests(
+    trace: Trace, hits: I64, times: tuple[F64, F64, F64, F64] | None
+) -> dict[str, list[Any]]:
+    n = len(trace)
+    out: dict[str, list[Any]] = {
+        "request": list(range(n)),
+        "session_id": list(trace.session_id),
+        "task": list(trace.task),
+        "input_length": trace.input_length.tolist(),
+        "output_length": trace.output_length.tolist(),
+        "hit_tokens": hits.tolist(),
+    }
+    if times is not None:
+        arrival, scheduled, first, finish = times
+        out["arrival_s"] = arrival.tolist()
+        out["scheduled_s"] = scheduled.tolist()
+        out["first_token_s"] = first.tolist()
+        out["finish_s"] = finish.tolist()
+        out["ttft_s"] = (first - scheduled).tolist()
+        out["qttft_s"] = (first - arrival).tolist()
+    return out
+
+
+def check_cells(cfg: ExperimentConfig, cells: list[Cell]) -> None:
+    """Build each (variant, seed) trace once and resolve every capacity, so an impossible
+    capacity or a broken workload fails before anything runs."""
+    seen: set[tuple[str, int, int]] = set()
+    for cell in cells:
+        key = (variant_label(cell.variant), cell.seed, cell.capacity_index)
+        if key in seen:
+            continue
+        seen.add(key)
+        trace = build_trace(cfg, cell.variant, cell.seed)
+        capacity_blocks(cfg, cell, trace)
+
+
+__all__ = [
+    "COLUMNS",
+    "Cell",
+    "CellResult",
+    "build_trace",
+    "check_cells",
+    "plan",
+    "run_cell",
+]

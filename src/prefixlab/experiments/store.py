@@ -1,0 +1,204 @@
+"""The results store: a folder of finished cells, consolidated into tidy tables.
+
+::
+
+    RESULTS/
+      config.resolved.json   the config, defaults filled in
+      environment.json       Python, platform, package versions, CPU count
+      cells/ID.json          one finished cell (written last, atomically: the resume marker)
+      cells/ID.requests.parquet   per-request detail of that cell (--detail)
+      results.parquet|csv    one row per (cell, policy, seed), columns run.COLUMNS
+      breakdown.parquet|csv  hit ratio (and TTFT) per task and per input-length bin
+      cdf.parquet|csv        TTFT / QTTFT quantiles per cell (engine runner)
+      requests.parquet       every cell's per-request detail (--detail)
+      timings.csv            wall-clock seconds and worker of each cell (not a result)
+
+A cell file holds exact floats (JSON round-trips a float's repr), so the tables are the same
+bit for bit whichever backend ran the cells. Rows are ordered by the plan, not by finish.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from prefixlab.errors import ConfigError
+from prefixlab.experiments.config import ExperimentConfig
+from prefixlab.experiments.run import COLUMNS, Cell, CellResult
+
+TABLES = ("results", "breakdown", "cdf", "requests")
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def environment() -> dict[str, Any]:
+    """What ran the experiment (for the report)."""
+    from importlib import metadata
+
+    versions = {}
+    for pkg in ("prefixlab", "numpy", "numba", "pyarrow", "matplotlib", "ray", "duckdb"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            continue
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "packages": versions,
+    }
+
+
+class ResultsStore:
+    """One experiment's folder of results."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.cells_dir = self.folder / "cells"
+
+    def prepare(self, cfg: ExperimentConfig) -> None:
+        self.cells_dir.mkdir(parents=True, exist_ok=True)
+        for stale in self.cells_dir.glob(".*.tmp"):  # left by a killed run: never a result
+            stale.unlink(missing_ok=True)
+        _atomic_write(self.folder / "config.resolved.json", (cfg.to_json() + "\n").encode())
+        env = json.dumps(environment(), indent=2, sort_keys=True) + "\n"
+        _atomic_write(self.folder / "environment.json", env.encode())
+
+    def done(self) -> set[str]:
+        """Ids of the finished cells."""
+        if not self.cells_dir.is_dir():
+            return set()
+        return {p.name[: -len(".json")] for p in self.cells_dir.glob("*.json")}
+
+    def save(self, result: CellResult) -> None:
+        """Write a finished cell: its detail first, then the JSON that marks it done."""
+        if result.requests is not None:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            table = pa.table(result.requests)
+            path = self.cells_dir / f"{result.cell_id}.requests.parquet"
+            tmp = path.with_name(f".{path.name}.tmp")
+            pq.write_table(table, tmp)
+            os.replace(tmp, path)
+        doc = {"row": result.row, "breakdown": result.breakdown, "cdf": result.cdf,
+               "wall_s": result.wall_s, "worker": result.worker}  # fmt: skip
+        _atomic_write(self.cells_dir / f"{result.cell_id}.json", json.dumps(doc).encode())
+
+    def load_cell(self, cell_id: str) -> dict[str, Any]:
+        path = self.cells_dir / f"{cell_id}.json"
+        try:
+            doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(
+                f"{path}: unreadable cell result ({exc}); delete it to rerun"
+            ) from None
+        return doc
+
+    def consolidate(self, cells: Iterable[Cell]) -> dict[str, Path]:
+        """Write the tidy tables from the cell files, in plan order."""
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+        import pyarrow.parquet as pq
+
+        rows: list[dict[str, Any]] = []
+        breakdown: list[dict[str, Any]] = []
+        cdf: list[dict[str, Any]] = []
+        timings: list[dict[str, Any]] = []
+        detail = []
+        for cell in cells:
+            doc = self.load_cell(cell.cell_id)
+            rows.append({c: doc["row"].get(c) for c in COLUMNS})
+            breakdown += doc["breakdown"]
+            cdf += doc["cdf"]
+            timings.append({"cell_id": cell.cell_id, "label": cell.label(),
+                            "wall_s": doc["wall_s"], "worker": doc["worker"]})  # fmt: skip
+            req = self.cells_dir / f"{cell.cell_id}.requests.parquet"
+            if req.is_file():
+                t = pq.read_table(req)
+                keys = {k: doc["row"][k] for k in ("cell_id", "policy", "capacity", "seed")}
+                for name, value in keys.items():
+                    t = t.append_column(name, pa.array([value] * t.num_rows))
+                detail.append(t)
+        written: dict[str, Path] = {}
+        for name, recs in (("results", rows), ("breakdown", breakdown), ("cdf", cdf)):
+            path = self.folder / f"{name}.parquet"
+            if not recs:
+                path.unlink(missing_ok=True)
+                (self.folder / f"{name}.csv").unlink(missing_ok=True)
+                continue
+            table = pa.Table.from_pylist(recs)
+            _write_parquet(table, path)
+            _write_csv(table, self.folder / f"{name}.csv", pacsv)
+            written[name] = path
+        req_path = self.folder / "requests.parquet"
+        if detail:
+            _write_parquet(pa.concat_tables(detail, promote_options="permissive"), req_path)
+            written["requests"] = req_path
+        else:
+            req_path.unlink(missing_ok=True)
+        tpath = self.folder / "timings.csv"
+        _write_csv(pa.Table.from_pylist(timings), tpath, pacsv)
+        return written
+
+
+def _write_parquet(table: Any, path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+def _write_csv(table: Any, path: Path, pacsv: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    pacsv.write_csv(table, tmp)
+    os.replace(tmp, path)
+
+
+def find_results(path: str | Path) -> Path:
+    """The results folder for a path: the folder itself, or the folder of a results file."""
+    p = Path(path)
+    if p.is_file() and p.name.startswith("results."):
+        p = p.parent
+    if not (p / "results.parquet").is_file():
+        raise ConfigError(f"{p}: no results.parquet here (run `prefixlab sweep` or `compare`)")
+    return p
+
+
+def read_table(path: str | Path, name: str = "results") -> Any:
+    """A pyarrow table of a results folder (``results``, ``breakdown``, ``cdf``, ``requests``)."""
+    import pyarrow.parquet as pq
+
+    if name not in TABLES:
+        raise ConfigError(f"unknown table '{name}'; known: {', '.join(TABLES)}")
+    folder = find_results(path)
+    file = folder / f"{name}.parquet"
+    if not file.is_file():
+        hint = " (run with --detail)" if name == "requests" else ""
+        raise ConfigError(f"{folder}: no {name} table{hint}")
+    return pq.read_table(file)
+
+
+def read_json(folder: Path, name: str) -> dict[str, Any]:
+    path = folder / name
+    if not path.is_file():
+        return {}
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data

@@ -1,0 +1,209 @@
+"""One self-contained HTML page per results folder: tables, figures, config, environment.
+
+The page is made from the saved folder only, with every figure inlined as a base64 PNG and
+the CSS in a ``<style>`` element: no scripts, no external URLs, so it opens offline and can
+be mailed or attached as one file. It carries no timestamp, so the same results give the
+same page.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+import math
+import os
+import struct
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+
+from prefixlab.report.plots import FigureSpec, Results, load_results, make_figures
+
+_CSS = """
+body { font: 15px/1.45 system-ui, sans-serif; color: #222; max-width: 1150px;
+       margin: 2em auto; padding: 0 1em; }
+h1 { margin-bottom: 0.2em; } h2 { margin-top: 1.8em; border-bottom: 1px solid #ddd; }
+.meta { color: #555; margin-top: 0; }
+table { border-collapse: collapse; margin: 0.5em 0; font-size: 14px; }
+th, td { padding: 0.25em 0.7em; border-bottom: 1px solid #e4e4e4; text-align: left; }
+th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.first td { border-top: 2px solid #bbb; }
+figure { margin: 1.5em 0; } figure img { max-width: 100%; height: auto; }
+figcaption { color: #444; font-size: 14px; max-width: 60em; }
+pre { background: #f7f7f7; padding: 0.8em; overflow-x: auto; font-size: 13px; }
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    metric: str
+    header: str
+    fmt: Callable[[float], str]
+    higher_is_better: bool
+
+
+_COLUMNS = (
+    _Column("token_hit_ratio", "Token hit", lambda x: f"{x:.1%}", True),
+    _Column("request_hit_ratio", "Request hit", lambda x: f"{x:.1%}", True),
+    _Column("flops_saved_ratio", "FLOPs saved", lambda x: f"{x:.1%}", True),
+    _Column("mean_ttft_s", "Mean TTFT (ms)", lambda x: f"{x * 1e3:,.1f}", False),
+    _Column("p95_ttft_s", "P95 TTFT (ms)", lambda x: f"{x * 1e3:,.1f}", False),
+    _Column("throughput_tokens_per_s", "Throughput (tok/s)", lambda x: f"{x:,.1f}", True),
+)
+
+
+def _summary(res: Results) -> str:
+    """One row per (variant, capacity, policy), means over seeds; best per capacity bold."""
+    columns = [c for c in _COLUMNS if res.has(c.metric)]
+    stats = {c.metric: res.stat(c.metric) for c in columns}
+    show_variant = len(res.variants) > 1 or res.variants[0] != ""
+    heads = (["Variant"] if show_variant else []) + ["Capacity", "Policy"]
+    out = [
+        "<table>",
+        "<tr>"
+        + "".join(f"<th>{escape(h)}</th>" for h in heads)
+        + "".join(f"<th>{escape(c.header)}</th>" for c in columns)
+        + "</tr>",
+    ]
+    for v in res.variants:
+        for ci in range(len(res.capacities)):
+            best = {
+                c.metric: _best(
+                    c, [stats[c.metric][(v, ci, pi)].mean for pi in range(len(res.policies))]
+                )
+                for c in columns
+            }
+            for pi, pol in enumerate(res.policies):
+                cls = ' class="first"' if pi == 0 else ""
+                cells = ([escape(v)] if show_variant else []) + [
+                    escape(res.capacity_label(v, ci).split(", ")[0]),
+                    escape(pol),
+                ]
+                tds = "".join(f"<td>{c}</td>" for c in cells)
+                for c in columns:
+                    x = stats[c.metric][(v, ci, pi)].mean
+                    text = "&ndash;" if math.isnan(x) else escape(c.fmt(x))
+                    if len(res.policies) > 1 and x == best[c.metric]:
+                        text = f"<strong>{text}</strong>"
+                    tds += f'<td class="num">{text}</td>'
+                out.append(f"<tr{cls}>{tds}</tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def _best(column: _Column, values: list[float]) -> float:
+    vals = [x for x in values if not math.isnan(x)]
+    if not vals:
+        return math.nan
+    return max(vals) if column.higher_is_better else min(vals)
+
+
+def _png_size(png: bytes) -> tuple[int, int]:
+    """Width and height from the PNG header (IHDR), so the page lays out before decoding."""
+    width, height = struct.unpack(">II", png[16:24])
+    return int(width), int(height)
+
+
+def _figure(spec: FigureSpec) -> str:
+    data = base64.b64encode(spec.png).decode("ascii")
+    width, height = _png_size(spec.png)
+    return (
+        f'<figure id="{escape(spec.slug)}">'
+        f'<img src="data:image/png;base64,{data}" alt="{escape(spec.title)}" '
+        f'width="{width}" height="{height}">'
+        f"<figcaption><strong>{escape(spec.title)}.</strong> {escape(spec.caption)}"
+        "</figcaption></figure>"
+    )
+
+
+def _environment(env: dict[str, object]) -> str:
+    if not env:
+        return "<p>No environment.json.</p>"
+    rows = []
+    for key in sorted(env):
+        value = env[key]
+        if isinstance(value, dict):
+            text = ", ".join(f"{k} {v}" for k, v in sorted(value.items()))
+        else:
+            text = str(value)
+        rows.append(f"<tr><th>{escape(key)}</th><td>{escape(text)}</td></tr>")
+    return "<table>" + "".join(rows) + "</table>"
+
+
+def _timings(folder: Path) -> str:
+    """Wall-clock of the cells (how long the sweep took, not a result)."""
+    path = folder / "timings.csv"
+    if not path.is_file():
+        return "<p>No timings.csv.</p>"
+    with path.open(encoding="utf-8", newline="") as fh:
+        walls = [float(r["wall_s"]) for r in csv.DictReader(fh) if r.get("wall_s")]
+    if not walls:
+        return "<p>timings.csv lists no cells.</p>"
+    items = (
+        ("cells", f"{len(walls)}"),
+        ("total wall seconds", f"{sum(walls):,.2f}"),
+        ("mean per cell (s)", f"{sum(walls) / len(walls):,.3f}"),
+        ("slowest cell (s)", f"{max(walls):,.3f}"),
+    )
+    rows = "".join(f'<tr><th>{k}</th><td class="num">{v}</td></tr>' for k, v in items)
+    return f"<table>{rows}</table>"
+
+
+def render(res: Results, figures: list[FigureSpec]) -> str:
+    """The page as a string."""
+    seeds = ", ".join(map(str, res.seeds))
+    meta = (
+        f"{res.runner} runner &middot; {len(res.policies)} policies &middot; "
+        f"{len(res.capacities)} cache sizes &middot; seeds {escape(seeds)}"
+    )
+    if len(res.variants) > 1:
+        meta += f" &middot; {len(res.variants)} workload variants"
+    note = "mean over seeds" if len(res.seeds) > 1 else "one seed"
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{escape(res.name)} &mdash; prefixlab report</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>{escape(res.name)}</h1>",
+        f'<p class="meta">{meta}<br>from {escape(str(res.folder))}</p>',
+        f"<h2>Summary</h2><p>Per cache size and policy, {note}; the best value of each "
+        "cache size in bold.</p>",
+        _summary(res),
+        "<h2>Figures</h2>",
+        *(_figure(f) for f in figures),
+        "<h2>Configuration</h2>",
+        f"<pre>{escape(json.dumps(res.config, indent=2, sort_keys=True))}</pre>",
+        "<h2>Environment</h2>",
+        _environment(res.environment),
+        "<h2>Timings</h2>",
+        _timings(res.folder),
+        "</body></html>",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def build_report(folder: str | Path, out: str | Path | None = None) -> Path:
+    """Write the report of a results folder (default ``FOLDER/report.html``); its path."""
+    res = load_results(folder)
+    target = Path(out) if out is not None else res.folder / "report.html"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(target, render(res, make_figures(res)).encode("utf-8"))
+    return target
+
+
+__all__ = ["build_report", "render"]
