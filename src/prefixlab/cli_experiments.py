@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Iterator
@@ -272,12 +273,17 @@ def _flag_names(message: str) -> str:
 def demo_cmd(
     out: OutOpt = None,
     jobs: JobsOpt = 2,
+    num_requests: Annotated[
+        int, typer.Option(min=500, help="Requests of the workload (500 or more).")
+    ] = 1000,
     quiet: QuietOpt = False,
 ) -> None:
     """The built-in tour: a multi-turn + templated mix, the classic policies and OPT,
     on the serving engine; ends with the table and the path of the HTML report."""
     text = resources.files("prefixlab.experiments").joinpath("demo.toml").read_text("utf-8")
     cfg = config_from_text(text, "demo")
+    params = {**cfg.workload.params, "num_requests": num_requests}
+    cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, params=params))
     if not quiet:
         err.print(
             f"demo: {cfg.workload.source} ({cfg.workload.params.get('num_requests')} requests), "

@@ -69,6 +69,12 @@ class CacheConfig:
     capacities: list[int | str]
     structure: str = "block"
     block_tokens: int | None = None
+    #: cache a prompt's trailing partial block too (the hash-table report; replay only)
+    cache_partial: bool = False
+    #: bound the pool of unreferenced cached blocks (the report's K; block structure only)
+    max_free_blocks: int | None = None
+    #: prompt tokens always recomputed (vLLM: 1; the report: 0)
+    min_recompute_tokens: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +204,8 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
     if "cache" not in top:
         raise ConfigError("config key 'cache' missing (a table with capacities = [...])")
     c = _table(top["cache"], "cache")
-    _keys(c, "cache", {"capacities", "structure", "block_tokens"})
+    _keys(c, "cache", {"capacities", "structure", "block_tokens", "cache_partial",
+                       "max_free_blocks", "min_recompute_tokens"})  # fmt: skip
     caps = c.get("capacities")
     if not isinstance(caps, list) or not caps:
         raise ConfigError(f"cache.capacities: expected a non-empty list, got {caps!r}")
@@ -209,7 +216,13 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
     bt = c.get("block_tokens")
     if bt is not None:
         bt = _int(c, "block_tokens", "cache", 16)
-    cache = CacheConfig(capacities, structure, bt)
+    mfb = c.get("max_free_blocks")
+    if mfb is not None:
+        mfb = _int(c, "max_free_blocks", "cache", 0, low=0)
+        if structure != "block":
+            raise ConfigError("cache.max_free_blocks applies to structure = 'block'")
+    cache = CacheConfig(capacities, structure, bt, _bool(c, "cache_partial", "cache", False),
+                        mfb, _int(c, "min_recompute_tokens", "cache", 1, low=0))  # fmt: skip
     r = _table(top.get("runner", {}), "runner")
     _keys(r, "runner", {"kind", "max_num_seqs", "max_num_batched_tokens", "closed_loop",
                         "chunked_prefill", "prefix_caching"})  # fmt: skip
@@ -220,6 +233,9 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
     flags = {k: _bool(r, k, "runner", d) for k, d in defaults}
     runner = RunnerConfig(kind, _int(r, "max_num_seqs", "runner", 256),
                           _int(r, "max_num_batched_tokens", "runner", 8192), **flags)  # fmt: skip
+    if kind == "engine" and cache.cache_partial:
+        raise ConfigError("cache.cache_partial applies to runner.kind = 'replay' (vLLM and "
+                          "SGLang cache full blocks only)")  # fmt: skip
     if kind == "replay" and (runner.closed_loop or not runner.chunked_prefill):
         raise ConfigError("runner.closed_loop and runner.chunked_prefill apply to kind = 'engine'")
     if kind == "engine" and not model.timing and not (model.name and model.gpu):

@@ -90,7 +90,7 @@ def fingerprint(cfg: ExperimentConfig) -> dict[str, Any]:
     return {
         "workload": {k: d["workload"][k] for k in ("source", "format", "params")},
         "model": d["model"],
-        "cache": {k: d["cache"][k] for k in ("structure", "block_tokens")},
+        "cache": {k: v for k, v in d["cache"].items() if k != "capacities"},
         "runner": d["runner"],
     }
 
@@ -173,7 +173,8 @@ def block_tokens_for(cfg: ExperimentConfig, trace: Trace) -> int:
 def capacity_blocks(cfg: ExperimentConfig, cell: Cell, trace: Trace) -> tuple[int, int]:
     """(capacity in blocks, working-set blocks); an impossible capacity is a one-line error."""
     bt = block_tokens_for(cfg, trace)
-    layout = trace.block_layout(bt)
+    c = cfg.cache
+    layout = trace.block_layout(bt, None, c.cache_partial, c.min_recompute_tokens)
     ws = int(layout.num_distinct_keys)
     where = f"cache.capacities[{cell.capacity_index}] = {cell.capacity!r}"
     blocks = resolve_capacity(cell.capacity, working_set_blocks=ws, block_tokens=bt,
@@ -219,8 +220,11 @@ def _run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool, start: float) -> 
     )  # fmt: skip
     times: tuple[F64, F64, F64, F64] | None = None
     if r.kind == "replay":
-        rc = ReplayConfig(capacity_blocks=blocks, structure=cfg.cache.structure,
-                          block_tokens=bt, prefix_caching=r.prefix_caching)  # fmt: skip
+        rc = ReplayConfig(
+            capacity_blocks=blocks, structure=cfg.cache.structure, block_tokens=bt,
+            max_free_blocks=cfg.cache.max_free_blocks, cache_partial=cfg.cache.cache_partial,
+            min_recompute_tokens=cfg.cache.min_recompute_tokens, prefix_caching=r.prefix_caching,
+        )  # fmt: skip
         res = replay(trace, policy, rc)
         hit_tokens = res.hit_tokens
         metrics: dict[str, Any] = dict(res.metrics)
@@ -233,7 +237,8 @@ def _run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool, start: float) -> 
             capacity_blocks=blocks, structure=cfg.cache.structure, block_tokens=bt,
             max_num_seqs=r.max_num_seqs, max_num_batched_tokens=r.max_num_batched_tokens,
             chunked_prefill=r.chunked_prefill, closed_loop=r.closed_loop,
-            prefix_caching=r.prefix_caching,
+            prefix_caching=r.prefix_caching, max_free_blocks=cfg.cache.max_free_blocks,
+            min_recompute_tokens=cfg.cache.min_recompute_tokens,
         )  # fmt: skip
         eres = simulate(trace, policy, ec, timing)
         hit_tokens = eres.hit_tokens

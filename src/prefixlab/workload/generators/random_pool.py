@@ -32,6 +32,11 @@ class RandomPoolParams:
     prompt_tokens: int = param(15, 1, "Tokens per prompt.")
     output_tokens: int = param(16, 0, "Decode tokens per request.")
     request_rate_per_s: float = param(10.0, 0, "Poisson arrival rate.", strict=True)
+    output_ids: bool = param(
+        True,
+        help="Draw the output token ids; false: lengths only, so a prompt's trailing partial "
+        "block can be cached and hit (the report's setting, with --cache-partial).",
+    )
     vocab_size: int = param(32_000, 2, "Token id range.")
     seed: int = param(0, 0, "Random seed.")
 
@@ -63,7 +68,7 @@ def generate_random_pool(params: RandomPoolParams | None = None, **overrides: ob
                 output_length=q.output_tokens,
                 task="pool" if pooled[i] else "random",
                 input_tokens=prompt,
-                output_tokens=tokens.draw(q.output_tokens),
+                output_tokens=tokens.draw(q.output_tokens) if q.output_ids else None,
             )
         )
     return Trace.from_requests(requests, name=f"random-pool-p{q.p}-seed{q.seed}")

@@ -1,0 +1,29 @@
+"""Every script in examples/ runs and prints exactly its checked-in output (issue 5)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+
+
+def test_every_example_has_expected_output() -> None:
+    assert EXAMPLES, "examples/ has no scripts"
+    for script in EXAMPLES:
+        assert (ROOT / "examples" / "expected" / f"{script.stem}.txt").is_file(), script.name
+
+
+@pytest.mark.parametrize("script", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_output(script: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "COLUMNS": "120", "PYTHONHASHSEED": "0"}
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    expected = (ROOT / "examples" / "expected" / f"{script.stem}.txt").read_text()
+    assert proc.stdout == expected
