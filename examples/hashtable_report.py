@@ -61,8 +61,8 @@ def run(config: dict[str, Any], folder: Path) -> list[dict[str, Any]]:
 def pooled_requests(folder: Path) -> dict[str, int]:
     """Requests that drew a pooled prompt, per p (the breakdown table's task 'pool')."""
     rows = read_table(folder, "breakdown").to_pylist()
-    return {r["variant"]: r["num_requests"] for r in rows
-            if r["dimension"] == "task" and r["group"] == "pool" and r["policy"] == "lru"}  # fmt: skip
+    pool = [r for r in rows if r["dimension"] == "task" and r["group"] == "pool"]
+    return {r["variant"]: r["num_requests"] for r in pool if r["policy"] == "lru"}
 
 
 def main() -> None:

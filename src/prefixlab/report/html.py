@@ -14,7 +14,6 @@ import json
 import math
 import os
 import struct
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
@@ -30,7 +29,7 @@ h1 { margin-bottom: 0.2em; } h2 { margin-top: 1.8em; border-bottom: 1px solid #d
 table { border-collapse: collapse; margin: 0.5em 0; font-size: 14px; }
 th, td { padding: 0.25em 0.7em; border-bottom: 1px solid #e4e4e4; text-align: left; }
 th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-tr.first td { border-top: 2px solid #bbb; }
+tr.first td { border-top: 2px solid #bbb; } td[rowspan] { vertical-align: top; }
 figure { margin: 1.5em 0; } figure img { max-width: 100%; height: auto; }
 figcaption { color: #444; font-size: 14px; max-width: 60em; }
 pre { background: #f7f7f7; padding: 0.8em; overflow-x: auto; font-size: 13px; }
@@ -58,47 +57,44 @@ _COLUMNS = (
 def _summary(res: Results) -> str:
     """One row per (variant, capacity, policy), means over seeds; best per capacity bold."""
     columns = [c for c in _COLUMNS if res.has(c.metric)]
-    stats = {c.metric: res.stat(c.metric) for c in columns}
     show_variant = len(res.variants) > 1 or res.variants[0] != ""
     heads = (["Variant"] if show_variant else []) + ["Capacity", "Policy"]
-    out = [
-        "<table>",
-        "<tr>"
-        + "".join(f"<th>{escape(h)}</th>" for h in heads)
-        + "".join(f"<th>{escape(c.header)}</th>" for c in columns)
-        + "</tr>",
-    ]
+    heads += [c.header for c in columns]
+    out = ["<table>", "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in heads) + "</tr>"]
+    stats = {c.metric: res.stat(c.metric) for c in columns}
+    span = len(res.policies)
     for v in res.variants:
         for ci in range(len(res.capacities)):
-            best = {
-                c.metric: _best(
-                    c, [stats[c.metric][(v, ci, pi)].mean for pi in range(len(res.policies))]
-                )
-                for c in columns
+            means = {
+                c.metric: [stats[c.metric][(v, ci, pi)].mean for pi in range(span)] for c in columns
             }
+            best = {c.metric: _best_text(c, means[c.metric]) for c in columns}
             for pi, pol in enumerate(res.policies):
-                cls = ' class="first"' if pi == 0 else ""
-                cells = ([escape(v)] if show_variant else []) + [
-                    escape(res.capacity_label(v, ci).split(", ")[0]),
-                    escape(pol),
-                ]
-                tds = "".join(f"<td>{c}</td>" for c in cells)
+                tds = ""
+                if pi == 0:
+                    keys = ([v] if show_variant else []) + [res.capacity_label(v, ci, False)]
+                    tds = "".join(f'<td rowspan="{span}">{escape(k)}</td>' for k in keys)
+                tds += f"<td>{escape(pol)}</td>"
                 for c in columns:
-                    x = stats[c.metric][(v, ci, pi)].mean
-                    text = "&ndash;" if math.isnan(x) else escape(c.fmt(x))
-                    if len(res.policies) > 1 and x == best[c.metric]:
+                    text = _text(c, means[c.metric][pi])
+                    if span > 1 and text == best[c.metric]:
                         text = f"<strong>{text}</strong>"
                     tds += f'<td class="num">{text}</td>'
-                out.append(f"<tr{cls}>{tds}</tr>")
+                out.append(f'<tr class="first">{tds}</tr>' if pi == 0 else f"<tr>{tds}</tr>")
     out.append("</table>")
     return "\n".join(out)
 
 
-def _best(column: _Column, values: list[float]) -> float:
+def _text(column: _Column, x: float) -> str:
+    return "&ndash;" if math.isnan(x) else escape(column.fmt(x))
+
+
+def _best_text(column: _Column, values: list[float]) -> str | None:
+    """The best value as printed (so values equal as printed tie); None when all are NaN."""
     vals = [x for x in values if not math.isnan(x)]
     if not vals:
-        return math.nan
-    return max(vals) if column.higher_is_better else min(vals)
+        return None
+    return _text(column, max(vals) if column.higher_is_better else min(vals))
 
 
 def _png_size(png: bytes) -> tuple[int, int]:
@@ -187,13 +183,14 @@ def render(res: Results, figures: list[FigureSpec]) -> str:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # open() rather than mkstemp: the page gets the umask's mode (mkstemp's is 0600)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with tmp.open("wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 from matplotlib.ticker import PercentFormatter
 
 from prefixlab.errors import ConfigError
@@ -37,18 +38,8 @@ GroupKey = tuple[str, str, int]
 
 DPI = 100
 #: one colour and marker per policy index, the same in every figure
-_COLORS = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#7f7f7f",
-    "#bcbd22",
-    "#17becf",
-)
+_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+           "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 #: target token hit ratios of ``size_for_target``, as fractions of the best one reached
 TARGET_FRACTIONS = (0.5, 0.75, 0.9)
@@ -123,11 +114,13 @@ class Results:
         ]
         return SeedStat.of(sizes).mean
 
-    def capacity_label(self, variant: str, capacity_index: int) -> str:
+    def capacity_label(self, variant: str, capacity_index: int, with_variant: bool = True) -> str:
+        """``0.5ws (1,474 blocks)``, and the variant when there are several."""
         spec = self.capacities[capacity_index]
         blocks = f"{self.blocks(variant, capacity_index):,.0f} blocks"
         label = blocks if spec.isdigit() else f"{spec} ({blocks})"
-        return f"{label}, {variant}" if variant and len(self.variants) > 1 else label
+        several = with_variant and len(self.variants) > 1
+        return f"{label}, {variant}" if several else label
 
     def groups(self, dimension: str, capacity_index: int) -> list[str]:
         """The breakdown's group labels at a capacity; length bins in numeric order."""
@@ -235,7 +228,7 @@ def _figure(num_panels: int, height_in: float = 3.4) -> tuple[Figure, list[Axes]
     nrows = math.ceil(num_panels / ncols)
     width = max(7.0, 3.4 * ncols) + 1.9  # room on the right for the legend
     fig = Figure(figsize=(width, height_in * nrows + 0.5), dpi=DPI, layout="constrained")
-    grid = fig.subplots(nrows, ncols, squeeze=False)
+    grid = fig.subplots(nrows, ncols, squeeze=False, sharey=True)  # panels compare
     axes = [ax for row in grid for ax in row]
     for ax in axes[num_panels:]:
         fig.delaxes(ax)
@@ -285,6 +278,10 @@ def _bars(
     )
 
 
+def _spec(capacity: str) -> str:
+    return f"{capacity} blocks" if capacity.isdigit() else capacity
+
+
 def _seeds_note(res: Results) -> str:
     n = len(res.seeds)
     if n == 1:
@@ -316,12 +313,16 @@ def _line(ax: Axes, xs: Sequence[float], stats: Sequence[SeedStat], pi: int, lab
         ax.fill_between(x, lo, hi, color=style["color"], alpha=0.15, lw=0)
 
 
-def _ratio_axis(ax: Axes, grid: Literal["both", "x", "y"] = "both") -> None:
-    """A hit-ratio y axis in percent, never below 0 % (an all-zero line stays readable)."""
-    ax.yaxis.set_major_formatter(PercentFormatter(xmax=1))
-    low, high = ax.get_ylim()
-    ax.set_ylim(max(low, 0.0), high if high > 0 else 1.0)
-    ax.grid(axis=grid, alpha=0.3)
+def _ratio_axes(axes: Sequence[Axes], grid: Literal["both", "x", "y"] = "both") -> None:
+    """Hit-ratio y axes in percent, never below 0 % (an all-zero line stays readable).
+
+    Called once all panels are drawn: the panels share y, so the limits cover them all.
+    """
+    low, high = axes[0].get_ylim()
+    axes[0].set_ylim(max(low, 0.0), high if high > 0 else 1.0)
+    for ax in axes:
+        ax.yaxis.set_major_formatter(PercentFormatter(xmax=1))
+        ax.grid(axis=grid, alpha=0.3)
 
 
 def _hit_vs_variant(res: Results) -> FigureSpec:
@@ -334,12 +335,11 @@ def _hit_vs_variant(res: Results) -> FigureSpec:
     axes[0].set_xlabel(xlabel)
     if ticks is not None:
         axes[0].set_xticks(xs, ticks)
-    _ratio_axis(axes[0])
+    _ratio_axes(axes)
     axes[0].set_ylabel("token hit ratio")
-    cap = res.capacities[0]
     caption = (
         f"Token hit ratio, one line per policy ({_seeds_note(res)}), at one cache size "
-        f"({cap + ' blocks' if cap.isdigit() else cap}); x is the workload's {xlabel}."
+        f"({_spec(res.capacities[0])}); x is the workload's {xlabel}."
     )
     title = f"Token hit ratio vs {xlabel}"
     return FigureSpec("hit_vs_capacity", title, caption, _finish(fig, axes, title))
@@ -361,7 +361,7 @@ def _hit_vs_capacity(res: Results) -> FigureSpec:
             ax.set_title(v, fontsize="medium")
         if min(xs) > 0 and max(xs) / min(xs) >= 20:
             ax.set_xscale("log")
-        _ratio_axis(ax)
+    _ratio_axes(axes)
     axes[0].set_ylabel("token hit ratio")
     caption = (
         f"Token hit ratio, one line per policy ({_seeds_note(res)}); x is the cache "
@@ -444,11 +444,11 @@ def _hit_by(res: Results, dimension: str, slug: str, what: str) -> FigureSpec | 
         ]
         _bars(ax, groups, series)
         ax.set_title(res.capacity_label(v, ci), fontsize="medium")
-        _ratio_axis(ax, grid="y")
+    _ratio_axes(axes, grid="y")
     axes[0].set_ylabel("token hit ratio")
     caption = (
         f"Token hit ratio per {what} at the middle cache size "
-        f"({res.capacities[ci]}), one bar per policy ({_seeds_note(res)})."
+        f"({_spec(res.capacities[ci])}), one bar per policy ({_seeds_note(res)})."
     )
     if len(chosen) < len(res.variants):
         caption += f" {len(chosen)} of {len(res.variants)} variants, evenly chosen."
@@ -498,20 +498,15 @@ def _size_panel(ax: Axes, res: Results, v: str, stat: dict[Key, SeedStat]) -> No
         ys = [stat[(v, ci, pi)].mean for ci in caps]
         x = base + (pi - (len(res.policies) - 1) / 2) * width
         color = _style(pi)["color"]
+        ax.add_patch(Rectangle((0, 0), 0, 0, color=color, label=pol))  # the legend's swatch
         for k, t in enumerate(targets):
             size = size_for_target(xs, ys, t) if best > 0 else None
-            label = pol if k == 0 else "_"
             if size is not None:  # lighter when below the smallest size swept
-                ax.bar(
-                    x[k],
-                    size,
-                    width,
-                    color=color,
-                    label=label,
-                    alpha=1.0 if size >= min(xs) else 0.45,
-                )
+                alpha = 1.0 if size >= min(xs) else 0.45
+                ax.bar(x[k], size, width, color=color, alpha=alpha)
                 continue
-            ax.bar(x[k], top, width, facecolor="none", edgecolor=color, hatch="//", label=label)
+            ax.bar(x[k], top, width, facecolor="none", edgecolor=color, hatch="//")
+            box = {"facecolor": "white", "edgecolor": "none", "pad": 1}
             ax.text(
                 x[k],
                 top / 2,
@@ -520,7 +515,7 @@ def _size_panel(ax: Axes, res: Results, v: str, stat: dict[Key, SeedStat]) -> No
                 ha="center",
                 va="center",
                 fontsize="small",
-                bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
+                bbox=box,
             )
     labels = [f"{f:.0%} of best\n({t:.1%})" for f, t in zip(TARGET_FRACTIONS, targets, strict=True)]
     ax.set_xticks(base, labels)
