@@ -95,8 +95,23 @@ def _base() -> dict[str, object]:
         ({"runner": {"kind": "fast"}}, "runner.kind: 'fast' unknown"),
         ({"runner": {"kind": "engine"}}, "needs model.timing"),
         ({"runner": {"max_num_seqs": 0}}, "runner.max_num_seqs: expected an integer >= 1"),
-        ({"cache": {"capacities": ["0.5A"]}}, "needs model.name and gpu"),
+        ({"cache": {"capacities": ["0.5A"]}}, "needs model.name and model.gpu"),
         ({"workload": {"format": "mooncake"}}, "workload.source: missing"),
+        ({"model": {"name": "llama-9"}}, "model.name: "),
+        ({"model": {"gpu": "b300"}}, "model.gpu: "),
+        ({"model": {"timing": ["power:a=oops"]}}, "model.timing: "),
+        ({"workload": {"source": "gen:sessions:num_sesions=3"}}, "has no parameter 'num_sesions'"),
+        ({"workload": {"source": "gen:nope"}}, "unknown generator 'nope'"),
+        ({"workload": {"source": "gen:random-pool", "vary": {"p": []}}}, "workload.vary.p"),
+        (
+            {
+                "cache": {"capacities": [100], "cache_partial": True},
+                "runner": {"kind": "engine"},
+                "model": {"timing": ["tpot:s=0.02"]},
+            },
+            "cache.cache_partial applies to",
+        ),
+        ({"runner": {"closed_loop": True}}, "apply to kind = 'engine'"),
     ],
 )
 def test_bad_configs_name_the_key(patch: dict[str, object], message: str) -> None:

@@ -79,7 +79,9 @@ def _execute(
     detail: bool,
     quiet: bool,
     report: bool,
+    flags: bool = False,
 ) -> None:
+    """Run, then print the table; ``flags``: errors name compare's flags, not config keys."""
     folder = out if out is not None else Path("results") / cfg.name
     try:
         with cell_progress(quiet) as progress:
@@ -87,7 +89,7 @@ def _execute(
                                 detail=detail, progress=progress)  # fmt: skip
         report_path = _report(folder) if report else None
     except PrefixlabError as exc:
-        fail(str(exc))
+        fail(_flag_names(str(exc)) if flags else str(exc))
         return
     if quiet:
         typer.echo(str(folder))
@@ -258,14 +260,15 @@ def compare_cmd(
         fail(_flag_names(str(exc)))
         return
     _execute(cfg, out, jobs=jobs, backend="local", address=None, detail=detail,
-             quiet=quiet, report=report)  # fmt: skip
+             quiet=quiet, report=report, flags=True)  # fmt: skip
 
 
 def _flag_names(message: str) -> str:
     """Config key names in a compare error read as the flags the user typed."""
     for key, flag in (("cache.capacities", "--capacity"), ("runner.kind", "--runner"),
                       ("cache.structure", "--structure"), ("policies", "--policy"),
-                      ("model.timing", "--timing"), ("model.name", "--model")):  # fmt: skip
+                      ("model.timing", "--timing"), ("model.name", "--model"),
+                      ("model.gpu", "--gpu")):  # fmt: skip
         message = message.replace(key, flag)
     return message
 
@@ -336,7 +339,7 @@ def results_show_cmd(
     where: Annotated[
         list[str] | None, typer.Option(help="column=value filter (repeatable).")
     ] = None,
-    limit: Annotated[int, typer.Option(help="Rows at most.")] = 50,
+    limit: Annotated[int, typer.Option(min=0, help="Rows at most.")] = 50,
     csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
 ) -> None:
     """Print rows of a results table, filtered (no SQL engine needed)."""
@@ -452,6 +455,11 @@ def query(results: Path | str, sql: str) -> tuple[list[tuple[Any, ...]], list[st
             cur = con.execute(sql)
         except duckdb.Error as exc:
             first = str(exc).strip().splitlines()[0]
+            missing = [t for t in TABLES if not (folder / f"{t}.parquet").is_file()]
+            if missing and any(f"name {t} does not exist" in first for t in missing):
+                first += (
+                    f" (this folder has no {', '.join(missing)} table; requests needs --detail)"
+                )
             raise ConfigError(f"query failed: {first}") from None
         names = [d[0] for d in cur.description] if cur.description else []
         return cur.fetchall(), names

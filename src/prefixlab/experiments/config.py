@@ -243,7 +243,10 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
     if any(isinstance(x, str) and x.endswith("A") for x in capacities) and not (
         model.name and model.gpu
     ):
-        raise ConfigError("a capacity in 'A' (GPU memory after weights) needs model.name and gpu")
+        raise ConfigError(
+            "a capacity in 'A' (GPU memory after weights) needs model.name and model.gpu"
+        )
+    _check_model(model)
     policies = _str_list(top, "policies", "", required=True)
     seeds = top.get("seeds", [0])
     if (
@@ -257,6 +260,24 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
         raise ConfigError(f"name: expected a non-empty string, got {cfg_name!r}")
     _check_policies(policies, structure)
     return ExperimentConfig(workload, cache, policies, model, runner, list(seeds), cfg_name)
+
+
+def _check_model(m: ModelConfig) -> None:
+    """Unknown presets and bad timing specs fail now, not when the first cell runs."""
+    from prefixlab.model.spec import get_model
+    from prefixlab.model.timing import get_gpu, make_timing
+
+    for key, value, get in (("model.name", m.name, get_model), ("model.gpu", m.gpu, get_gpu)):
+        if value is not None:
+            try:
+                get(value)
+            except ConfigError as exc:
+                raise ConfigError(f"{key}: {exc}") from None
+    if m.timing:
+        try:
+            make_timing(m.timing, m.name, m.gpu)
+        except ConfigError as exc:
+            raise ConfigError(f"model.timing: {exc}") from None
 
 
 def _check_workload(w: WorkloadConfig) -> None:

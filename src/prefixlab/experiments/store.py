@@ -80,11 +80,15 @@ class ResultsStore:
         env = json.dumps(environment(), indent=2, sort_keys=True) + "\n"
         _atomic_write(self.folder / "environment.json", env.encode())
 
-    def done(self) -> set[str]:
-        """Ids of the finished cells."""
+    def done(self, detail: bool = False) -> set[str]:
+        """Ids of the finished cells (with ``detail``: those that also kept per-request rows,
+        so asking for detail later reruns the cells stored without it)."""
         if not self.cells_dir.is_dir():
             return set()
-        return {p.name[: -len(".json")] for p in self.cells_dir.glob("*.json")}
+        ids = {p.name[: -len(".json")] for p in self.cells_dir.glob("*.json")}
+        if detail:
+            ids = {i for i in ids if (self.cells_dir / f"{i}.requests.parquet").is_file()}
+        return ids
 
     def save(self, result: CellResult) -> None:
         """Write a finished cell: its detail first, then the JSON that marks it done."""

@@ -75,7 +75,7 @@ def run_sweep(
     start = time.perf_counter()
     cells = plan(cfg)
     store = ResultsStore(folder)
-    done = store.done()
+    done = store.done(detail)
     todo = [c for c in cells if c.cell_id not in done]
     summary = SweepSummary(
         store.folder, cells, skipped=[c.cell_id for c in cells if c.cell_id in done]
