@@ -21,11 +21,13 @@ from prefixlab.analysis import trace_stats
 from prefixlab.cli_common import (
     BlockTokensOpt,
     FormatOpt,
+    QuietOpt,
     TraceArg,
     block_tokens_of,
     console,
     fail,
     make_policies,
+    progress_bar,
     resolve_capacity_blocks,
     with_loader_options,
 )
@@ -119,6 +121,7 @@ def replay_cmd(
     per_request: Annotated[
         Path | None, typer.Option(help="Write per-request CSV (index,hit_tokens,input_tokens).")
     ] = None,
+    quiet: QuietOpt = False,
     load: dict[str, Any] | None = None,
 ) -> None:
     """Replay a trace through a prefix cache under each policy and compare hit ratios."""
@@ -138,7 +141,12 @@ def replay_cmd(
         policies = make_policies(policy, structure)
         if per_request is not None and not per_request.parent.resolve().is_dir():
             raise ConfigError(f"--per-request: folder {per_request.parent} does not exist")
-        results = [replay(tr, pol, config) for pol in policies]
+        results = []
+        with progress_bar("policies", quiet) as advance:
+            for i, pol in enumerate(policies):
+                if advance is not None:
+                    advance(i, len(policies), pol.spec())
+                results.append(replay(tr, pol, config))
         written = _write_per_request(per_request, results) if per_request else []
     except PrefixlabError as exc:
         fail(str(exc))

@@ -6,12 +6,14 @@ import functools
 import inspect
 import sys
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.model import capacity_blocks_for_bytes
@@ -25,6 +27,34 @@ err = Console(stderr=True)
 def console() -> Console:
     # Wide enough for the result table when piped (rich assumes 80 columns off a terminal).
     return Console() if sys.stdout.isatty() else Console(width=140)
+
+
+#: advance(done, total, description): where a long loop reports how far it is
+Advance = Callable[[int, int | None, str], None]
+
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress bars (for scripts and logs).")
+]
+
+
+@contextmanager
+def progress_bar(what: str, quiet: bool = False) -> Iterator[Advance | None]:
+    """A progress bar on stderr for a long loop; None with --quiet or off a terminal (so
+    logs and pipes stay clean)."""
+    if quiet or not err.is_terminal:
+        yield None
+        return
+    bar = Progress(
+        TextColumn(f"[bold]{escape(what)}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), TextColumn("{task.description}"), console=err, transient=True,
+    )  # fmt: skip
+    task = bar.add_task("", total=None)
+
+    def advance(done: int, total: int | None, description: str = "") -> None:
+        bar.update(task, completed=done, total=total, description=escape(description))
+
+    with bar:
+        yield advance
 
 
 # Options shared by several commands.

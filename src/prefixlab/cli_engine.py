@@ -12,13 +12,16 @@ import typer
 from rich.table import Table
 
 from prefixlab.cli_common import (
+    Advance,
     BlockTokensOpt,
     FormatOpt,
+    QuietOpt,
     TraceArg,
     block_tokens_of,
     console,
     fail,
     make_policies,
+    progress_bar,
     resolve_capacity_blocks,
     warn,
     with_loader_options,
@@ -27,6 +30,7 @@ from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.model.fit import fit_csv
 from prefixlab.model.timing import GPU_PRESETS, make_timing
 from prefixlab.runner.engine import EngineConfig, simulate
+from prefixlab.runner.engine.events import Finished
 from prefixlab.workload.sources import open_trace
 
 #: the fields ``--json`` adds to the replay fields (the issue's contract), in order
@@ -68,6 +72,7 @@ def simulate_cmd(
     min_recompute_tokens: Annotated[int, typer.Option(help="Prompt tokens always run.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON list.")] = False,
     by_task: Annotated[bool, typer.Option(help="Also print a per-task table.")] = False,
+    quiet: QuietOpt = False,
     load: dict[str, Any] | None = None,
 ) -> None:
     """Simulate serving: continuous batching, a shared KV pool, TTFT / QTTFT / TPOT."""
@@ -98,7 +103,11 @@ def simulate_cmd(
         )
         config.validate()
         policies = make_policies(policy, structure)
-        results = [simulate(tr, pol, config, tm) for pol in policies]
+        results = []
+        with progress_bar("requests", quiet) as advance:
+            for pol in policies:
+                obs = [] if advance is None else [_FinishedCounter(advance, len(tr), pol.spec())]
+                results.append(simulate(tr, pol, config, tm, observers=obs))
     except PrefixlabError as exc:
         fail(str(exc))
         return
@@ -114,6 +123,21 @@ def simulate_cmd(
         for row in rows:
             out.print(_task_table(row))
     out.print(f"trace: {tr.name} ({len(tr):,} requests); timing: {results[0].timing}")
+
+
+class _FinishedCounter:
+    """Feeds the progress bar from the engine's Finished events (every 1% of requests)."""
+
+    def __init__(self, advance: Advance, total: int, label: str) -> None:
+        self.advance, self.total, self.label = advance, total, label
+        self.done = 0
+        self.every = max(1, total // 100)
+
+    def on_event(self, event: object) -> None:
+        if isinstance(event, Finished):
+            self.done += 1
+            if self.done % self.every == 0 or self.done == self.total:
+                self.advance(self.done, self.total, self.label)
 
 
 def _nan_to_none(value: Any) -> Any:

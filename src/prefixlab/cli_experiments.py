@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from prefixlab.cli_common import (
@@ -22,6 +21,7 @@ from prefixlab.cli_common import (
     console,
     err,
     fail,
+    progress_bar,
     with_loader_options,
 )
 from prefixlab.errors import ConfigError, PrefixlabError
@@ -52,20 +52,16 @@ ReportOpt = Annotated[bool, typer.Option(help="Write report.html beside the resu
 
 @contextmanager
 def cell_progress(quiet: bool) -> Iterator[Callable[[int, int, Cell | None], None] | None]:
-    """A progress bar over a sweep's cells, on stderr (none with --quiet or off a terminal)."""
-    if quiet or not err.is_terminal:
-        yield None
-        return
-    bar = Progress(
-        TextColumn("[bold]cells"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.description}"), console=err, transient=True,
-    )  # fmt: skip
-    task = bar.add_task("", total=None)
+    """The sweep's progress over cells (see :func:`progress_bar`)."""
+    with progress_bar("cells", quiet) as advance:
+        if advance is None:
+            yield None
+            return
+        bar = advance
 
-    def update(done: int, total: int, cell: Cell | None) -> None:
-        bar.update(task, completed=done, total=total, description=cell.label() if cell else "")
+        def update(done: int, total: int, cell: Cell | None) -> None:
+            bar(done, total, cell.label() if cell else "")
 
-    with bar:
         yield update
 
 
