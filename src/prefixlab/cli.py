@@ -9,7 +9,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -33,6 +33,7 @@ from prefixlab.cli_common import (
 )
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.policies.base import describe, parameters, registered
+from prefixlab.runner.hybrid import HybridConfig, HybridResult, replay_hybrid
 from prefixlab.runner.replay import ReplayConfig, ReplayResult, replay
 from prefixlab.workload.generators import GENERATORS, GeneratorInfo
 from prefixlab.workload.loaders.native import write_native
@@ -47,9 +48,9 @@ app = typer.Typer(
 )
 
 
-def _write_per_request(path: Path, results: list[ReplayResult]) -> list[Path]:
+def _write_per_request(path: Path, results: Sequence[ReplayResult | HybridResult]) -> list[Path]:
     """Per-request CSVs (one per policy), each written to a temp file then renamed."""
-    targets: list[tuple[Path, ReplayResult]] = []
+    targets: list[tuple[Path, ReplayResult | HybridResult]] = []
     if len(results) == 1:
         targets.append((path, results[0]))
     else:
@@ -107,7 +108,13 @@ def replay_cmd(
         int | None, typer.Option(help="Cache capacity in bytes (needs --model).")
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model preset for byte sizes.")] = None,
-    structure: Annotated[str, typer.Option(help="Cache structure: block or radix.")] = "block",
+    structure: Annotated[
+        str,
+        typer.Option(
+            help="Cache structure: block, radix, or hybrid (KV + SSM states; needs --model "
+            "and --capacity-bytes; policies vanilla, vllm+, sglang+, marconi)."
+        ),
+    ] = "block",
     max_free_blocks: Annotated[
         int | None, typer.Option(help="Bound on cached unreferenced blocks (block cache).")
     ] = None,
@@ -125,6 +132,10 @@ def replay_cmd(
     load: dict[str, Any] | None = None,
 ) -> None:
     """Replay a trace through a prefix cache under each policy and compare hit ratios."""
+    if structure == "hybrid":
+        _replay_hybrid_cmd(trace, fmt, load or {}, policy, model, capacity_bytes,
+                           capacity_blocks, as_json, per_request, quiet)  # fmt: skip
+        return
     try:
         kwargs = load or {}
         tr = open_trace(trace, fmt, **kwargs)
@@ -157,6 +168,67 @@ def replay_cmd(
         return
     out = console()
     out.print(_result_table(rows))
+    out.print(
+        f"trace: {tr.name} ({len(tr):,} requests, {int(tr.input_length.sum()):,} input tokens)"
+    )
+    for path in written:
+        out.print(f"per-request detail: {path}")
+
+
+def _replay_hybrid_cmd(
+    trace: str,
+    fmt: str,
+    load: dict[str, Any],
+    policy: list[str],
+    model: str | None,
+    capacity_bytes: int | None,
+    capacity_blocks: int | None,
+    as_json: bool,
+    per_request: Path | None,
+    quiet: bool,
+) -> None:
+    """``replay --structure hybrid``: Marconi's contract, one byte budget for KV and states."""
+    try:
+        if capacity_blocks is not None:
+            raise ConfigError("the hybrid structure's capacity is in bytes: give --capacity-bytes")
+        if capacity_bytes is None or model is None:
+            raise ConfigError("--structure hybrid needs --model and --capacity-bytes")
+        config = HybridConfig(capacity_bytes=capacity_bytes, model=model)
+        config.validate()
+        policies = make_policies(policy, "hybrid")
+        if per_request is not None and not per_request.parent.resolve().is_dir():
+            raise ConfigError(f"--per-request: folder {per_request.parent} does not exist")
+        tr = open_trace(trace, fmt, **load)
+        results = []
+        with progress_bar("policies", quiet) as advance:
+            for i, pol in enumerate(policies):
+                if advance is not None:
+                    advance(i, len(policies), pol.spec())
+                results.append(replay_hybrid(tr, pol, config))
+        written = _write_per_request(per_request, results) if per_request else []
+    except PrefixlabError as exc:
+        fail(str(exc))
+        return
+    rows = [r.as_dict() for r in results]
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    out = console()
+    table = Table(title=f"hybrid cache replay ({rows[0]['model']}, {capacity_bytes / 1e9:,.1f} GB)")
+    cols = [("policy", "policy", "{}"), ("token_hit_ratio", "token hit", "{:.4f}"),
+            ("request_hit_ratio", "request hit", "{:.4f}"),
+            ("flops_saved_ratio", "FLOPs saved", "{:.1%}"),
+            ("num_checkpoints_written", "states written", "{:,}"),
+            ("num_evicted_nodes", "evictions", "{:,}"), ("elapsed_s", "time (s)", "{:.2f}")]  # fmt: skip
+    for _, title, _ in cols:
+        table.add_column(title, justify="left" if title == "policy" else "right")
+    for row in rows:
+        table.add_row(*(f.format(row[k]) for k, _, f in cols))
+    out.print(table)
+    for row in rows:
+        if "alpha_history" in row:
+            out.print(f"{row['policy']}: alpha tuned to {row['alpha']:g} "
+                      f"(after request {row['alpha_history'][0][0]})")  # fmt: skip
     out.print(
         f"trace: {tr.name} ({len(tr):,} requests, {int(tr.input_length.sum()):,} input tokens)"
     )

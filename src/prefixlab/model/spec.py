@@ -313,10 +313,14 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
 }
 
 
+#: other names users write for a preset
+MODEL_ALIASES = {"marconi-7b-hybrid": "marconi-hybrid-7b", "marconi-7b": "marconi-hybrid-7b"}
+
+
 def get_model(name: str | ModelSpec) -> ModelSpec:
     if isinstance(name, ModelSpec):
         return name
-    key = name.lower()
+    key = MODEL_ALIASES.get(name.lower(), name.lower())
     if key not in MODEL_PRESETS:
         raise ConfigError(f"unknown model '{name}'; known: {', '.join(MODEL_PRESETS)}")
     return MODEL_PRESETS[key]

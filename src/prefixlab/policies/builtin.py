@@ -4,6 +4,7 @@ from prefixlab.policies import (  # noqa: F401
     arc,
     fifo,
     hashtable,
+    hybrid,
     lecar,
     lfu,
     lru,

@@ -1,0 +1,399 @@
+"""The hybrid cache of Marconi (DESIGN §2): a token radix tree whose nodes hold the KV of
+their edge and, optionally, a recurrent-state (SSM) checkpoint at the edge's end.
+
+- **Bytes.** A node holds ``len(edge) x kv_bytes_per_token`` (attention layers) plus, with a
+  checkpoint, ``state_bytes_per_checkpoint`` (every SSM layer's state and conv state). One
+  byte budget covers both.
+- **Reuse.** A recurrent state cannot be rolled back, so a prefix is reusable only up to the
+  deepest node on the matched path that holds a checkpoint *and* whose edge is fully
+  matched. A model without SSM layers reuses every matched token (KV can be sliced).
+- **Admission** (which checkpoints exist) is the policy's: ``all-blocks`` (one every
+  ``block_tokens``: vLLM+), ``judicious`` (Marconi: the branch point where the *input*
+  leaves an existing edge, found by speculative insertion before prefill, plus the state
+  after the last decoded token), or ``none`` (nothing cached: the vanilla baseline).
+- **Eviction** candidates are unlocked leaves, and (with SSM layers) unlocked nodes with
+  exactly one child that hold a checkpoint: evicting one drops its checkpoint and merges its
+  edge into the child. A node left with one child and no checkpoint is merged at once: it
+  could never be reused and frees nothing. The policy picks victims
+  (:class:`prefixlab.policies.hybrid.HybridPolicy`).
+
+The replay contract (Marconi's simulator): match the input; evict until the new KV and
+checkpoints of input + output fit; insert them; the matched path is locked meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab.errors import CapacityError, ConfigError
+from prefixlab.model.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from prefixlab.policies.hybrid import HybridPolicy
+
+I64 = npt.NDArray[np.int64]
+ADMISSIONS = ("none", "all-blocks", "judicious")
+
+
+@dataclass(eq=False, slots=True)
+class Node:
+    """A tree node: the edge ``tokens`` covering positions ``[start, start + len)``."""
+
+    id: int
+    parent: Node | None
+    start: int
+    tokens: I64
+    ckpt: bool = False
+    last_access: float = 0.0
+    lock: int = 0
+    children: dict[int, Node] = field(default_factory=dict)
+
+    @property
+    def end(self) -> int:
+        return self.start + int(self.tokens.shape[0])
+
+    def __repr__(self) -> str:
+        return f"Node({self.id}, [{self.start},{self.end}), ckpt={self.ckpt})"
+
+
+@dataclass(slots=True)
+class HybridMatch:
+    """Where a token sequence leaves the tree.
+
+    ``path``: nodes whose edges it matches fully, root excluded; ``partial``: the child it
+    then matches only ``partial_len`` tokens of (None if it stops at a node boundary);
+    ``matched``: tokens matched in all; ``reusable``: tokens whose KV and state can be reused;
+    ``reuse_node``: the node that ends at ``reusable`` (None when 0).
+    """
+
+    path: list[Node]
+    partial: Node | None
+    partial_len: int
+    matched: int
+    reusable: int
+    reuse_node: Node | None
+
+
+def _common(a: I64, b: I64) -> int:
+    """Length of the common prefix of two token arrays."""
+    n = min(a.shape[0], b.shape[0])
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if diff.shape[0] else n
+
+
+class HybridCache:
+    """KV + SSM-checkpoint radix tree under one byte budget."""
+
+    def __init__(
+        self,
+        capacity_bytes: int,
+        model: ModelSpec,
+        policy: HybridPolicy,
+    ) -> None:
+        if isinstance(capacity_bytes, bool) or not isinstance(capacity_bytes, int):
+            raise ConfigError(f"capacity_bytes must be an integer, got {capacity_bytes!r}")
+        if capacity_bytes <= 0:
+            raise ConfigError(f"capacity_bytes must be positive, got {capacity_bytes}")
+        self.capacity = capacity_bytes
+        self.model = model
+        self.policy = policy
+        self.kv = model.kv_bytes_per_token
+        self.state = model.state_bytes_per_checkpoint if model.num_ssm_layers else 0
+        self.has_state = model.num_ssm_layers > 0
+        self.root = Node(0, None, 0, np.zeros(0, dtype=np.int64))
+        self.nodes: dict[int, Node] = {0: self.root}
+        self._next_id = 1
+        self.used = 0
+        self.now = 0.0
+        # counters
+        self.bytes_written = 0
+        self.bytes_evicted = 0
+        self.num_evicted_nodes = 0
+        self.num_merges = 0
+        self.num_checkpoints_written = 0
+        self.num_rejected = 0
+        policy.bind_cache(self)
+
+    # ------------------------------------------------------------------ sizes
+    def node_bytes(self, node: Node) -> int:
+        return int(node.tokens.shape[0]) * self.kv + (self.state if node.ckpt else 0)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.nodes) - 1
+
+    @property
+    def num_checkpoints(self) -> int:
+        return sum(1 for n in self.nodes.values() if n.ckpt)
+
+    def iter_nodes(self) -> Iterator[Node]:
+        return (n for n in self.nodes.values() if n is not self.root)
+
+    # ------------------------------------------------------------------ lookup
+    def match(self, tokens: I64) -> HybridMatch:
+        """Walk ``tokens`` down the tree (no change to it)."""
+        node = self.root
+        pos = 0
+        path: list[Node] = []
+        reusable, reuse_node = 0, None
+        n = int(tokens.shape[0])
+        partial, partial_len = None, 0
+        while pos < n:
+            child = node.children.get(int(tokens[pos]))
+            if child is None:
+                break
+            m = _common(child.tokens, tokens[pos:])
+            if m < child.tokens.shape[0]:
+                partial, partial_len = child, m
+                break
+            pos += m
+            node = child
+            path.append(child)
+            if child.ckpt or not self.has_state:
+                reusable, reuse_node = pos, child
+        matched = pos + partial_len
+        if not self.has_state and partial_len:
+            reusable, reuse_node = matched, partial  # KV slices: a partial edge is reusable
+        return HybridMatch(path, partial, partial_len, matched, reusable, reuse_node)
+
+    def lookup(self, input_tokens: I64) -> HybridMatch:
+        """Match a request's input and touch what it reuses (the policy says what)."""
+        m = self.match(input_tokens)
+        if m.reusable:
+            self.policy.hit(m)
+        return m
+
+    # ------------------------------------------------------------------ insert
+    def checkpoint_positions(self, seq: I64, input_len: int, m_input: HybridMatch) -> list[int]:
+        """Token positions that get a checkpoint when ``seq`` is inserted (the admission)."""
+        adm = self.policy.admission
+        n = int(seq.shape[0])
+        if adm == "all-blocks":
+            b = self.policy.block_tokens
+            return list(range(b, n - n % b + 1, b)) if n >= b else []
+        out = []
+        if m_input.partial is not None and self.has_state:
+            # speculative insertion of the input: it leaves an edge strictly inside it, so a
+            # new intermediate node (a branch point) appears there; checkpoint it
+            q = m_input.matched
+            chunk = self.policy.chunk_tokens
+            if chunk:
+                q = q - q % chunk
+            if q > 0:
+                out.append(q)
+        out.append(n)  # the state after the last decoded token
+        return sorted(set(out))
+
+    def insert_extent(self, seq: I64) -> int:
+        """Tokens of ``seq`` the admission stores (all-blocks: whole blocks only)."""
+        n = int(seq.shape[0])
+        if self.policy.admission == "all-blocks":
+            return n - n % self.policy.block_tokens
+        return n
+
+    def plan_bytes(self, seq: I64, ckpts: list[int]) -> tuple[int, int]:
+        """(new bytes, new checkpoints) inserting ``seq`` with checkpoints at ``ckpts``."""
+        m = self.match(seq)
+        new_tokens = int(seq.shape[0]) - m.matched
+        ends = {nd.end: nd for nd in m.path}
+        new_ckpts = 0
+        for q in ckpts:
+            nd = ends.get(q)
+            if nd is None or not nd.ckpt:
+                new_ckpts += 1
+        return new_tokens * self.kv + new_ckpts * self.state, new_ckpts
+
+    def admit(self, seq: I64, input_len: int, m_input: HybridMatch) -> bool:
+        """Store ``seq`` (input + output) with the admission's checkpoints, evicting first.
+        Returns False if it cannot fit even in an empty cache (then nothing is stored)."""
+        if self.policy.admission == "none":
+            return False
+        seq = seq[: self.insert_extent(seq)]
+        if seq.shape[0] == 0:
+            return False
+        ckpts = [q for q in self.checkpoint_positions(seq, input_len, m_input)
+                 if q <= seq.shape[0]]  # fmt: skip
+        need, _ = self.plan_bytes(seq, ckpts)
+        if need > self.capacity:
+            self.num_rejected += 1
+            return False
+        m = self.match(seq)
+        locked = [*m.path] + ([m.partial] if m.partial is not None else [])
+        for nd in locked:
+            nd.lock += 1
+        try:
+            if self.used + need > self.capacity:
+                self.policy.free(self.used + need - self.capacity)
+            if self.used + need > self.capacity:
+                self.num_rejected += 1
+                return False
+            self._insert(seq, ckpts)
+        finally:
+            for nd in locked:
+                nd.lock -= 1
+            for nd in reversed(locked):
+                if nd.id in self.nodes:
+                    self._normalize(nd)
+        return True
+
+    def _insert(self, seq: I64, ckpts: list[int]) -> None:
+        node = self.root
+        pos = 0
+        n = int(seq.shape[0])
+        while pos < n:
+            child = node.children.get(int(seq[pos]))
+            if child is None:
+                leaf = self._new_node(node, pos, seq[pos:].copy())
+                self._charge(leaf)
+                break
+            m = _common(child.tokens, seq[pos:])
+            if m < child.tokens.shape[0]:
+                child = self._split(child, m)
+            pos += m
+            node = child
+        for q in ckpts:
+            nd = self._node_ending_at(seq, q)
+            if not nd.ckpt:
+                nd.ckpt = True
+                nd.last_access = self.now  # a new checkpoint is a new entry
+                self.used += self.state
+                self.bytes_written += self.state
+                self.num_checkpoints_written += 1
+        self.policy.inserted(self.match(seq).path)
+
+    def _node_ending_at(self, seq: I64, q: int) -> Node:
+        """The node whose edge ends at position ``q`` of ``seq`` (splitting one if needed)."""
+        node = self.root
+        pos = 0
+        while pos < q:
+            child = node.children[int(seq[pos])]
+            if child.end > q:
+                return self._split(child, q - child.start)
+            pos = child.end
+            node = child
+        return node
+
+    def _new_node(self, parent: Node, start: int, tokens: I64) -> Node:
+        nd = Node(self._next_id, parent, start, tokens, last_access=self.now)
+        self._next_id += 1
+        parent.children[int(tokens[0])] = nd
+        self.nodes[nd.id] = nd
+        return nd
+
+    def _charge(self, nd: Node) -> None:
+        b = int(nd.tokens.shape[0]) * self.kv
+        self.used += b
+        self.bytes_written += b
+
+    def _split(self, child: Node, m: int) -> Node:
+        """Cut ``child``'s edge after ``m`` tokens; the new upper node is returned. It has no
+        checkpoint and inherits the child's recency."""
+        assert 0 < m < child.tokens.shape[0]
+        parent = child.parent
+        assert parent is not None
+        # no eviction runs while a request inserts, so the new node needs no lock
+        upper = Node(self._next_id, parent, child.start, child.tokens[:m].copy(),
+                     last_access=child.last_access)  # fmt: skip
+        self._next_id += 1
+        parent.children[int(upper.tokens[0])] = upper
+        self.nodes[upper.id] = upper
+        child.tokens = child.tokens[m:].copy()
+        child.start += m
+        child.parent = upper
+        upper.children[int(child.tokens[0])] = child
+        return upper
+
+    # ------------------------------------------------------------------ eviction
+    def is_candidate(self, nd: Node) -> bool:
+        """Evictable now: an unlocked leaf, or an unlocked one-child node with a state."""
+        if nd is self.root or nd.lock:
+            return False
+        if not nd.children:
+            return True
+        return self.has_state and nd.ckpt and len(nd.children) == 1
+
+    def candidates(self) -> list[Node]:
+        return [nd for nd in self.iter_nodes() if self.is_candidate(nd)]
+
+    def freed_by(self, nd: Node) -> int:
+        """Bytes evicting ``nd`` frees: all of a leaf; a one-child node's checkpoint."""
+        return self.node_bytes(nd) if not nd.children else (self.state if nd.ckpt else 0)
+
+    def remove(self, nd: Node) -> list[Node]:
+        """Evict a candidate; returns nodes whose candidacy may have changed (its parent, or
+        the child it merged into)."""
+        assert self.is_candidate(nd), nd
+        parent = nd.parent
+        assert parent is not None
+        freed = self.freed_by(nd)
+        self.used -= freed
+        self.bytes_evicted += freed
+        self.num_evicted_nodes += 1
+        if not nd.children:
+            del parent.children[int(nd.tokens[0])]
+            del self.nodes[nd.id]
+            changed = [parent] if parent is not self.root else []
+            if parent is not self.root:
+                changed = self._normalize(parent) or changed
+            return changed
+        child = self._merge(nd)
+        return [child]
+
+    def _merge(self, nd: Node) -> Node:
+        """Fold a one-child node into its child (the checkpoint is gone; KV stays)."""
+        (child,) = nd.children.values()
+        parent = nd.parent
+        assert parent is not None
+        child.tokens = np.concatenate([nd.tokens, child.tokens])
+        child.start = nd.start
+        child.parent = parent
+        parent.children[int(child.tokens[0])] = child
+        del self.nodes[nd.id]
+        self.num_merges += 1
+        return child
+
+    def _normalize(self, nd: Node) -> list[Node]:
+        """Merge ``nd`` if it has one child and no checkpoint (it could never be reused)."""
+        if nd is self.root or nd.lock or nd.ckpt or len(nd.children) != 1:
+            return []
+        if not self.has_state:
+            return []  # a Transformer's intermediate KV is reusable as is
+        return [self._merge(nd)]
+
+    # ------------------------------------------------------------------ checks
+    def check(self) -> None:
+        """Invariants: byte accounting exact, tree shape, no locks between requests."""
+        total = 0
+        seen = 0
+        stack = [self.root]
+        while stack:
+            nd = stack.pop()
+            seen += 1
+            if nd is not self.root:
+                total += self.node_bytes(nd)
+                assert nd.tokens.shape[0] > 0, f"{nd}: empty edge"
+                assert nd.parent is not None and nd.start == nd.parent.end, f"{nd}: bad start"
+                assert nd.parent.children.get(int(nd.tokens[0])) is nd, f"{nd}: not indexed"
+                if self.has_state and len(nd.children) == 1 and not nd.ckpt and not nd.lock:
+                    raise AssertionError(f"{nd}: one child and no checkpoint (not merged)")
+            assert nd.lock == 0, f"{nd}: still locked"
+            assert self.nodes.get(nd.id) is nd, f"{nd}: not registered"
+            for key, ch in nd.children.items():
+                assert int(ch.tokens[0]) == key and ch.parent is nd, f"{ch}: bad child link"
+                stack.append(ch)
+        assert seen == len(self.nodes), "unreachable nodes registered"
+        assert total == self.used, f"bytes: counted {total}, accounted {self.used}"
+        assert self.used <= self.capacity, f"over capacity: {self.used} > {self.capacity}"
+
+    def fits_or_raise(self, need: int, request: int) -> None:
+        if need > self.capacity:
+            raise CapacityError(
+                f"request {request} needs {need:,} bytes, more than the capacity {self.capacity:,}"
+            )
