@@ -219,7 +219,8 @@ def _replay_hybrid_cmd(
             ("request_hit_ratio", "request hit", "{:.4f}"),
             ("flops_saved_ratio", "FLOPs saved", "{:.1%}"),
             ("num_checkpoints_written", "states written", "{:,}"),
-            ("num_evicted_nodes", "evictions", "{:,}"), ("elapsed_s", "time (s)", "{:.2f}")]  # fmt: skip
+            ("num_evicted_nodes", "evictions", "{:,}"),
+            ("elapsed_s", "time (s)", "{:.2f}")]  # fmt: skip
     for _, title, _ in cols:
         table.add_column(title, justify="left" if title == "policy" else "right")
     for row in rows:

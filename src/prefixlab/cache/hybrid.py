@@ -52,10 +52,11 @@ class Node:
     last_access: float = 0.0
     lock: int = 0
     children: dict[int, Node] = field(default_factory=dict)
+    #: start + len(tokens), kept as a field (hot): splits and merges move ``start`` only
+    end: int = field(init=False)
 
-    @property
-    def end(self) -> int:
-        return self.start + int(self.tokens.shape[0])
+    def __post_init__(self) -> None:
+        self.end = self.start + int(self.tokens.shape[0])
 
     def __repr__(self) -> str:
         return f"Node({self.id}, [{self.start},{self.end}), ckpt={self.ckpt})"
@@ -258,27 +259,25 @@ class HybridCache:
                 child = self._split(child, m)
             pos += m
             node = child
+        self._place_checkpoints(seq, ckpts)
+        self.policy.inserted(self.match(seq).path)
+
+    def _place_checkpoints(self, seq: I64, ckpts: list[int]) -> None:
+        """Give the nodes ending at each position of ``ckpts`` (ascending) a checkpoint,
+        splitting edges where needed, in one walk down the stored sequence."""
+        node = self.root
         for q in ckpts:
-            nd = self._node_ending_at(seq, q)
-            if not nd.ckpt:
-                nd.ckpt = True
-                nd.last_access = self.now  # a new checkpoint is a new entry
+            while node.end < q:
+                child = node.children[int(seq[node.end])]
+                if child.end > q:
+                    child = self._split(child, q - child.start)
+                node = child
+            if not node.ckpt:
+                node.ckpt = True
+                node.last_access = self.now  # a new checkpoint is a new entry
                 self.used += self.state
                 self.bytes_written += self.state
                 self.num_checkpoints_written += 1
-        self.policy.inserted(self.match(seq).path)
-
-    def _node_ending_at(self, seq: I64, q: int) -> Node:
-        """The node whose edge ends at position ``q`` of ``seq`` (splitting one if needed)."""
-        node = self.root
-        pos = 0
-        while pos < q:
-            child = node.children[int(seq[pos])]
-            if child.end > q:
-                return self._split(child, q - child.start)
-            pos = child.end
-            node = child
-        return node
 
     def _new_node(self, parent: Node, start: int, tokens: I64) -> Node:
         nd = Node(self._next_id, parent, start, tokens, last_access=self.now)
@@ -305,7 +304,7 @@ class HybridCache:
         parent.children[int(upper.tokens[0])] = upper
         self.nodes[upper.id] = upper
         child.tokens = child.tokens[m:].copy()
-        child.start += m
+        child.start += m  # its end stays
         child.parent = upper
         upper.children[int(child.tokens[0])] = child
         return upper
@@ -379,6 +378,7 @@ class HybridCache:
             if nd is not self.root:
                 total += self.node_bytes(nd)
                 assert nd.tokens.shape[0] > 0, f"{nd}: empty edge"
+                assert nd.end == nd.start + nd.tokens.shape[0], f"{nd}: stale end"
                 assert nd.parent is not None and nd.start == nd.parent.end, f"{nd}: bad start"
                 assert nd.parent.children.get(int(nd.tokens[0])) is nd, f"{nd}: not indexed"
                 if self.has_state and len(nd.children) == 1 and not nd.ckpt and not nd.lock:

@@ -23,6 +23,11 @@ moves). Otherwise removing a candidate leaves every other score unchanged, so th
 order is exactly what a rescan would pick. Ties: lowest score, then oldest, then smallest
 node id, in both (tested against a rescanning reference).
 
+On a model without SSM layers (a Transformer) there is no state to weigh against its KV,
+and admission stores the same tokens either way: ``marconi`` then behaves exactly as
+``sglang+`` (LRU over leaves, path refresh), so the comparison isolates what hybrid models
+gain.
+
 ``marconi`` without ``alpha`` tunes it (see :mod:`prefixlab.runner.hybrid`): alpha = 0
 until the first eviction, then after a bootstrap window of ``bootstrap_multiplier`` x the
 requests seen so far, the window is replayed for each alpha of the grid and the best by
@@ -64,14 +69,10 @@ class HybridPolicy(EvictionPolicy):
         self.cache = cache
 
     def hit(self, m: HybridMatch) -> None:
-        now = self.cache.now
         if self.touch_path:
-            for nd in m.path:
-                nd.last_access = now
-            if m.partial is not None and m.reuse_node is m.partial:
-                m.partial.last_access = now
+            _touch_path(self.cache.now, m)
         elif m.reuse_node is not None:
-            m.reuse_node.last_access = now
+            m.reuse_node.last_access = self.cache.now
 
     def inserted(self, path: list[Node]) -> None:
         """After an insertion: ``path`` is every node of the stored sequence."""
@@ -90,6 +91,13 @@ class HybridPolicy(EvictionPolicy):
         raise ConfigError(f"policy '{self.name}' applies to the hybrid structure only")
 
 
+def _touch_path(now: float, m: HybridMatch) -> None:
+    for nd in m.path:
+        nd.last_access = now
+    if m.partial is not None and m.reuse_node is m.partial:
+        m.partial.last_access = now
+
+
 @register("vanilla")
 class Vanilla(HybridPolicy):
     """No prefix caching: every prompt is prefilled in full (the baseline of baselines)."""
@@ -100,24 +108,29 @@ class Vanilla(HybridPolicy):
         return 0
 
 
+def _lru_leaves(cache: HybridCache, need: int) -> int:
+    """Evict least recently used unlocked leaves until ``need`` bytes are freed; ties go to
+    the deeper leaf, then the smaller id."""
+    heap = [(nd.last_access, -nd.end, nd.id, nd) for nd in cache.iter_nodes()
+            if not nd.children and not nd.lock]  # fmt: skip
+    heapq.heapify(heap)
+    freed = 0
+    while freed < need and heap:
+        _, _, nid, nd = heapq.heappop(heap)
+        if cache.nodes.get(nid) is not nd or nd.children or nd.lock:
+            continue
+        freed += cache.freed_by(nd)
+        for ch in cache.remove(nd):
+            if not ch.children and not ch.lock and ch is not cache.root:
+                heapq.heappush(heap, (ch.last_access, -ch.end, ch.id, ch))
+    return freed
+
+
 class _LRULeaves(HybridPolicy):
-    """Evict the least recently used unlocked leaf; ties go to the deeper, then older id."""
+    """LRU over leaves, whole-path refresh (SGLang's radix cache)."""
 
     def free(self, need: int) -> int:
-        cache = self.cache
-        heap = [(nd.last_access, -nd.end, nd.id, nd) for nd in cache.iter_nodes()
-                if not nd.children and not nd.lock]  # fmt: skip
-        heapq.heapify(heap)
-        freed = 0
-        while freed < need and heap:
-            _, _, nid, nd = heapq.heappop(heap)
-            if cache.nodes.get(nid) is not nd or nd.children or nd.lock:
-                continue
-            freed += cache.freed_by(nd)
-            for ch in cache.remove(nd):
-                if not ch.children and not ch.lock and ch is not cache.root:
-                    heapq.heappush(heap, (ch.last_access, -ch.end, ch.id, ch))
-        return freed
+        return _lru_leaves(self.cache, need)
 
 
 @register("vllm+")
@@ -224,8 +237,26 @@ class Marconi(HybridPolicy):
         f = np.array([self.efficiency(nd) for nd in cands], dtype=np.float64)
         return normalised_score(r, f, self.current_alpha), r, f
 
+    def hit(self, m: HybridMatch) -> None:
+        if self.cache.has_state:
+            super().hit(m)
+        else:  # no states to weigh: SGLang+'s recency (see free)
+            _touch_path(self.cache.now, m)
+
+    def inserted(self, path: list[Node]) -> None:
+        if self.cache.has_state:
+            super().inserted(path)
+        else:
+            for nd in path:
+                nd.last_access = self.cache.now
+
     def free(self, need: int) -> int:
         cache = self.cache
+        if not cache.has_state:
+            # A Transformer has no recurrent states: admission stores the same KV either
+            # way and no node trades a state's bytes against its FLOPs, so Marconi is
+            # SGLang+ there (the paper's gains are those of hybrid models).
+            return _lru_leaves(cache, need)
         freed = 0
         while freed < need:
             cands = cache.candidates()
