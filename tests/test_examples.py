@@ -10,20 +10,28 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+EXAMPLES = sorted(p for p in (ROOT / "examples").rglob("*.py") if "expected" not in p.parts)
+
+
+def _expected(script: Path) -> Path:
+    """examples/a/b.py -> examples/expected/a/b.txt"""
+    rel = script.relative_to(ROOT / "examples").with_suffix(".txt")
+    return ROOT / "examples" / "expected" / rel
 
 
 def test_every_example_has_expected_output() -> None:
     assert EXAMPLES, "examples/ has no scripts"
     for script in EXAMPLES:
-        assert (ROOT / "examples" / "expected" / f"{script.stem}.txt").is_file(), script.name
+        assert _expected(script).is_file(), script.name
 
 
-@pytest.mark.parametrize("script", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+@pytest.mark.parametrize(
+    "script", EXAMPLES, ids=[str(p.relative_to(ROOT / "examples")) for p in EXAMPLES]
+)
 def test_example_output(script: Path, tmp_path: Path) -> None:
     env = {**os.environ, "COLUMNS": "120", "PYTHONHASHSEED": "0"}
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    expected = (ROOT / "examples" / "expected" / f"{script.stem}.txt").read_text()
+    expected = _expected(script).read_text()
     assert proc.stdout == expected
