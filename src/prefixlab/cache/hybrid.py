@@ -167,6 +167,12 @@ class HybridCache:
     def lookup(self, input_tokens: I64) -> HybridMatch:
         """Match a request's input and touch what it reuses (the policy says what)."""
         m = self.match(input_tokens)
+        if not self.has_state and self.policy.admission == "all-blocks":
+            # vLLM+ on a Transformer: KV is reused in whole blocks, as vLLM does
+            b = self.policy.block_tokens
+            m.reusable -= m.reusable % b
+            if m.partial is not None and m.reusable <= m.matched - m.partial_len:
+                m.reuse_node = m.path[-1] if m.path and m.reusable else None
         if m.reusable:
             self.policy.hit(m)
         return m
@@ -229,6 +235,7 @@ class HybridCache:
         locked = [*m.path] + ([m.partial] if m.partial is not None else [])
         for nd in locked:
             nd.lock += 1
+            self.policy.changed(nd)
         try:
             if self.used + need > self.capacity:
                 self.policy.free(self.used + need - self.capacity)
@@ -239,6 +246,8 @@ class HybridCache:
         finally:
             for nd in locked:
                 nd.lock -= 1
+                if nd.id in self.nodes:
+                    self.policy.changed(nd)
             for nd in reversed(locked):
                 if nd.id in self.nodes:
                     self._normalize(nd)
@@ -275,6 +284,7 @@ class HybridCache:
             if not node.ckpt:
                 node.ckpt = True
                 node.last_access = self.now  # a new checkpoint is a new entry
+                self.policy.changed(node)
                 self.used += self.state
                 self.bytes_written += self.state
                 self.num_checkpoints_written += 1
@@ -284,6 +294,8 @@ class HybridCache:
         self._next_id += 1
         parent.children[int(tokens[0])] = nd
         self.nodes[nd.id] = nd
+        self.policy.changed(nd)
+        self.policy.changed(parent)
         return nd
 
     def _charge(self, nd: Node) -> None:
@@ -307,6 +319,8 @@ class HybridCache:
         child.start += m  # its end stays
         child.parent = upper
         upper.children[int(child.tokens[0])] = child
+        self.policy.changed(upper)
+        self.policy.changed(child)
         return upper
 
     # ------------------------------------------------------------------ eviction
@@ -338,6 +352,9 @@ class HybridCache:
         if not nd.children:
             del parent.children[int(nd.tokens[0])]
             del self.nodes[nd.id]
+            self.policy.gone(nd)
+            if parent is not self.root:
+                self.policy.changed(parent)
             changed = [parent] if parent is not self.root else []
             if parent is not self.root:
                 changed = self._normalize(parent) or changed
@@ -355,6 +372,8 @@ class HybridCache:
         child.parent = parent
         parent.children[int(child.tokens[0])] = child
         del self.nodes[nd.id]
+        self.policy.gone(nd)
+        self.policy.changed(child)
         self.num_merges += 1
         return child
 

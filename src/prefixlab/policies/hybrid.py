@@ -83,6 +83,13 @@ class HybridPolicy(EvictionPolicy):
         elif path:
             path[-1].last_access = now  # the node holding the sequence's final state
 
+    def changed(self, nd: Node) -> None:
+        """The cache changed something eviction may read of ``nd`` (children, checkpoint,
+        lock, edge, recency), or created it."""
+
+    def gone(self, nd: Node) -> None:
+        """``nd`` left the tree (evicted or merged into its child)."""
+
     def free(self, need: int) -> int:
         """Evict until ``need`` bytes are freed (or nothing is evictable); bytes freed."""
         raise NotImplementedError
@@ -200,6 +207,10 @@ class Marconi(HybridPolicy):
         #: the alpha in use (tuned: 0 until the first tuning)
         self.current_alpha = 0.0 if alpha is None else float(alpha)
         self._eff: dict[int, tuple[int, int, bool, float]] = {}
+        #: scoring passes over the candidates, and victims (a rescan does one pass each)
+        self.num_passes = 0
+        self.num_victims = 0
+        self._index = _CandidateIndex()
 
     def params(self) -> dict[str, Any]:
         return {"alpha": self.alpha, "bootstrap_multiplier": self.bootstrap_multiplier,
@@ -240,15 +251,29 @@ class Marconi(HybridPolicy):
     def hit(self, m: HybridMatch) -> None:
         if self.cache.has_state:
             super().hit(m)
+            if m.reuse_node is not None:
+                self.changed(m.reuse_node)
         else:  # no states to weigh: SGLang+'s recency (see free)
             _touch_path(self.cache.now, m)
 
     def inserted(self, path: list[Node]) -> None:
         if self.cache.has_state:
             super().inserted(path)
+            if path:
+                self.changed(path[-1])
         else:
             for nd in path:
                 nd.last_access = self.cache.now
+
+    def changed(self, nd: Node) -> None:
+        if self.cache.has_state and self.cache.is_candidate(nd):
+            self._index.upsert(nd, nd.last_access, self.efficiency(nd))
+        else:
+            self._index.drop(nd.id)
+
+    def gone(self, nd: Node) -> None:
+        self._index.drop(nd.id)
+        self._eff.pop(nd.id, None)
 
     def free(self, need: int) -> int:
         cache = self.cache
@@ -257,32 +282,88 @@ class Marconi(HybridPolicy):
             # way and no node trades a state's bytes against its FLOPs, so Marconi is
             # SGLang+ there (the paper's gains are those of hybrid models).
             return _lru_leaves(cache, need)
+        ix = self._index
         freed = 0
         while freed < need:
-            cands = cache.candidates()
-            if not cands:
+            live = ix.live()
+            if live.shape[0] == 0:
                 break
-            score, r, f = self.scores(cands)
-            ids = np.array([nd.id for nd in cands], dtype=np.int64)
+            r, f, ids = ix.r[live], ix.f[live], ix.ids[live]
+            score = normalised_score(r, f, self.current_alpha)
+            self.num_passes += 1
             order = np.lexsort((ids, r, score))
-            members = {nd.id: (float(r[i]), float(f[i])) for i, nd in enumerate(cands)}
             extremes = _extreme_counts(r, f)
             for i in order.tolist():
-                v = cands[i]
+                v = ix.node[int(live[i])]
+                assert v is not None and v.id == int(ids[i])
+                self.num_victims += 1
                 freed += cache.freed_by(v)
-                rv, fv = members.pop(v.id)
-                changed = cache.remove(v)
+                ix.dirty = False
+                ix.victim = v.id
+                cache.remove(v)
                 if freed >= need:
                     return freed
-                if _moves_bounds(extremes, rv, fv) or any(
-                    cache.is_candidate(c) and members.get(c.id) != (c.last_access,
-                                                                   self.efficiency(c))
-                    for c in changed
-                ):  # fmt: skip
+                if _moves_bounds(extremes, float(r[i]), float(f[i])) or ix.dirty:
                     break  # the order may change: score the candidates again
-            else:
-                continue
         return freed
+
+
+class _CandidateIndex:
+    """Marconi's candidates in slots of parallel arrays (recency, efficiency, id), kept
+    up to date by the cache's ``changed`` / ``gone`` calls, so a scoring pass is a few
+    vectorised operations instead of a walk over the tree."""
+
+    def __init__(self) -> None:
+        self.r = np.zeros(64, dtype=np.float64)
+        self.f = np.zeros(64, dtype=np.float64)
+        self.ids = np.full(64, -1, dtype=np.int64)
+        self.alive = np.zeros(64, dtype=bool)
+        self.node: list[Node | None] = [None] * 64
+        self.slot: dict[int, int] = {}
+        self.free_slots: list[int] = []
+        self.used = 0
+        #: set when a candidate other than the current victim appears or changes
+        self.dirty = False
+        self.victim = -1
+
+    def live(self) -> Any:
+        return np.flatnonzero(self.alive[: self.used])
+
+    def upsert(self, nd: Node, r: float, f: float) -> None:
+        k = self.slot.get(nd.id)
+        if k is None:
+            k = self.free_slots.pop() if self.free_slots else self._grow()
+            self.slot[nd.id] = k
+            self.node[k] = nd
+            self.ids[k] = nd.id
+            self.alive[k] = True
+            self.dirty = True
+        elif self.r[k] != r or self.f[k] != f:
+            self.dirty = True
+        self.r[k] = r
+        self.f[k] = f
+
+    def drop(self, node_id: int) -> None:
+        k = self.slot.pop(node_id, None)
+        if k is None:
+            return
+        if node_id != self.victim:
+            self.dirty = True
+        self.alive[k] = False
+        self.node[k] = None
+        self.free_slots.append(k)
+
+    def _grow(self) -> int:
+        if self.used == self.r.shape[0]:
+            n = 2 * self.used
+            for name in ("r", "f", "ids", "alive"):
+                old = getattr(self, name)
+                new = np.zeros(n, dtype=old.dtype)
+                new[: self.used] = old
+                setattr(self, name, new)
+            self.node.extend([None] * (n - len(self.node)))
+        self.used += 1
+        return self.used - 1
 
 
 def normalised_score(r: Any, f: Any, alpha: float) -> Any:

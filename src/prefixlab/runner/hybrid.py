@@ -38,7 +38,8 @@ class HybridConfig:
     """One byte budget for KV and states, and the model that sizes them."""
 
     capacity_bytes: int
-    model: str = "marconi-hybrid-7b"
+    #: a preset name or a ModelSpec
+    model: str | ModelSpec = "marconi-hybrid-7b"
 
     def spec(self) -> ModelSpec:
         return get_model(self.model)
