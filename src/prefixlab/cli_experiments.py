@@ -149,8 +149,10 @@ def summary_table(folder: Path, title: str) -> Table:
     flops = any(not math.isnan(r["flops_saved_ratio"]) for r in rows)
     variants = any(r["variant"] for r in rows)
     cols: list[tuple[str, str, str]] = [("variant", "workload", "{}")] if variants else []
-    cols += [("capacity", "capacity", "{}"), ("capacity_blocks", "blocks", "{:,}"),
-             ("policy", "policy", "{}"), ("token_hit_ratio", "token hit", "{:.4f}"),
+    cols += [("capacity", "capacity", "{}")]
+    if any(r["capacity_blocks"] >= 0 for r in rows):  # the hybrid cache has bytes only
+        cols.append(("capacity_blocks", "blocks", "{:,}"))
+    cols += [("policy", "policy", "{}"), ("token_hit_ratio", "token hit", "{:.4f}"),
              ("request_hit_ratio", "request hit", "{:.4f}")]  # fmt: skip
     if flops:
         cols.append(("flops_saved_ratio", "FLOPs saved", "{:.1%}"))

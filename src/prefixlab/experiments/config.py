@@ -44,8 +44,19 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 RUNNERS = ("replay", "engine")
-STRUCTURES = ("block", "radix")
+STRUCTURES = ("block", "radix", "hybrid")
 _CAPACITY = re.compile(r"^(?P<f>\d*\.?\d+)(?P<unit>ws|A)$")
+_BYTES = re.compile(r"^(?P<n>\d*\.?\d+)\s*(?P<unit>B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$")
+_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}  # fmt: skip
+
+
+def parse_bytes(text: str) -> int | None:
+    """``"40GB"`` -> 40_000_000_000 (``GiB`` for powers of two); None if not a size."""
+    m = _BYTES.match(text.strip())
+    if m is None:
+        return None
+    return int(float(m.group("n")) * _UNITS[m.group("unit")])
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,9 +180,13 @@ def _capacity(v: Any, where: str) -> int | str:
         m = _CAPACITY.match(v.strip())
         if m and 0 < float(m.group("f")) <= 1:
             return v.strip()
+        size = parse_bytes(v)
+        if size is not None and size > 0:
+            return v.strip()
         raise ConfigError(
-            f"{where}: {v!r} is not a capacity; give blocks (4000), a fraction of the working "
-            "set (0.5ws) or of the GPU memory left after the weights (0.7A), fractions in (0, 1]"
+            f"{where}: {v!r} is not a capacity; give blocks (4000), a size (40GB), a fraction "
+            "of the working set (0.5ws) or of the GPU memory left after the weights (0.7A), "
+            "fractions in (0, 1]"
         )
     raise ConfigError(f"{where}: expected blocks or a fraction string, got {v!r}")
 
@@ -233,6 +248,10 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
     flags = {k: _bool(r, k, "runner", d) for k, d in defaults}
     runner = RunnerConfig(kind, _int(r, "max_num_seqs", "runner", 256),
                           _int(r, "max_num_batched_tokens", "runner", 8192), **flags)  # fmt: skip
+    if structure == "hybrid":
+        _check_hybrid(capacities, kind, model)
+    elif any(isinstance(x, str) and parse_bytes(x) for x in capacities) and not model.name:
+        raise ConfigError("a capacity in bytes needs model.name (for the KV bytes per block)")
     if kind == "engine" and cache.cache_partial:
         raise ConfigError("cache.cache_partial applies to runner.kind = 'replay' (vLLM and "
                           "SGLang cache full blocks only)")  # fmt: skip
@@ -260,6 +279,23 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
         raise ConfigError(f"name: expected a non-empty string, got {cfg_name!r}")
     _check_policies(policies, structure)
     return ExperimentConfig(workload, cache, policies, model, runner, list(seeds), cfg_name)
+
+
+def _check_hybrid(capacities: list[int | str], kind: str, model: ModelConfig) -> None:
+    """The hybrid cache (KV + SSM states) has one byte budget, sized by the model."""
+    if kind != "replay":
+        raise ConfigError(
+            "cache.structure = 'hybrid' runs on runner.kind = 'replay' (Marconi's contract); "
+            "the engine runner does not drive the hybrid cache yet"
+        )
+    if not model.name:
+        raise ConfigError("cache.structure = 'hybrid' needs model.name (KV and state bytes)")
+    for i, cap in enumerate(capacities):
+        if isinstance(cap, str) and cap.endswith("ws"):
+            raise ConfigError(
+                f"cache.capacities[{i}]: {cap!r}: the hybrid cache's capacity is bytes "
+                "(an integer, '40GB') or a fraction of GPU memory ('0.7A')"
+            )
 
 
 def _check_model(m: ModelConfig) -> None:
@@ -347,6 +383,28 @@ def config_from_text(
 
 
 # ------------------------------------------------------------------ capacities
+def resolve_capacity_bytes(capacity: int | str, model: str, gpu: str | None = None) -> int:
+    """Bytes for a hybrid-cache capacity: bytes as given, ``"40GB"``, or ``f A``."""
+    if isinstance(capacity, int):
+        return capacity
+    size = parse_bytes(capacity)
+    if size is not None:
+        return size
+    m = _CAPACITY.match(capacity)
+    if m is None or m.group("unit") != "A":
+        raise ConfigError(f"capacity {capacity!r} is not bytes, a size or 'f A'")
+    from prefixlab.model.spec import get_model
+    from prefixlab.model.timing import get_gpu
+
+    if gpu is None:
+        raise ConfigError(f"capacity {capacity!r} needs model.gpu")
+    spec, g = get_model(model), get_gpu(gpu)
+    free = g.mem_bytes - spec.num_parameters * spec.dtype_bytes
+    if free <= 0:
+        raise ConfigError(f"capacity {capacity!r}: {spec.name}'s weights fill {g.name}")
+    return int(float(m.group("f")) * free)
+
+
 def resolve_capacity(
     capacity: int | str,
     *,
@@ -359,9 +417,16 @@ def resolve_capacity(
     ``f A`` = f x (GPU memory - weights) / KV bytes per block (UniCache's 0.5A-0.9A)."""
     if isinstance(capacity, int):
         return capacity
+    size = parse_bytes(capacity)
+    if size is not None:
+        from prefixlab.model.spec import capacity_blocks_for_bytes
+
+        if model is None:
+            raise ConfigError(f"capacity {capacity!r} needs a model (KV bytes per block)")
+        return capacity_blocks_for_bytes(size, model, block_tokens)
     m = _CAPACITY.match(capacity)
     if m is None:
-        raise ConfigError(f"capacity {capacity!r} is not blocks, 'f ws' or 'f A'")
+        raise ConfigError(f"capacity {capacity!r} is not blocks, a size, 'f ws' or 'f A'")
     f = float(m.group("f"))
     if m.group("unit") == "ws":
         return max(1, int(f * working_set_blocks))

@@ -40,7 +40,7 @@ LAYER_TYPES = ("attention", "mlp", "moe", "ssm")
 KEY_COLUMNS = ("experiment", "cell_id", "variant", "capacity", "capacity_index",
                "capacity_blocks", "policy", "policy_index", "seed")  # fmt: skip
 METRIC_COLUMNS = (
-    "runner", "structure", "block_tokens", "workload", "working_set_blocks",
+    "runner", "structure", "block_tokens", "capacity_bytes", "workload", "working_set_blocks",
     "capacity_fraction_ws", "num_requests", "num_input_tokens", "num_hit_tokens",
     "token_hit_ratio", "request_hit_ratio", "num_lookup_blocks", "num_hit_blocks",
     "block_hit_ratio", "num_evictions", "flops_total", "flops_saved", "flops_saved_ratio",
@@ -199,10 +199,41 @@ def run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool = False) -> CellRes
         raise type(exc)(f"{cell.label()}: {exc}") from None
 
 
+def _run_hybrid_cell(
+    cfg: ExperimentConfig, cell: Cell, detail: bool, start: float, trace: Trace
+) -> CellResult:
+    """A hybrid-cache cell (Marconi's replay contract; capacity in bytes)."""
+    from prefixlab.experiments.config import resolve_capacity_bytes
+    from prefixlab.runner.hybrid import HybridConfig, replay_hybrid
+
+    assert cfg.model.name is not None  # the config check requires it
+    size = resolve_capacity_bytes(cell.capacity, cfg.model.name, cfg.model.gpu)
+    res = replay_hybrid(trace, policy_spec(cell.policy, cell.seed),
+                        HybridConfig(size, cfg.model.name))  # fmt: skip
+    row: dict[str, Any] = dict.fromkeys(COLUMNS, math.nan)
+    row.update(
+        experiment=cfg.name, cell_id=cell.cell_id, variant=variant_label(cell.variant),
+        capacity=str(cell.capacity), capacity_index=cell.capacity_index, capacity_blocks=-1,
+        policy=cell.policy, policy_index=cell.policy_index, seed=cell.seed,
+        runner=cfg.runner.kind, structure="hybrid", block_tokens=-1, capacity_bytes=size,
+        workload=cfg.workload.source, timing="", num_preemptions=0, num_steps=0,
+        num_evictions=res.metrics["num_evicted_nodes"],
+    )  # fmt: skip
+    for key, value in res.metrics.items():
+        if key in row and key != "capacity_bytes":
+            row[key] = value
+    breakdown = _breakdown(row, trace, res.hit_tokens, None)
+    requests = _requests(trace, res.hit_tokens, None) if detail else None
+    return CellResult(cell.cell_id, row, breakdown, [], requests,
+                      time.perf_counter() - start, _worker())  # fmt: skip
+
+
 def _run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool, start: float) -> CellResult:
     from prefixlab.runner.replay import ReplayConfig, replay
 
     trace = build_trace(cfg, cell.variant, cell.seed)
+    if cfg.cache.structure == "hybrid":
+        return _run_hybrid_cell(cfg, cell, detail, start, trace)
     blocks, ws = capacity_blocks(cfg, cell, trace)
     bt = block_tokens_for(cfg, trace)
     policy = make_policy(policy_spec(cell.policy, cell.seed), cfg.cache.structure)
@@ -214,6 +245,7 @@ def _run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool, start: float) -> 
         capacity=str(cell.capacity), capacity_index=cell.capacity_index,
         capacity_blocks=blocks, policy=cell.policy, policy_index=cell.policy_index,
         seed=cell.seed, runner=r.kind, structure=cfg.cache.structure, block_tokens=bt,
+        capacity_bytes=-1,
         workload=cfg.workload.source, working_set_blocks=ws,
         capacity_fraction_ws=blocks / ws if ws else nan, timing="",
         num_preemptions=0, num_steps=0,
@@ -376,6 +408,14 @@ def check_cells(cfg: ExperimentConfig, cells: list[Cell]) -> None:
             continue
         seen.add(key)
         trace = build_trace(cfg, cell.variant, cell.seed)
+        if cfg.cache.structure == "hybrid":
+            from prefixlab.experiments.config import resolve_capacity_bytes
+
+            assert cfg.model.name is not None
+            resolve_capacity_bytes(cell.capacity, cfg.model.name, cfg.model.gpu)
+            if trace.input_tokens is None:
+                raise ConfigError(f"{trace.name}: the hybrid structure needs token ids")
+            continue
         capacity_blocks(cfg, cell, trace)
 
 

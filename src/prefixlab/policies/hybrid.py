@@ -210,6 +210,8 @@ class Marconi(HybridPolicy):
         #: scoring passes over the candidates, and victims (a rescan does one pass each)
         self.num_passes = 0
         self.num_victims = 0
+        #: candidate scores computed in all (a rescan computes every candidate per victim)
+        self.num_scored = 0
         self._index = _CandidateIndex()
 
     def params(self) -> dict[str, Any]:
@@ -291,6 +293,7 @@ class Marconi(HybridPolicy):
             r, f, ids = ix.r[live], ix.f[live], ix.ids[live]
             score = normalised_score(r, f, self.current_alpha)
             self.num_passes += 1
+            self.num_scored += int(live.shape[0])
             order = np.lexsort((ids, r, score))
             extremes = _extreme_counts(r, f)
             for i in order.tolist():

@@ -94,6 +94,8 @@ class Results:
     cdf: dict[CellKey, tuple[F64, F64]]
     config: dict[str, object]
     environment: dict[str, object]
+    #: unit of cache sizes: blocks, or GB for the hybrid cache (a byte budget)
+    size_unit: str = "blocks"
 
     def stat(self, metric: str) -> dict[Key, SeedStat]:
         """``metric`` per point of the plan, over seeds."""
@@ -117,7 +119,9 @@ class Results:
     def capacity_label(self, variant: str, capacity_index: int, with_variant: bool = True) -> str:
         """``0.5ws (1,474 blocks)``, and the variant when there are several."""
         spec = self.capacities[capacity_index]
-        blocks = f"{self.blocks(variant, capacity_index):,.0f} blocks"
+        size = self.blocks(variant, capacity_index)
+        blocks = (f"{size:,.1f} GB" if self.size_unit == "GB"
+                  else f"{size:,.0f} blocks")  # fmt: skip
         label = blocks if spec.isdigit() else f"{spec} ({blocks})"
         several = with_variant and len(self.variants) > 1
         return f"{label}, {variant}" if several else label
@@ -177,9 +181,12 @@ def load_results(folder: str | Path) -> Results:
     capacities: dict[int, str] = {}
     policies: dict[int, str] = {}
     seeds: dict[int, None] = {}
+    hybrid = any(row.get("structure") == "hybrid" for row in rows)
     for row in rows:
         key = _key(row)
         numbers = {k: n for k, val in row.items() if (n := _number(val)) is not None}
+        if hybrid:  # a byte budget: sizes in GB
+            numbers["capacity_blocks"] = numbers.get("capacity_bytes", math.nan) / 1e9
         cells[key] = numbers
         variants[key[0]] = None
         capacities[key[1]] = str(row.get("capacity"))
@@ -210,6 +217,7 @@ def load_results(folder: str | Path) -> Results:
         cdf=cdf,
         config=read_json(path, "config.resolved.json"),
         environment=read_json(path, "environment.json"),
+        size_unit="GB" if hybrid else "blocks",
     )
 
 
@@ -356,7 +364,7 @@ def _hit_vs_capacity(res: Results) -> FigureSpec:
         xs = [res.blocks(v, ci) for ci in range(len(res.capacities))]
         for pi, pol in enumerate(res.policies):
             _line(ax, xs, [stat[(v, ci, pi)] for ci in range(len(xs))], pi, pol)
-        ax.set_xlabel("cache size (blocks)")
+        ax.set_xlabel(f"cache size ({res.size_unit})")
         if v:
             ax.set_title(v, fontsize="medium")
         if min(xs) > 0 and max(xs) / min(xs) >= 20:
@@ -533,7 +541,7 @@ def _size_for_target(res: Results) -> FigureSpec | None:
     fig, axes = _figure(len(chosen))
     for ax, v in zip(axes, chosen, strict=True):
         _size_panel(ax, res, v, stat)
-    axes[0].set_ylabel("cache size (blocks)")
+    axes[0].set_ylabel(f"cache size ({res.size_unit})")
     fractions = ", ".join(f"{f:.0%}" for f in TARGET_FRACTIONS)
     curve = "mean over seeds" if len(res.seeds) > 1 else f"seed {res.seeds[0]}"
     caption = (
