@@ -45,3 +45,27 @@ def test_page_commands_run_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert os.listdir(study / "plots")
     compare = pq.read_table(tmp_path / "results" / "compare-sessions" / "results.parquet")
     assert compare.num_rows == 3 * 2
+
+
+MARCONI = ROOT / "docs" / "marconi.md"
+
+
+def test_marconi_page_commands_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    blocks = re.findall(r"```bash\n(.*?)```", MARCONI.read_text(), flags=re.S)
+    cmds = [
+        ln.strip() for b in blocks for ln in b.splitlines() if ln.strip().startswith("prefixlab ")
+    ]
+    assert len(cmds) >= 3
+    runner = CliRunner()
+    for cmd in cmds:
+        args = [str(ROOT / a) if a.startswith("examples/") else a for a in shlex.split(cmd)[1:]]
+        if args[0] == "sweep":
+            args += ["--quiet", "--no-report"]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, f"{cmd}\n{result.output}"
+    # the table on the page is the sweep's: Marconi alpha=1 at 10 GB on the mixed workload
+    rows = pq.read_table(tmp_path / "results" / "marconi-mixed" / "results.parquet").to_pylist()
+    got = next(r for r in rows if r["policy"] == "marconi:alpha=1" and r["capacity"] == "10GB")
+    assert f"{got['token_hit_ratio']:.3f}" == "0.666"
+    assert "| 10 | 0.213 | 0.612 | 0.657 | 0.666 | 3.1x | +8.8% |" in MARCONI.read_text()
