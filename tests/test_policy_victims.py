@@ -98,7 +98,10 @@ class Driver:
 
 
 def test_every_registered_policy_has_a_scenario() -> None:
-    assert set(registered()) == {
+    # the hybrid structure's policies have hand-computed scenarios in tests/test_hybrid.py
+    flat = {n for n, cls in registered().items() if cls.structures & {"block", "radix"}}
+    assert set(registered()) - flat == {"vanilla", "vllm+", "sglang+", "marconi"}
+    assert flat == {
         "arc",
         "fifo",
         "hashtable",
