@@ -60,7 +60,13 @@ def simulate_cmd(
     capacity_bytes: Annotated[
         int | None, typer.Option(help="KV pool size in bytes (needs --model).")
     ] = None,
-    structure: Annotated[str, typer.Option(help="Cache structure: block or radix.")] = "block",
+    structure: Annotated[
+        str,
+        typer.Option(
+            help="Cache structure: block, radix, or hybrid (KV + SSM states in "
+            "--capacity-bytes for --model; policies vanilla, vllm+, sglang+, marconi)."
+        ),
+    ] = "block",
     max_num_seqs: Annotated[int, typer.Option(help="Running requests at most.")] = 256,
     max_num_batched_tokens: Annotated[int, typer.Option(help="Token budget per step.")] = 8192,
     chunked_prefill: Annotated[
@@ -79,6 +85,8 @@ def simulate_cmd(
     try:
         kwargs = load or {}
         tr = open_trace(trace, fmt, **kwargs)
+        if structure == "hybrid" and block_tokens is None and not tr.is_hash_form:
+            block_tokens = 16  # the running requests' KV is allocated in 16-token blocks
         bt = block_tokens_of(tr, block_tokens)
         if timing is None:
             if model is None or gpu is None:
@@ -91,8 +99,15 @@ def simulate_cmd(
         ):
             if not ok:
                 warn(f"the timing has no {part} model: {part} costs 0 s (add {hint})")
+        hybrid = structure == "hybrid"
+        if hybrid and (capacity_bytes is None or model is None or capacity_blocks is not None):
+            raise ConfigError("--structure hybrid needs --model and --capacity-bytes (not blocks)")
         config = EngineConfig(
-            capacity_blocks=resolve_capacity_blocks(capacity_blocks, capacity_bytes, model, bt),
+            capacity_blocks=1
+            if hybrid
+            else resolve_capacity_blocks(capacity_blocks, capacity_bytes, model, bt),
+            capacity_bytes=capacity_bytes if hybrid else None,
+            model=model if hybrid else None,
             structure=structure,
             block_tokens=block_tokens,
             max_num_seqs=max_num_seqs,

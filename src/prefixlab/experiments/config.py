@@ -249,7 +249,7 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
     runner = RunnerConfig(kind, _int(r, "max_num_seqs", "runner", 256),
                           _int(r, "max_num_batched_tokens", "runner", 8192), **flags)  # fmt: skip
     if structure == "hybrid":
-        _check_hybrid(capacities, kind, model)
+        _check_hybrid(capacities, model)
     elif any(isinstance(x, str) and parse_bytes(x) for x in capacities) and not model.name:
         raise ConfigError("a capacity in bytes needs model.name (for the KV bytes per block)")
     if kind == "engine" and cache.cache_partial:
@@ -281,13 +281,8 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
     return ExperimentConfig(workload, cache, policies, model, runner, list(seeds), cfg_name)
 
 
-def _check_hybrid(capacities: list[int | str], kind: str, model: ModelConfig) -> None:
+def _check_hybrid(capacities: list[int | str], model: ModelConfig) -> None:
     """The hybrid cache (KV + SSM states) has one byte budget, sized by the model."""
-    if kind != "replay":
-        raise ConfigError(
-            "cache.structure = 'hybrid' runs on runner.kind = 'replay' (Marconi's contract); "
-            "the engine runner does not drive the hybrid cache yet"
-        )
     if not model.name:
         raise ConfigError("cache.structure = 'hybrid' needs model.name (KV and state bytes)")
     for i, cap in enumerate(capacities):

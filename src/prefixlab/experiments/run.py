@@ -208,8 +208,7 @@ def _run_hybrid_cell(
 
     assert cfg.model.name is not None  # the config check requires it
     size = resolve_capacity_bytes(cell.capacity, cfg.model.name, cfg.model.gpu)
-    res = replay_hybrid(trace, policy_spec(cell.policy, cell.seed),
-                        HybridConfig(size, cfg.model.name))  # fmt: skip
+    spec = policy_spec(cell.policy, cell.seed)
     row: dict[str, Any] = dict.fromkeys(COLUMNS, math.nan)
     row.update(
         experiment=cfg.name, cell_id=cell.cell_id, variant=variant_label(cell.variant),
@@ -217,14 +216,43 @@ def _run_hybrid_cell(
         policy=cell.policy, policy_index=cell.policy_index, seed=cell.seed,
         runner=cfg.runner.kind, structure="hybrid", block_tokens=-1, capacity_bytes=size,
         workload=cfg.workload.source, timing="", num_preemptions=0, num_steps=0,
-        num_evictions=res.metrics["num_evicted_nodes"],
     )  # fmt: skip
-    for key, value in res.metrics.items():
-        if key in row and key != "capacity_bytes":
+    times: tuple[F64, F64, F64, F64] | None = None
+    if cfg.runner.kind == "replay":
+        res = replay_hybrid(trace, spec, HybridConfig(size, cfg.model.name))
+        metrics: dict[str, Any] = dict(res.metrics)
+        metrics["num_evictions"] = res.metrics["num_evicted_nodes"]
+        hits = res.hit_tokens
+    else:
+        from prefixlab.model.timing import make_timing
+        from prefixlab.runner.engine import EngineConfig, simulate
+
+        r = cfg.runner
+        timing = make_timing(cfg.model.timing or ["roofline"], cfg.model.name, cfg.model.gpu)
+        ec = EngineConfig(
+            capacity_blocks=1, structure="hybrid", capacity_bytes=size, model=cfg.model.name,
+            block_tokens=cfg.cache.block_tokens, max_num_seqs=r.max_num_seqs,
+            max_num_batched_tokens=r.max_num_batched_tokens, chunked_prefill=r.chunked_prefill,
+            closed_loop=r.closed_loop,
+        )  # fmt: skip
+        eres = simulate(trace, spec, ec, timing)
+        metrics = {k: v for k, v in eres.metrics.items() if k not in ("by_task", "elapsed_s")}
+        row["timing"] = eres.timing
+        hits = eres.hit_tokens
+        times = (eres.arrival_s, eres.scheduled_s, eres.first_token_s, eres.finish_s)
+    for key, value in metrics.items():
+        if key in row and key not in ("capacity_bytes", "num_lookup_blocks", "num_hit_blocks",
+                                      "block_hit_ratio"):  # fmt: skip
             row[key] = value
-    breakdown = _breakdown(row, trace, res.hit_tokens, None)
-    requests = _requests(trace, res.hit_tokens, None) if detail else None
-    return CellResult(cell.cell_id, row, breakdown, [], requests,
+    if cfg.runner.kind == "engine":
+        row.update(_flops(cfg, trace.input_length, hits))
+    for k, v in row.items():
+        if isinstance(v, np.generic):
+            row[k] = v.item()
+    breakdown = _breakdown(row, trace, hits, times)
+    cdf = _cdf(row, times) if times is not None else []
+    requests = _requests(trace, hits, times) if detail else None
+    return CellResult(cell.cell_id, row, breakdown, cdf, requests,
                       time.perf_counter() - start, _worker())  # fmt: skip
 
 

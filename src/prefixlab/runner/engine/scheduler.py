@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from prefixlab.errors import CapacityError
 from prefixlab.policies.base import EvictionPolicy
 from prefixlab.runner.engine.events import FirstToken, Preempted, Scheduled
 from prefixlab.workload.trace import BlockLayout, Trace
+
+if TYPE_CHECKING:
+    from prefixlab.runner.engine.hybrid import HybridEngineCache
 
 WAITING, PREFILL, DECODE, DONE = 1, 2, 3, 4
 
@@ -54,7 +58,7 @@ class Scheduler:
         self,
         trace: Trace,
         layout: BlockLayout,
-        cache: BlockCache | RadixCache,
+        cache: BlockCache | RadixCache | HybridEngineCache,
         policy: EvictionPolicy,
         *,
         max_num_seqs: int,
@@ -64,7 +68,8 @@ class Scheduler:
         cache_while_running: bool = True,
     ) -> None:
         n = len(trace)
-        self.cache = cache
+        #: a BlockCache, RadixCache or HybridEngineCache: the same protocol, own match types
+        self.cache: Any = cache
         self.policy = policy
         self.layout = layout
         self.max_num_seqs = max_num_seqs
@@ -87,7 +92,7 @@ class Scheduler:
         self.admit_hits = [0] * n  # hit tokens at the current admission
         num_keys = np.diff(layout.key_offsets).tolist()
         self.input_keys = [min(i // self.bt, k) for i, k in zip(self.input, num_keys, strict=True)]
-        self.handle: list[np.ndarray | RadixHandle | None] = [None] * n
+        self.handle: list[Any] = [None] * n  # per structure: block ids, RadixHandle, ...
         self.first_hit_tokens = [-1] * n  # at the first admission (the metric)
         self.num_preemptions = [0] * n
         self.waiting: deque[int] = deque()
@@ -166,11 +171,13 @@ class Scheduler:
             )
             if handle is None:
                 break
+            rem = prompt - m.num_hit_tokens  # the hybrid cache may drop a hit it cannot hold
             self.waiting.popleft()
             if self.first_hit_tokens[r] < 0:
                 self.first_hit_tokens[r] = m.num_hit_tokens
                 self._emit(Hit(r, m.num_hit_blocks, m.num_hit_tokens))
-                self._emit(Miss(r, nl - m.num_hit_blocks, self.lookup_end[r] - m.num_hit_tokens))
+                self._emit(Miss(r, max(0, nl - m.num_hit_blocks),
+                                max(0, self.lookup_end[r] - m.num_hit_tokens)))  # fmt: skip
             self.handle[r] = handle
             self.blocks[r] = self.blocks_needed(r, self.generated[r] + 1)
             self.committed[r] = m.num_hit_blocks
@@ -190,7 +197,7 @@ class Scheduler:
         had to go."""
         more = self.blocks_needed(r, generated) - self.blocks[r]
         while more > 0:
-            grown = self.cache.grow(self.handle[r], more)  # type: ignore[arg-type]
+            grown = self.cache.grow(self.handle[r], more)
             if grown is not None:
                 self.handle[r] = grown
                 self.blocks[r] += more
@@ -202,7 +209,7 @@ class Scheduler:
         return True
 
     def preempt(self, r: int) -> None:
-        self.cache.release(self.handle[r])  # type: ignore[arg-type]
+        self.cache.release(self.handle[r])
         self.handle[r] = None
         self.blocks[r] = 0
         self.computed[r] = 0
@@ -253,14 +260,14 @@ class Scheduler:
         if upto > self.committed[r]:
             self.cache.view.request_index = r
             keys = self.keys(r)[:upto]
-            self.cache.commit(self.handle[r], keys, self.committed[r])  # type: ignore[arg-type]
+            self.cache.commit(self.handle[r], keys, self.committed[r])
             self.committed[r] = upto
 
     def _finish(self, r: int) -> None:
         self.cache.view.request_index = r
         handle = self.handle[r]
-        self.cache.commit(handle, self.keys(r), self.committed[r])  # type: ignore[arg-type]
-        self.cache.release(handle)  # type: ignore[arg-type]
+        self.cache.commit(handle, self.keys(r), self.committed[r])
+        self.cache.release(handle)
         self.handle[r] = None
         self.blocks[r] = 0
         self.phase[r] = DONE
@@ -269,7 +276,8 @@ class Scheduler:
     # ------------------------------------------------------------------ invariants
     def check(self) -> None:
         """Memory never over capacity; every running request holds exactly its blocks."""
-        self.cache.check()
+        if isinstance(self.cache, BlockCache | RadixCache):
+            self.cache.check()
         for r in self.running:
             # Between steps: a prefilling request holds room for its first token; a decoding
             # one for the tokens generated so far.
@@ -277,6 +285,9 @@ class Scheduler:
             if self.blocks[r] != self.blocks_needed(r, g):
                 want = self.blocks_needed(r, g)
                 raise AssertionError(f"request {r} holds {self.blocks[r]} blocks, not {want}")
+        if not isinstance(self.cache, BlockCache | RadixCache):  # the hybrid adapter
+            self.cache.check([self.handle[r] for r in self.running])
+            return
         cap = self.cache.capacity_blocks
         if isinstance(self.cache, BlockCache):
             # Running requests share hit blocks: each physical block's ref count must equal

@@ -59,6 +59,10 @@ class EngineConfig:
     cache_while_running: bool = True
     #: False: no lookups, the no-prefix-caching baseline (see ReplayConfig)
     prefix_caching: bool = True
+    #: the hybrid structure's byte budget (KV + states of the tree and running requests)
+    capacity_bytes: int | None = None
+    #: the model that sizes KV and states (hybrid structure)
+    model: str | None = None
 
     def replay_config(self) -> ReplayConfig:
         return ReplayConfig(
@@ -71,7 +75,16 @@ class EngineConfig:
         )
 
     def validate(self) -> None:
-        self.replay_config().validate()
+        if self.structure == "hybrid":
+            c = self.capacity_bytes
+            if isinstance(c, bool) or not isinstance(c, int) or c <= 0:
+                raise ConfigError(f"the hybrid structure needs capacity_bytes > 0, got {c!r}")
+            if self.model is None:
+                raise ConfigError("the hybrid structure needs a model (KV and state bytes)")
+            if not self.prefix_caching:
+                raise ConfigError("for the hybrid structure without caching use -p vanilla")
+        else:
+            self.replay_config().validate()
         for name in ("chunked_prefill", "closed_loop", "cache_while_running"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
@@ -129,13 +142,27 @@ def simulate(
     """
     config.validate()
     pol = make_policy(policy, config.structure) if isinstance(policy, str) else policy
-    layout = trace.block_layout(config.block_tokens, None, False, config.min_recompute_tokens)
+    hybrid = config.structure == "hybrid"
+    bt = config.block_tokens if config.block_tokens is not None or not hybrid else 16
+    layout = trace.block_layout(bt, None, False, config.min_recompute_tokens)
     if not config.prefix_caching:
         layout = without_lookups(layout)
     n = len(trace)
     hits = ReplayMetrics(n)
     obs: list[Observer] = [hits, *observers]
-    cache = build_cache(config.replay_config(), pol, layout, obs)
+    cache: Any
+    if hybrid:
+        from prefixlab.model.spec import get_model
+        from prefixlab.policies.hybrid import HybridPolicy
+        from prefixlab.runner.engine.hybrid import HybridEngineCache
+
+        if not isinstance(pol, HybridPolicy):
+            raise ConfigError(f"policy '{pol.spec()}' does not apply to the hybrid structure")
+        assert config.capacity_bytes is not None and config.model is not None
+        cache = HybridEngineCache(config.capacity_bytes, get_model(config.model), pol, trace,
+                                  layout.block_tokens)  # fmt: skip
+    else:
+        cache = build_cache(config.replay_config(), pol, layout, obs)
     if pol.needs_future:
         pol.prepare(layout)
     sched = Scheduler(
@@ -144,7 +171,8 @@ def simulate(
         max_num_batched_tokens=config.max_num_batched_tokens,
         chunked_prefill=config.chunked_prefill,
         observers=obs,
-        cache_while_running=config.cache_while_running,
+        # the hybrid tree takes a sequence when it finishes (states exist only there)
+        cache_while_running=config.cache_while_running and not hybrid,
     )  # fmt: skip
     run = _Run(trace, sched, timing, obs, config.closed_loop, check_every)
     start = time.perf_counter()

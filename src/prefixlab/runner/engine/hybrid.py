@@ -1,0 +1,194 @@
+"""The hybrid (KV + SSM state) cache behind the engine runner's scheduler.
+
+The scheduler speaks blocks (``match / acquire / grow / commit / release``); this adapter
+maps them onto one byte budget shared by the hybrid tree and the running requests:
+
+- a running request reserves the KV of the tokens it holds beyond its hit (``blocks x
+  block_tokens - hit`` tokens; the hit's KV is the tree's, locked while it runs) plus one
+  live recurrent state;
+- the tree may use what the reservations leave; reserving evicts from the tree with the
+  policy (the matched paths of running requests are locked);
+- when a request finishes, its reservation is returned and its input + output is admitted
+  to the tree with the policy's admission (Marconi's replay contract, at finish time). No
+  partial sequence is cached while a request runs: a state exists only where admission
+  put one, and Marconi saves them at the end of prefill and of decoding.
+
+A hit may cover the whole input (as in the replay contract): the prefill then computes
+nothing and the first token comes at the end of the step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab.cache.hybrid import HybridCache, HybridMatch, Node
+from prefixlab.errors import ConfigError
+from prefixlab.model.spec import ModelSpec
+from prefixlab.policies.hybrid import HybridPolicy
+from prefixlab.workload.trace import Trace
+
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(slots=True)
+class _View:
+    now: float = 0.0
+    request_index: int = 0
+
+
+@dataclass(slots=True)
+class HybridEngineMatch:
+    num_hit_blocks: int
+    num_hit_tokens: int
+    match: HybridMatch
+
+
+@dataclass(slots=True)
+class HybridHandle:
+    request: int
+    reserved: int  # bytes reserved for this request
+    match: HybridMatch
+    locked: list[Node] = field(default_factory=list)
+    open: bool = True
+
+
+class HybridEngineCache:
+    """Block-speaking facade over :class:`HybridCache` for the scheduler."""
+
+    def __init__(
+        self,
+        capacity_bytes: int,
+        model: ModelSpec,
+        policy: HybridPolicy,
+        trace: Trace,
+        block_tokens: int,
+    ) -> None:
+        if trace.input_tokens is None:
+            raise ConfigError(
+                "the hybrid structure needs token ids: a token-form trace, not block hashes"
+            )
+        self.total = capacity_bytes
+        self.tree = HybridCache(capacity_bytes, model, policy)
+        self.policy = policy
+        self.bt = block_tokens
+        self.kv = model.kv_bytes_per_token
+        self.state = self.tree.state
+        self.values, offsets = trace.sequence_tokens()
+        self.offs = offsets.tolist()
+        self.inputs = trace.input_length.tolist()
+        self.reserved = 0
+        self.view = _View()
+        per_block = self.bt * self.kv
+        self.capacity_blocks = (
+            max(0, (capacity_bytes - self.state) // per_block) if per_block else 1 << 62
+        )
+
+    # ------------------------------------------------------------------ helpers
+    def _input(self, r: int) -> I64:
+        return self.values[self.offs[r] : self.offs[r] + self.inputs[r]]
+
+    def _seq(self, r: int) -> I64:
+        return self.values[self.offs[r] : self.offs[r + 1]]
+
+    def _make_room(self, extra: int) -> bool:
+        """Evict until ``extra`` more reserved bytes fit next to the tree."""
+        over = self.tree.used + self.reserved + extra - self.total
+        if over > 0:
+            self.tree.now = self.view.now
+            self.policy.free(over)
+        return self.tree.used + self.reserved + extra <= self.total
+
+    # ------------------------------------------------------------------ the protocol
+    def match(self, keys: I64, lookup_end: int | None = None) -> HybridEngineMatch:
+        r = self.view.request_index
+        self.tree.now = self.view.now
+        m = self.tree.match(self._input(r))
+        hit = min(m.reusable, self.inputs[r])
+        return HybridEngineMatch(hit // self.bt, hit, m)
+
+    def acquire(self, m: HybridEngineMatch, num_blocks: int, keys: I64) -> HybridHandle | None:
+        r = self.view.request_index
+        handle = self._try_acquire(r, m, num_blocks)
+        if handle is None and m.num_hit_tokens and not self.reserved:
+            # Nothing else runs, yet the hit's locked path (its KV and the states along it)
+            # leaves too little room: take the request as a miss, so it can always run.
+            m.num_hit_tokens = m.num_hit_blocks = 0
+            m.match = dataclasses.replace(m.match, path=[], reusable=0, reuse_node=None)
+            handle = self._try_acquire(r, m, num_blocks)
+        return handle
+
+    def _try_acquire(self, r: int, m: HybridEngineMatch, num_blocks: int) -> HybridHandle | None:
+        tokens = max(0, num_blocks * self.bt - m.num_hit_tokens)
+        need = tokens * self.kv + self.state
+        path = [nd for nd in m.match.path if nd.end <= m.num_hit_tokens]
+        if m.match.reuse_node is not None and m.match.reuse_node not in path:
+            path.append(m.match.reuse_node)
+        for nd in path:  # the hit's KV and state stay while the request runs
+            nd.lock += 1
+            self.policy.changed(nd)
+        if not self._make_room(need):
+            for nd in path:
+                nd.lock -= 1
+                self.policy.changed(nd)
+            return None
+        self.reserved += need
+        if m.num_hit_tokens:
+            self.tree.now = self.view.now
+            self.policy.hit(m.match)
+        return HybridHandle(r, need, m.match, path)
+
+    def grow(self, handle: HybridHandle, num_blocks: int) -> HybridHandle | None:
+        need = num_blocks * self.bt * self.kv
+        if not self._make_room(need):
+            return None
+        self.reserved += need
+        handle.reserved += need
+        return handle
+
+    def commit(self, handle: HybridHandle | None, keys: I64, start: int) -> None:
+        """At the request's end: return its reservation, admit its sequence to the tree."""
+        if handle is None or not handle.open:
+            return
+        self._close(handle)
+        r = handle.request
+        self.tree.now = self.view.now
+        self.tree.capacity = self.total - self.reserved
+        try:
+            inp = self._input(r)
+            self.tree.admit(self._seq(r), len(inp), self.tree.match(inp))
+        finally:
+            self.tree.capacity = self.total
+
+    def release(self, handle: HybridHandle | None) -> None:
+        if handle is not None and handle.open:
+            self._close(handle)
+
+    def _close(self, handle: HybridHandle) -> None:
+        handle.open = False
+        self.reserved -= handle.reserved
+        for nd in handle.locked:
+            nd.lock -= 1
+            if nd.id in self.tree.nodes:
+                self.policy.changed(nd)
+                self.tree._normalize(nd)
+
+    # ------------------------------------------------------------------ checks
+    def check(self, handles: list[Any] | None = None) -> None:
+        """Tree invariants (locks allowed for running requests) and the byte budget."""
+        assert self.tree.used + self.reserved <= self.total, (
+            f"tree {self.tree.used} + reserved {self.reserved} > {self.total}"
+        )
+        if handles is not None:
+            held = sum(h.reserved for h in handles if isinstance(h, HybridHandle) and h.open)
+            assert held == self.reserved, f"reservations {held} != {self.reserved}"
+        locks = sum(nd.lock for nd in self.tree.nodes.values())
+        expected = sum(len(h.locked) for h in (handles or []) if isinstance(h, HybridHandle))
+        if handles is not None:
+            assert locks == expected, f"locks {locks} != held paths {expected}"
+        if not locks:
+            self.tree.check()
