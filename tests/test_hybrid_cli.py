@@ -106,8 +106,8 @@ def test_hybrid_sweep_rows(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("patch", "message"),
     [
-        ({"runner": {"kind": "engine"}, "model": {"name": "marconi-hybrid-7b",
-          "timing": ["tpot:s=0.02"]}}, "engine runner does not drive the hybrid cache yet"),
+        ({"runner": {"kind": "engine"}}, "needs model.timing, or model.name and model.gpu"),
+        ({"cache": {"structure": "hybrid", "capacities": ["0.5A"]}}, "model.gpu"),
         ({"model": {}}, "needs model.name"),
         ({"cache": {"structure": "hybrid", "capacities": ["0.5ws"]}}, "capacity is bytes"),
         ({"policies": ["lru"]}, "does not apply to the hybrid structure"),
