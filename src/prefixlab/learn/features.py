@@ -1,0 +1,121 @@
+"""LPC's features: what a conversation says about whether it will continue.
+
+For each request: the current user prompt and the previous ``history`` (4) user prompts of
+its conversation, cut to a ``token_budget`` (512, the embedder's input size) split evenly
+across those prompts, each taking half of its share from the head of the prompt and half
+from the tail; plus the turn count. Model replies are not used.
+
+The label of a request is whether its conversation continues after it (a later turn of
+the same session exists in the trace). Requests without a session are one-turn
+conversations: they never continue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab.errors import ConfigError
+from prefixlab.workload.tokenizers import Tokenizer, as_tokenizer
+from prefixlab.workload.trace import Trace
+
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureConfig:
+    history: int = 4
+    token_budget: int = 512
+
+    def validate(self) -> None:
+        for name in ("history", "token_budget"):
+            v = getattr(self, name)
+            low = 0 if name == "history" else 1
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise ConfigError(f"{name} must be an integer >= {low}, got {v!r}")
+        if self.token_budget < self.history + 1:
+            raise ConfigError(
+                f"token_budget {self.token_budget} cannot give each of {self.history + 1} "
+                "prompts a token"
+            )
+
+
+@dataclass(slots=True)
+class Features:
+    """Per request: the windowed prompt tokens (ragged), the turn count, the label."""
+
+    ids: I64
+    offsets: I64
+    turns: I64
+    labels: npt.NDArray[np.bool_]
+    sessions: list[str]
+
+    def __len__(self) -> int:
+        return int(self.turns.shape[0])
+
+    def tokens(self, i: int) -> I64:
+        return self.ids[self.offsets[i] : self.offsets[i + 1]]
+
+
+def conversations(trace: Trace) -> tuple[list[str], list[list[int]]]:
+    """Each request's conversation key, and every conversation's requests in turn order."""
+    keys = [s if s is not None else f"~{i}" for i, s in enumerate(trace.session_id)]
+    order: dict[str, list[int]] = {}
+    for i in np.lexsort((np.arange(len(trace)), trace.arrival_s)).tolist():
+        order.setdefault(keys[i], []).append(i)
+    return keys, list(order.values())
+
+
+def continuation_labels(trace: Trace) -> npt.NDArray[np.bool_]:
+    """True where the conversation has a later request."""
+    labels = np.zeros(len(trace), dtype=bool)
+    for rows in conversations(trace)[1]:
+        labels[rows[:-1]] = True
+    return labels
+
+
+def head_tail(ids: I64, share: int) -> I64:
+    """At most ``share`` tokens: the first ceil(share/2) and the last floor(share/2)."""
+    n = int(ids.shape[0])
+    if n <= share:
+        return ids
+    head = share - share // 2
+    tail = share // 2
+    return np.concatenate([ids[:head], ids[n - tail :]]) if tail else ids[:head]
+
+
+def build_features(
+    trace: Trace, tokenizer: str | Tokenizer = "llama3", config: FeatureConfig | None = None
+) -> Features:
+    """The windowed prompts of every request (oldest prompt first, current last)."""
+    cfg = config or FeatureConfig()
+    cfg.validate()
+    if trace.prompt_text is None or all(t is None for t in trace.prompt_text):
+        raise ConfigError(
+            f"{trace.name}: LPC needs the prompts' text (a text format such as sharegpt, or "
+            "the lpc generator); this trace has none"
+        )
+    tok = as_tokenizer(tokenizer)
+    texts = [t or "" for t in trace.prompt_text]
+    flat, offs = tok.encode_batch(texts)
+    per = [flat[offs[i] : offs[i + 1]] for i in range(len(texts))]
+    keys, convs = conversations(trace)
+    position = np.zeros(len(trace), dtype=np.int64)
+    prev: dict[int, list[int]] = {}
+    for rows in convs:
+        for j, r in enumerate(rows):
+            position[r] = j
+            prev[r] = rows[max(0, j - cfg.history) : j]
+    share = cfg.token_budget // (cfg.history + 1)
+    parts: list[I64] = []
+    lengths = np.zeros(len(trace), dtype=np.int64)
+    for r in range(len(trace)):
+        window = [head_tail(per[q], share) for q in [*prev[r], r]]
+        joined = np.concatenate(window) if window else np.zeros(0, dtype=np.int64)
+        parts.append(joined)
+        lengths[r] = joined.shape[0]
+    ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return Features(ids.astype(np.int64), offsets, position + 1, continuation_labels(trace), keys)

@@ -1,0 +1,265 @@
+"""LPC's continuation predictor: embedding + turn count -> P(the conversation continues).
+
+Training (scikit-learn, the ``learn`` extra): a 3-layer MLP (two hidden layers of 128 ReLU
+units, a sigmoid output), Adam at lr 5e-4, minibatches of 64, up to 20 epochs, binary
+cross-entropy with the minority class weighted up to balance the classes; the weights of
+the epoch with the lowest validation loss are kept. Conversations are split in halves by
+a seeded hash: one half trains (10% of it validates), the other evaluates, so no
+conversation is on both sides.
+
+Inference needs only numpy: the weights are exported (``.npz`` + JSON) and the forward
+pass is a few matrix products, so the simulator's ``lpc`` policy does not import sklearn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab.errors import ConfigError
+from prefixlab.learn.embedders import cached_embed, get_embedder
+from prefixlab.learn.features import FeatureConfig, Features, build_features
+from prefixlab.workload.trace import Trace
+
+F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+B = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class TrainConfig:
+    embedder: str = "hashed"
+    tokenizer: str = "llama3"
+    history: int = 4
+    token_budget: int = 512
+    hidden: int = 128
+    lr: float = 5e-4
+    epochs: int = 20
+    batch_size: int = 64
+    validation: float = 0.1
+    seed: int = 0
+
+    def features(self) -> FeatureConfig:
+        return FeatureConfig(self.history, self.token_budget)
+
+
+def split_conversations(sessions: list[str], seed: int, fraction: float = 0.5) -> B:
+    """True for the rows whose conversation falls in the first part (a seeded hash)."""
+    out = np.zeros(len(sessions), dtype=bool)
+    memo: dict[str, bool] = {}
+    for i, s in enumerate(sessions):
+        if s not in memo:
+            h = hashlib.blake2b(f"{seed}:{s}".encode(), digest_size=8).digest()
+            memo[s] = int.from_bytes(h, "little") / 2**64 < fraction
+        out[i] = memo[s]
+    return out
+
+
+def inputs(x: F32, turns: npt.NDArray[np.int64]) -> F32:
+    """The classifier's input: the embedding and log(1 + turn count)."""
+    t = np.log1p(turns.astype(np.float32))[:, None]
+    out: F32 = np.hstack([x, t]).astype(np.float32)
+    return out
+
+
+@dataclass(slots=True)
+class ContinuationPredictor:
+    """The exported MLP: ``(W, b)`` per layer, ReLU between, a sigmoid at the end."""
+
+    weights: list[F64]
+    biases: list[F64]
+    config: TrainConfig
+    threshold: float = 0.5
+    history: dict[str, Any] = field(default_factory=dict)
+
+    def predict_proba(self, x: F32) -> F64:
+        h = x.astype(np.float64)
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            h = h @ w + b
+            if i < len(self.weights) - 1:
+                np.maximum(h, 0.0, out=h)
+        z = h[:, 0]
+        out: F64 = 1.0 / (1.0 + np.exp(-z))
+        return out
+
+    def predict_trace(self, trace: Trace) -> F64:
+        """P(continue) for every request of a text-bearing trace."""
+        feats = build_features(trace, self.config.tokenizer, self.config.features())
+        emb = get_embedder(self.config.embedder)
+        texts = _texts(feats, self.config.tokenizer) if _needs_text(emb) else None
+        return self.predict_proba(inputs(cached_embed(emb, feats, texts), feats.turns))
+
+    # ------------------------------------------------------------------ files
+    def save(self, path: str | Path) -> Path:
+        """``PATH.npz`` (weights) and ``PATH.json`` (config, training history)."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        arrays = {f"w{i}": w for i, w in enumerate(self.weights)}
+        arrays.update({f"b{i}": b for i, b in enumerate(self.biases)})
+        np.savez(p.with_suffix(".npz"), **arrays)  # type: ignore[arg-type]
+        meta = {"config": asdict(self.config), "threshold": self.threshold,
+                "layers": len(self.weights), "history": self.history}  # fmt: skip
+        p.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        return p.with_suffix(".npz")
+
+    @classmethod
+    def load(cls, path: str | Path) -> ContinuationPredictor:
+        p = Path(path)
+        meta_path, npz_path = p.with_suffix(".json"), p.with_suffix(".npz")
+        if not meta_path.is_file() or not npz_path.is_file():
+            raise ConfigError(
+                f"{p}: no LPC model here (expected {npz_path.name} and {meta_path.name})"
+            )
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            data = np.load(npz_path)
+            n = int(meta["layers"])
+            weights = [data[f"w{i}"].astype(np.float64) for i in range(n)]
+            biases = [data[f"b{i}"].astype(np.float64) for i in range(n)]
+            config = TrainConfig(**meta["config"])
+        except (KeyError, TypeError, ValueError, OSError) as exc:
+            raise ConfigError(f"{p}: not a valid LPC model ({exc})") from None
+        return cls(weights, biases, config, float(meta.get("threshold", 0.5)),
+                   dict(meta.get("history", {})))  # fmt: skip
+
+
+def _needs_text(emb: object) -> bool:
+    return bool(getattr(emb, "needs_text", False))
+
+
+def _texts(feats: Features, tokenizer: str) -> list[str]:
+    from prefixlab.workload.tokenizers import as_tokenizer
+
+    tok = as_tokenizer(tokenizer)
+    decode = getattr(tok, "decode", None)
+    if decode is None:
+        raise ConfigError(f"tokenizer {tokenizer} cannot decode: text embedders need one that can")
+    return [decode(feats.tokens(i)) for i in range(len(feats))]
+
+
+def _bce(p: F64, y: B, w: F64) -> float:
+    p = np.clip(p, 1e-7, 1 - 1e-7)
+    yf = y.astype(np.float64)
+    loss = -(yf * np.log(p) + (1.0 - yf) * np.log(1 - p))
+    return float((loss * w).sum() / w.sum())
+
+
+def class_weights(y: B) -> F64:
+    """Per-row weights that balance the classes (the minority class weighs more)."""
+    pos = int(y.sum())
+    neg = int(y.shape[0] - pos)
+    if pos == 0 or neg == 0:
+        return np.ones(y.shape[0])
+    w_pos, w_neg = y.shape[0] / (2 * pos), y.shape[0] / (2 * neg)
+    out: F64 = np.where(y, w_pos, w_neg).astype(np.float64)
+    return out
+
+
+def train(trace: Trace, config: TrainConfig | None = None) -> tuple[ContinuationPredictor, B]:
+    """Train on one half of the conversations; returns the predictor and the train mask
+    (evaluate on ``~mask``)."""
+    cfg = config or TrainConfig()
+    try:
+        from sklearn.neural_network import MLPClassifier
+    except ImportError:
+        raise ConfigError(
+            "training LPC needs scikit-learn: pip install 'prefixlab[learn]'"
+        ) from None
+    feats = build_features(trace, cfg.tokenizer, cfg.features())
+    emb = get_embedder(cfg.embedder)
+    texts = _texts(feats, cfg.tokenizer) if _needs_text(emb) else None
+    x = inputs(cached_embed(emb, feats, texts), feats.turns)
+    y = feats.labels
+    train_mask = split_conversations(feats.sessions, cfg.seed)
+    val_mask = train_mask & split_conversations(feats.sessions, cfg.seed + 1, cfg.validation)
+    fit_mask = train_mask & ~val_mask
+    if fit_mask.sum() < 10 or val_mask.sum() < 2 or len(set(y[fit_mask].tolist())) < 2:
+        raise ConfigError(
+            f"{trace.name}: too few conversations to train on ({int(fit_mask.sum())} training "
+            "rows with both labels needed)"
+        )
+    xf, yf = x[fit_mask], y[fit_mask]
+    wf = class_weights(yf)
+    xv, yv = x[val_mask], y[val_mask]
+    wv = class_weights(yv)
+    clf = MLPClassifier(hidden_layer_sizes=(cfg.hidden, cfg.hidden), activation="relu",
+                        solver="adam", learning_rate_init=cfg.lr, batch_size=cfg.batch_size,
+                        random_state=cfg.seed, shuffle=True)  # fmt: skip
+    best: tuple[float, list[F64], list[F64], int] | None = None
+    losses = []
+    for epoch in range(cfg.epochs):
+        clf.partial_fit(xf, yf, classes=np.array([False, True]), sample_weight=wf)
+        pv = clf.predict_proba(xv)[:, 1]
+        loss = _bce(pv, yv, wv)
+        losses.append(loss)
+        if best is None or loss < best[0]:
+            best = (loss, [w.copy() for w in clf.coefs_], [b.copy() for b in clf.intercepts_],
+                    epoch + 1)  # fmt: skip
+    assert best is not None
+    history = {"val_loss": losses, "best_epoch": best[3], "train_rows": int(fit_mask.sum()),
+               "val_rows": int(val_mask.sum())}  # fmt: skip
+    pred = ContinuationPredictor(best[1], best[2], cfg, 0.5, history)
+    return pred, train_mask
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    mcc: float
+    f1_macro: float
+    turns_only_mcc: float
+    num_examples: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+def mcc(y: B, p: B) -> float:
+    tp = float(np.count_nonzero(y & p))
+    tn = float(np.count_nonzero(~y & ~p))
+    fp = float(np.count_nonzero(~y & p))
+    fn = float(np.count_nonzero(y & ~p))
+    den = math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+    return (tp * tn - fp * fn) / den if den else 0.0
+
+
+def f1_macro(y: B, p: B) -> float:
+    scores = []
+    for cls in (True, False):
+        tp = float(np.count_nonzero((y == cls) & (p == cls)))
+        fp = float(np.count_nonzero((y != cls) & (p == cls)))
+        fn = float(np.count_nonzero((y == cls) & (p != cls)))
+        scores.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
+    return sum(scores) / 2
+
+
+def turns_only(train_turns: npt.NDArray[np.int64], train_y: B,
+               test_turns: npt.NDArray[np.int64]) -> B:  # fmt: skip
+    """The ablation: the majority label of the training rows with the same turn count (the
+    overall majority for turn counts never seen)."""
+    overall = bool(train_y.mean() >= 0.5)
+    table: dict[int, bool] = {}
+    for t in np.unique(train_turns).tolist():
+        table[t] = bool(train_y[train_turns == t].mean() >= 0.5)
+    return np.array([table.get(t, overall) for t in test_turns.tolist()], dtype=bool)
+
+
+def evaluate(pred: ContinuationPredictor, trace: Trace, train_mask: B | None = None) -> Evaluation:
+    """MCC and macro-F1 on the rows outside ``train_mask`` (all rows when None), and the
+    turns-only ablation fitted on the training rows."""
+    feats = build_features(trace, pred.config.tokenizer, pred.config.features())
+    if train_mask is None:
+        train_mask = split_conversations(feats.sessions, pred.config.seed)
+    test = ~train_mask
+    prob = pred.predict_trace(trace)
+    y = feats.labels
+    guess = prob[test] >= pred.threshold
+    base = turns_only(feats.turns[train_mask], y[train_mask], feats.turns[test])
+    return Evaluation(mcc(y[test], guess), f1_macro(y[test], guess),
+                      mcc(y[test], base), int(test.sum()))  # fmt: skip
