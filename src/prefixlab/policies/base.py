@@ -102,6 +102,8 @@ class EvictionPolicy:
     reads_access_metadata: ClassVar[bool] = True
     #: wants to see the engine's waiting queue each step (``on_waiting``)
     uses_lookahead: ClassVar[bool] = False
+    #: reads the trace itself (``prepare_trace``): LPC's prompts and arrival times
+    needs_trace: ClassVar[bool] = False
 
     view: EntryView
 
@@ -111,6 +113,11 @@ class EvictionPolicy:
 
     def prepare(self, future: BlockLayout) -> None:
         """Receive the trace's block layout (only policies with ``needs_future`` use it)."""
+
+    def prepare_trace(self, trace: Any, clock: str) -> None:
+        """Receive the trace (only policies with ``needs_trace``). ``clock``: ``"arrival"``
+        (replay: the current request's arrival time is the time) or ``"view"`` (engine:
+        ``view.now`` is the simulated time)."""
 
     def on_insert(self, entries: I64) -> None: ...
     def on_access(self, entries: I64) -> None: ...

@@ -7,6 +7,7 @@ from prefixlab.policies import (  # noqa: F401
     hybrid,
     lecar,
     lfu,
+    lpc,
     lru,
     mru,
     opt,

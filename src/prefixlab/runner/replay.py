@@ -160,6 +160,8 @@ def replay(
     cache = build_cache(config, pol, layout, all_obs)
     if pol.needs_future:
         pol.prepare(layout)
+    if pol.needs_trace:
+        pol.prepare_trace(trace, "arrival")
     view = cache.view
     keys_all, offs = layout.keys, layout.key_offsets
     num_lookup = layout.num_lookup_blocks.tolist()

@@ -165,6 +165,8 @@ def simulate(
         cache = build_cache(config.replay_config(), pol, layout, obs)
     if pol.needs_future:
         pol.prepare(layout)
+    if pol.needs_trace:
+        pol.prepare_trace(trace, "view")
     sched = Scheduler(
         trace, layout, cache, pol,
         max_num_seqs=config.max_num_seqs,

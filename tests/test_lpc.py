@@ -1,0 +1,117 @@
+"""LPC's eviction policy (issue 7): the decay formula, max-pooling, victims, and the win."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from prefixlab.errors import ConfigError
+from prefixlab.policies.base import make_policy
+from prefixlab.policies.lpc import decayed
+from prefixlab.runner.replay import ReplayConfig, replay
+from prefixlab.workload.generators import GENERATORS
+from prefixlab.workload.trace import Request, Trace
+
+
+def test_decay_formula_exact() -> None:
+    # p = 0.8, idle 100 s, scale 1e-2: d = e^-1; p_cur = 0.8 e^-1 / (0.8 e^-1 + 0.2)
+    d = math.exp(-1.0)
+    assert float(decayed(0.8, 100.0, 1e-2)) == pytest.approx(0.8 * d / (0.8 * d + 0.2), rel=1e-15)
+    assert float(decayed(0.8, 0.0, 1e-2)) == pytest.approx(0.8)  # no idle time, no decay
+    assert float(decayed(1.0, 1e6, 1e-2)) == 1.0  # certainty never decays
+    assert float(decayed(0.0, 5.0, 1e-2)) == 0.0
+    # odds shrink by exactly d
+    p, q = 0.3, float(decayed(0.3, 50.0, 2e-2))
+    assert (q / (1 - q)) / (p / (1 - p)) == pytest.approx(math.exp(-1.0), rel=1e-12)
+    # arrays, elementwise
+    out = decayed(np.array([0.5, 0.9]), np.array([0.0, 100.0]), 1e-2)
+    assert out.tolist() == pytest.approx([0.5, 0.9 * d / (0.9 * d + 0.1)])
+
+
+def _trace(rows: list[tuple[float, str, list[int]]]) -> Trace:
+    """(arrival, session, input token ids); one output token each, no ids."""
+    reqs = [Request(arrival_s=a, input_length=len(toks), output_length=1, session_id=s,
+                    input_tokens=toks) for a, s, toks in rows]  # fmt: skip
+    return Trace.from_requests(reqs)
+
+
+def test_max_pooling_and_latest_access() -> None:
+    """A block shared by two conversations keeps the larger probability and the later time."""
+    trace = _trace([(0.0, "a", [1, 2, 3, 4, 5]), (10.0, "b", [1, 2, 3, 4, 9]),
+                    (20.0, "a", [1, 2, 3, 4, 5, 6, 7, 8, 9])])  # fmt: skip
+    pol = make_policy("lpc-oracle", "block")
+    res = replay(trace, pol, ReplayConfig(capacity_blocks=64, block_tokens=2,
+                                          min_recompute_tokens=0))  # fmt: skip
+    # block [1,2] (and [3,4]) was stored by a (p=1: a continues) and reused by b (p=0: b ends)
+    # at t=10, then by a again at t=20: max(1, 0) = 1, latest access 20
+    key_entries = np.flatnonzero(pol.p > 0)
+    assert res.metrics["num_hit_tokens"] == 4 + 4
+    assert set(pol.t[key_entries].tolist()) <= {0.0, 10.0, 20.0}
+    shared = [e for e in range(pol.p.shape[0]) if pol.view.hits[e] >= 2]
+    assert shared and all(pol.p[e] == 1.0 and pol.t[e] == 20.0 for e in shared)
+
+
+def test_hand_computed_victims() -> None:
+    """Two finished one-block conversations: x (continues, p=1) and y (ends, p=0). A third
+    request needs room: y's block goes, whatever the recency."""
+    trace = _trace([(0.0, "x", [1, 1]), (5.0, "y", [2, 2]), (6.0, "z", [3, 3]),
+                    (7.0, "x", [1, 1, 4, 4])])  # fmt: skip
+    # capacity 3 blocks of 2 tokens; each request holds ceil((2+1)/2) = 2 blocks while it runs
+    res_oracle = replay(trace, "lpc-oracle", ReplayConfig(capacity_blocks=3, block_tokens=2,
+                                                          min_recompute_tokens=0))  # fmt: skip
+    res_lru = replay(trace, "lru", ReplayConfig(capacity_blocks=3, block_tokens=2,
+                                                min_recompute_tokens=0))  # fmt: skip
+    # oracle keeps x's [1,1] (x continues) and the last request hits it; LRU evicted it first
+    assert res_oracle.hit_tokens.tolist() == [0, 0, 0, 2]
+    assert res_lru.hit_tokens.tolist() == [0, 0, 0, 0]
+
+
+def test_lpc_needs_a_model_and_text(tmp_path: Path) -> None:
+    trace = GENERATORS["lpc"].fn(num_conversations=20)
+    with pytest.raises(ConfigError, match="needs model=PATH"):
+        replay(trace, "lpc", ReplayConfig(capacity_blocks=500, block_tokens=16))
+    with pytest.raises(ConfigError, match="no LPC model here"):
+        replay(trace, f"lpc:model={tmp_path / 'none'}", ReplayConfig(500, block_tokens=16))
+    with pytest.raises(ConfigError, match="scale must be a finite number"):
+        make_policy("lpc-oracle:scale=-1")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    pytest.importorskip("sklearn")
+    from prefixlab.learn.predictor import TrainConfig, train
+
+    trace = GENERATORS["lpc"].fn(num_conversations=1500, seed=0)
+    pred, _ = train(trace, TrainConfig(epochs=8))
+    return str(pred.save(tmp_path_factory.mktemp("lpc") / "model").with_suffix(""))
+
+
+def test_lpc_beats_lru_and_oracle_bounds_it(model: str) -> None:
+    """The LPC workload (lambda_chat 100 s, N_conv 200) on a different seed than training:
+    at five cache sizes, lpc > lru and lpc-oracle >= lpc."""
+    trace = GENERATORS["lpc"].fn(num_conversations=800, seed=7)
+    ws = trace.block_layout(16).num_distinct_keys
+    for frac in (0.05, 0.1, 0.2, 0.3, 0.4):
+        cfg = ReplayConfig(capacity_blocks=int(frac * ws), block_tokens=16)
+        hit = {p.split(":")[0]: replay(trace, p, cfg).metrics["token_hit_ratio"]
+               for p in ("lru", f"lpc:model={model}", "lpc-oracle")}  # fmt: skip
+        assert hit["lpc"] > hit["lru"], (frac, hit)
+        assert hit["lpc-oracle"] >= hit["lpc"], (frac, hit)
+
+
+def test_lpc_is_deterministic_and_runs_in_the_engine(model: str) -> None:
+    from prefixlab.model.timing import make_timing
+    from prefixlab.runner.engine import EngineConfig, simulate
+
+    trace = GENERATORS["lpc"].fn(num_conversations=150, seed=3)
+    cfg = ReplayConfig(capacity_blocks=800, block_tokens=16)
+    a = replay(trace, f"lpc:model={model}", cfg, check_every=5)
+    b = replay(trace, f"lpc:model={model}", cfg)
+    assert np.array_equal(a.hit_tokens, b.hit_tokens)
+    timing = make_timing(["power:preset=llama-3.1-8b-h100", "tpot:s=0.02"])
+    eng = simulate(trace, f"lpc:model={model}", EngineConfig(800, block_tokens=16), timing,
+                   check_every=10)  # fmt: skip
+    assert eng.metrics["token_hit_ratio"] > 0
