@@ -147,3 +147,29 @@ def test_load_errors(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(ConfigError, match="not a valid LPC model"):
         ContinuationPredictor.load(tmp_path / "bad")
+
+
+def test_lpc_cli_train_and_eval(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from prefixlab.cli import app
+
+    pytest.importorskip("sklearn")
+    runner = CliRunner()
+    out = tmp_path / "m"
+    res = runner.invoke(app, ["lpc", "train", "gen:lpc:num_conversations=500", "-o", str(out),
+                              "--epochs", "4", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    trained = json.loads(res.stdout)
+    assert trained["mcc"] > trained["turns_only_mcc"] and (tmp_path / "m.npz").is_file()
+    res = runner.invoke(app, ["lpc", "eval", "gen:lpc:num_conversations=300,seed=5",
+                              "--model", str(out), "--all", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    ev = json.loads(res.stdout)
+    assert set(ev) == {"mcc", "f1_macro", "turns_only_mcc", "num_examples"}
+    assert ev["num_examples"] == len(GENERATORS["lpc"].fn(num_conversations=300, seed=5))
+    assert ev["mcc"] >= 0.3
+    bad = runner.invoke(app, ["lpc", "eval", "gen:sessions:num_sessions=3", "--model", str(out)])
+    assert bad.exit_code == 2 and "needs the prompts' text" in bad.output

@@ -243,23 +243,28 @@ def turns_only(train_turns: npt.NDArray[np.int64], train_y: B,
                test_turns: npt.NDArray[np.int64]) -> B:  # fmt: skip
     """The ablation: the majority label of the training rows with the same turn count (the
     overall majority for turn counts never seen)."""
-    overall = bool(train_y.mean() >= 0.5)
+    overall = bool(train_y.mean() >= 0.5) if train_y.shape[0] else False
     table: dict[int, bool] = {}
     for t in np.unique(train_turns).tolist():
         table[t] = bool(train_y[train_turns == t].mean() >= 0.5)
     return np.array([table.get(t, overall) for t in test_turns.tolist()], dtype=bool)
 
 
-def evaluate(pred: ContinuationPredictor, trace: Trace, train_mask: B | None = None) -> Evaluation:
-    """MCC and macro-F1 on the rows outside ``train_mask`` (all rows when None), and the
-    turns-only ablation fitted on the training rows."""
+def evaluate(
+    pred: ContinuationPredictor, trace: Trace, train_mask: B | None = None, all_rows: bool = False
+) -> Evaluation:
+    """MCC and macro-F1 on the rows outside ``train_mask`` (default: the seeded split's
+    held-out half), and the turns-only ablation fitted on the training rows. ``all_rows``
+    scores every request (a trace the model never saw); the ablation is then fitted on
+    all of them too, in sample, which flatters it."""
     feats = build_features(trace, pred.config.tokenizer, pred.config.features())
     if train_mask is None:
         train_mask = split_conversations(feats.sessions, pred.config.seed)
-    test = ~train_mask
+    test = np.ones(len(feats), dtype=bool) if all_rows else ~train_mask
+    fit = test if all_rows else train_mask
     prob = pred.predict_trace(trace)
     y = feats.labels
     guess = prob[test] >= pred.threshold
-    base = turns_only(feats.turns[train_mask], y[train_mask], feats.turns[test])
+    base = turns_only(feats.turns[fit], y[fit], feats.turns[test])
     return Evaluation(mcc(y[test], guess), f1_macro(y[test], guess),
                       mcc(y[test], base), int(test.sum()))  # fmt: skip

@@ -1,0 +1,81 @@
+"""CLI commands of learned prefix caching: ``lpc train`` and ``lpc eval``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from prefixlab.cli_common import FormatOpt, TraceArg, console, fail, with_loader_options
+from prefixlab.errors import PrefixlabError
+from prefixlab.learn.predictor import ContinuationPredictor, TrainConfig, evaluate, train
+from prefixlab.workload.sources import open_trace
+
+lpc_app = typer.Typer(no_args_is_help=True, help="Learned prefix caching: train, evaluate.")
+
+
+@with_loader_options
+def train_cmd(
+    trace: TraceArg,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Model path (writes .npz, .json).")],
+    fmt: FormatOpt = "native",
+    embedder: Annotated[str, typer.Option(help="hashed[:dim=384], st:PATH or minilm.")] = "hashed",
+    epochs: Annotated[int, typer.Option(min=1, help="Epochs at most.")] = 20,
+    seed: Annotated[int, typer.Option(min=0, help="Split and training seed.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    load: dict[str, Any] | None = None,
+) -> None:
+    """Train the continuation predictor on half of the conversations; report the other half."""
+    try:
+        tr = open_trace(trace, fmt, **(load or {}))
+        cfg = TrainConfig(embedder=embedder, epochs=epochs, seed=seed)
+        pred, mask = train(tr, cfg)
+        path = pred.save(out)
+        ev = evaluate(pred, tr, mask)
+    except PrefixlabError as exc:
+        fail(str(exc))
+        return
+    result = {**ev.as_dict(), "model": str(path), "best_epoch": pred.history["best_epoch"]}
+    if as_json:
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        return
+    console().print(
+        f"model: {path} (best epoch {result['best_epoch']})\n"
+        f"held-out conversations: MCC {ev.mcc:.3f}, macro-F1 {ev.f1_macro:.3f}, "
+        f"turns-only MCC {ev.turns_only_mcc:.3f} ({ev.num_examples:,} requests)"
+    )
+
+
+@with_loader_options
+def eval_cmd(
+    trace: TraceArg,
+    model: Annotated[Path, typer.Option(help="A model from `prefixlab lpc train`.")],
+    fmt: FormatOpt = "native",
+    all_rows: Annotated[
+        bool, typer.Option("--all", help="Score every request (a trace not used in training).")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    load: dict[str, Any] | None = None,
+) -> None:
+    """MCC and macro-F1 of a trained predictor (default: the conversations it did not train on)."""
+    try:
+        pred = ContinuationPredictor.load(model)
+        tr = open_trace(trace, fmt, **(load or {}))
+        ev = evaluate(pred, tr, None, all_rows=all_rows)
+    except PrefixlabError as exc:
+        fail(str(exc))
+        return
+    if as_json:
+        sys.stdout.write(json.dumps(ev.as_dict(), indent=2) + "\n")
+        return
+    console().print(f"MCC {ev.mcc:.3f}, macro-F1 {ev.f1_macro:.3f}, turns-only MCC "
+                    f"{ev.turns_only_mcc:.3f} ({ev.num_examples:,} requests)")  # fmt: skip
+
+
+def register(app: typer.Typer) -> None:
+    lpc_app.command("train")(train_cmd)
+    lpc_app.command("eval")(eval_cmd)
+    app.add_typer(lpc_app, name="lpc")
