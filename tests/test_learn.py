@@ -173,3 +173,33 @@ def test_lpc_cli_train_and_eval(tmp_path: Path) -> None:
     assert ev["mcc"] >= 0.3
     bad = runner.invoke(app, ["lpc", "eval", "gen:sessions:num_sessions=3", "--model", str(out)])
     assert bad.exit_code == 2 and "needs the prompts' text" in bad.output
+
+
+def test_sharegpt_file_end_to_end(tmp_path: Path) -> None:
+    """A ShareGPT-shaped file (the real datasets' layout) through `lpc train` and `lpc eval`:
+    the loader, the tokenizer, the features and the predictor, with no generator in between."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from prefixlab.cli import app
+
+    pytest.importorskip("sklearn")
+    source = GENERATORS["lpc"].fn(num_conversations=500, seed=4)
+    convs: dict[str, list[dict[str, str]]] = {}
+    for s, text in zip(source.session_id, source.prompt_text or [], strict=True):
+        turns = convs.setdefault(str(s), [])
+        turns += [{"from": "human", "value": text or ""}, {"from": "gpt", "value": "Sure."}]
+    data = [{"id": k, "conversations": v} for k, v in convs.items()]
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(data))
+    runner = CliRunner()
+    res = runner.invoke(app, ["lpc", "train", str(path), "--format", "sharegpt", "-o",
+                              str(tmp_path / "m"), "--epochs", "4", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    # every conversation of the file, one request per human turn
+    assert out["num_examples"] < len(source) and out["mcc"] > out["turns_only_mcc"]
+    res = runner.invoke(app, ["lpc", "eval", str(path), "--format", "sharegpt", "--model",
+                              str(tmp_path / "m"), "--json"])  # fmt: skip
+    assert res.exit_code == 0 and json.loads(res.stdout)["mcc"] == out["mcc"]
