@@ -164,8 +164,8 @@ class HybridCache:
             reusable, reuse_node = matched, partial  # KV slices: a partial edge is reusable
         return HybridMatch(path, partial, partial_len, matched, reusable, reuse_node)
 
-    def lookup(self, input_tokens: I64) -> HybridMatch:
-        """Match a request's input and touch what it reuses (the policy says what)."""
+    def reuse(self, input_tokens: I64) -> HybridMatch:
+        """What a request's input can reuse, without touching anything."""
         m = self.match(input_tokens)
         if not self.has_state and self.policy.admission == "all-blocks":
             # vLLM+ on a Transformer: KV is reused in whole blocks, as vLLM does
@@ -173,6 +173,11 @@ class HybridCache:
             m.reusable -= m.reusable % b
             if m.partial is not None and m.reusable <= m.matched - m.partial_len:
                 m.reuse_node = m.path[-1] if m.path and m.reusable else None
+        return m
+
+    def lookup(self, input_tokens: I64) -> HybridMatch:
+        """Match a request's input and touch what it reuses (the policy says what)."""
+        m = self.reuse(input_tokens)
         if m.reusable:
             self.policy.hit(m)
         return m

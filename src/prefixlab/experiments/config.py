@@ -56,7 +56,7 @@ def parse_bytes(text: str) -> int | None:
     m = _BYTES.match(text.strip())
     if m is None:
         return None
-    return int(float(m.group("n")) * _UNITS[m.group("unit")])
+    return round(float(m.group("n")) * _UNITS[m.group("unit")])
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +250,10 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
                           _int(r, "max_num_batched_tokens", "runner", 8192), **flags)  # fmt: skip
     if structure == "hybrid":
         _check_hybrid(capacities, model)
+        if not runner.prefix_caching:
+            raise ConfigError(
+                "runner.prefix_caching = false: for the hybrid cache use the 'vanilla' policy"
+            )
     elif any(isinstance(x, str) and parse_bytes(x) for x in capacities) and not model.name:
         raise ConfigError("a capacity in bytes needs model.name (for the KV bytes per block)")
     if kind == "engine" and cache.cache_partial:

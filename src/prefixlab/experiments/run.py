@@ -426,6 +426,22 @@ def _requests(
     return out
 
 
+def _check_hybrid_size(cfg: ExperimentConfig, cell: Cell, size: int) -> None:
+    """A hybrid capacity must hold at least one state and one block of KV: a smaller one
+    (blocks written where bytes are meant, say) would reject every request silently."""
+    from prefixlab.model.spec import get_model
+
+    assert cfg.model.name is not None
+    spec = get_model(cfg.model.name)
+    least = spec.state_bytes_per_checkpoint + 32 * spec.kv_bytes_per_token
+    if size < least:
+        raise ConfigError(
+            f"cache.capacities[{cell.capacity_index}] = {cell.capacity!r}: {size:,} bytes "
+            f"cannot hold one state and one block of {spec.name} ({least:,} B); the hybrid "
+            "cache's capacities are bytes ('40GB')"
+        )
+
+
 def check_cells(cfg: ExperimentConfig, cells: list[Cell]) -> None:
     """Build each (variant, seed) trace once and resolve every capacity, so an impossible
     capacity or a broken workload fails before anything runs."""
@@ -440,7 +456,8 @@ def check_cells(cfg: ExperimentConfig, cells: list[Cell]) -> None:
             from prefixlab.experiments.config import resolve_capacity_bytes
 
             assert cfg.model.name is not None
-            resolve_capacity_bytes(cell.capacity, cfg.model.name, cfg.model.gpu)
+            size = resolve_capacity_bytes(cell.capacity, cfg.model.name, cfg.model.gpu)
+            _check_hybrid_size(cfg, cell, size)
             if trace.input_tokens is None:
                 raise ConfigError(f"{trace.name}: the hybrid structure needs token ids")
             continue

@@ -61,7 +61,8 @@ class Features:
 
 def conversations(trace: Trace) -> tuple[list[str], list[list[int]]]:
     """Each request's conversation key, and every conversation's requests in turn order."""
-    keys = [s if s is not None else f"~{i}" for i, s in enumerate(trace.session_id)]
+    # a request without a session is its own conversation (a NUL never appears in ids)
+    keys = [s if s is not None else f"\0request-{i}" for i, s in enumerate(trace.session_id)]
     order: dict[str, list[int]] = {}
     for i in np.lexsort((np.arange(len(trace)), trace.arrival_s)).tolist():
         order.setdefault(keys[i], []).append(i)

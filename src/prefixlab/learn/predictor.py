@@ -86,7 +86,7 @@ class ContinuationPredictor:
             if i < len(self.weights) - 1:
                 np.maximum(h, 0.0, out=h)
         z = h[:, 0]
-        out: F64 = 1.0 / (1.0 + np.exp(-z))
+        out: F64 = 0.5 * (1.0 + np.tanh(0.5 * z))  # the logistic, without exp overflow
         return out
 
     def predict_trace(self, trace: Trace) -> F64:

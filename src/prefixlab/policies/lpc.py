@@ -104,7 +104,15 @@ class _LPCBase(PriorityPolicy):
         self.t[entries] = np.maximum(self.t[entries], self.now())
         super().on_access(entries)
 
-    on_update = on_access
+    def on_update(self, entries: I64) -> None:
+        """Changed without an access (a duplicate dropped, ...): re-rank, credit nothing."""
+        PriorityPolicy.on_access(self, entries)
+
+    def on_split(self, upper: int, lower: int) -> None:
+        """The new upper part inherits the lower part's probability and time (the request
+        that split it is credited only if it reuses it: that is an access)."""
+        self.p[upper] = self.p[lower]
+        self.t[upper] = self.t[lower]
 
     def on_remove(self, entries: I64) -> None:
         super().on_remove(entries)

@@ -96,18 +96,26 @@ class HybridEngineCache:
         return self.values[self.offs[r] : self.offs[r + 1]]
 
     def _make_room(self, extra: int) -> bool:
-        """Evict until ``extra`` more reserved bytes fit next to the tree."""
+        """Evict until ``extra`` more reserved bytes fit next to the tree. If they cannot
+        fit even with every unlocked node gone, evict nothing and say so (a refused request
+        leaves the cache as it was)."""
         over = self.tree.used + self.reserved + extra - self.total
-        if over > 0:
-            self.tree.now = self.view.now
-            self.policy.free(over)
+        if over <= 0:
+            return True
+        # Locked nodes are running requests' hit paths with their ancestors; every other
+        # node lies in a lock-free subtree, so evicting it frees all its bytes.
+        pinned = sum(self.tree.node_bytes(nd) for nd in self.tree.iter_nodes() if nd.lock)
+        if pinned + self.reserved + extra > self.total:
+            return False
+        self.tree.now = self.view.now
+        self.policy.free(over)
         return self.tree.used + self.reserved + extra <= self.total
 
     # ------------------------------------------------------------------ the protocol
     def match(self, keys: I64, lookup_end: int | None = None) -> HybridEngineMatch:
         r = self.view.request_index
         self.tree.now = self.view.now
-        m = self.tree.match(self._input(r))
+        m = self.tree.reuse(self._input(r))
         hit = min(m.reusable, self.inputs[r])
         return HybridEngineMatch(hit // self.bt, hit, m)
 
