@@ -69,3 +69,19 @@ def test_marconi_page_commands_run(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     got = next(r for r in rows if r["policy"] == "marconi:alpha=1" and r["capacity"] == "10GB")
     assert f"{got['token_hit_ratio']:.3f}" == "0.666"
     assert "| 10 | 0.213 | 0.612 | 0.657 | 0.666 | 3.1x | +8.8% |" in MARCONI.read_text()
+
+
+def test_lpc_page_commands_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("sklearn")
+    monkeypatch.chdir(tmp_path)
+    page = ROOT / "docs" / "lpc.md"
+    blocks = re.findall(r"```bash\n(.*?)```", page.read_text(), flags=re.S)
+    cmds = [
+        ln.strip() for b in blocks for ln in b.splitlines() if ln.strip().startswith("prefixlab ")
+    ]
+    assert [c.split()[1] for c in cmds] == ["lpc", "lpc", "replay"]
+    runner = CliRunner()
+    for cmd in cmds:
+        result = runner.invoke(app, shlex.split(cmd)[1:])
+        assert result.exit_code == 0, f"{cmd}\n{result.output}"
+    assert (tmp_path / "lpc-model.npz").is_file()

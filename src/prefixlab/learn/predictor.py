@@ -80,9 +80,10 @@ class ContinuationPredictor:
     history: dict[str, Any] = field(default_factory=dict)
 
     def predict_proba(self, x: F32) -> F64:
-        h = x.astype(np.float64)
+        h: Any = x  # float32 rows times float64 weights: float64 activations, no copy
         for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-            h = h @ w + b
+            h = h @ w
+            h += b
             if i < len(self.weights) - 1:
                 np.maximum(h, 0.0, out=h)
         z = h[:, 0]
