@@ -25,9 +25,9 @@ from prefixlab.cli_common import (
     TraceArg,
     block_tokens_of,
     console,
+    each_policy,
     fail,
     make_policies,
-    progress_bar,
     resolve_capacity_blocks,
     with_loader_options,
 )
@@ -152,12 +152,7 @@ def replay_cmd(
         policies = make_policies(policy, structure)
         if per_request is not None and not per_request.parent.resolve().is_dir():
             raise ConfigError(f"--per-request: folder {per_request.parent} does not exist")
-        results = []
-        with progress_bar("policies", quiet) as advance:
-            for i, pol in enumerate(policies):
-                if advance is not None:
-                    advance(i, len(policies), pol.spec())
-                results.append(replay(tr, pol, config))
+        results = each_policy(policies, lambda pol: replay(tr, pol, config), quiet)
         written = _write_per_request(per_request, results) if per_request else []
     except PrefixlabError as exc:
         fail(str(exc))
@@ -199,12 +194,7 @@ def _replay_hybrid_cmd(
         if per_request is not None and not per_request.parent.resolve().is_dir():
             raise ConfigError(f"--per-request: folder {per_request.parent} does not exist")
         tr = open_trace(trace, fmt, **load)
-        results = []
-        with progress_bar("policies", quiet) as advance:
-            for i, pol in enumerate(policies):
-                if advance is not None:
-                    advance(i, len(policies), pol.spec())
-                results.append(replay_hybrid(tr, pol, config))
+        results = each_policy(policies, lambda pol: replay_hybrid(tr, pol, config), quiet)
         written = _write_per_request(per_request, results) if per_request else []
     except PrefixlabError as exc:
         fail(str(exc))

@@ -57,6 +57,22 @@ def progress_bar(what: str, quiet: bool = False) -> Iterator[Advance | None]:
         yield advance
 
 
+R = typing.TypeVar("R")
+
+
+def each_policy(
+    policies: list[EvictionPolicy], run: Callable[[EvictionPolicy], R], quiet: bool
+) -> list[R]:
+    """``run`` for each policy, in order, with a progress bar over the policies."""
+    results = []
+    with progress_bar("policies", quiet) as advance:
+        for i, pol in enumerate(policies):
+            if advance is not None:
+                advance(i, len(policies), pol.spec())
+            results.append(run(pol))
+    return results
+
+
 # Options shared by several commands.
 TraceArg = Annotated[str, typer.Argument(help="Trace file, or gen:NAME[:k=v,...] to generate.")]
 FormatOpt = Annotated[
