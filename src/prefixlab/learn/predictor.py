@@ -201,8 +201,9 @@ def train(trace: Trace, config: TrainConfig | None = None) -> tuple[Continuation
         loss = _bce(pv, yv, wv)
         losses.append(loss)
         if best is None or loss < best[0]:
-            best = (loss, [w.copy() for w in clf.coefs_], [b.copy() for b in clf.intercepts_],
-                    epoch + 1)  # fmt: skip
+            # float64 copies: the same numbers a saved and reloaded model computes with
+            best = (loss, [w.astype(np.float64) for w in clf.coefs_],
+                    [b.astype(np.float64) for b in clf.intercepts_], epoch + 1)  # fmt: skip
     assert best is not None
     history = {"val_loss": losses, "best_epoch": best[3], "train_rows": int(fit_mask.sum()),
                "val_rows": int(val_mask.sum())}  # fmt: skip
