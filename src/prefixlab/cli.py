@@ -158,16 +158,45 @@ def replay_cmd(
         fail(str(exc))
         return
     rows = [r.as_dict() for r in results]
+    _print_replay(rows, as_json, _result_table, [], tr, written)
+
+
+def _print_replay(
+    rows: list[dict[str, Any]],
+    as_json: bool,
+    table: Callable[[list[dict[str, Any]]], Table],
+    notes: list[str],
+    tr: Trace,
+    written: list[Path],
+) -> None:
+    """What ``replay`` prints: one JSON list, or the table, notes, trace and files."""
     if as_json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return
     out = console()
-    out.print(_result_table(rows))
-    out.print(
-        f"trace: {tr.name} ({len(tr):,} requests, {int(tr.input_length.sum()):,} input tokens)"
-    )
+    out.print(table(rows))
+    for line in notes:
+        out.print(line)
+    total = int(tr.input_length.sum())
+    out.print(f"trace: {tr.name} ({len(tr):,} requests, {total:,} input tokens)")
     for path in written:
         out.print(f"per-request detail: {path}")
+
+
+def _hybrid_table(rows: list[dict[str, Any]]) -> Table:
+    gb = rows[0]["capacity_bytes"] / 1e9
+    table = Table(title=f"hybrid cache replay ({rows[0]['model']}, {gb:,.1f} GB)")
+    cols = [("policy", "policy", "{}"), ("token_hit_ratio", "token hit", "{:.4f}"),
+            ("request_hit_ratio", "request hit", "{:.4f}"),
+            ("flops_saved_ratio", "FLOPs saved", "{:.1%}"),
+            ("num_checkpoints_written", "states written", "{:,}"),
+            ("num_evicted_nodes", "evictions", "{:,}"),
+            ("elapsed_s", "time (s)", "{:.2f}")]  # fmt: skip
+    for _, title, _ in cols:
+        table.add_column(title, justify="left" if title == "policy" else "right")
+    for row in rows:
+        table.add_row(*(f.format(row[k]) for k, _, f in cols))
+    return table
 
 
 def _replay_hybrid_cmd(
@@ -200,31 +229,9 @@ def _replay_hybrid_cmd(
         fail(str(exc))
         return
     rows = [r.as_dict() for r in results]
-    if as_json:
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
-        return
-    out = console()
-    table = Table(title=f"hybrid cache replay ({rows[0]['model']}, {capacity_bytes / 1e9:,.1f} GB)")
-    cols = [("policy", "policy", "{}"), ("token_hit_ratio", "token hit", "{:.4f}"),
-            ("request_hit_ratio", "request hit", "{:.4f}"),
-            ("flops_saved_ratio", "FLOPs saved", "{:.1%}"),
-            ("num_checkpoints_written", "states written", "{:,}"),
-            ("num_evicted_nodes", "evictions", "{:,}"),
-            ("elapsed_s", "time (s)", "{:.2f}")]  # fmt: skip
-    for _, title, _ in cols:
-        table.add_column(title, justify="left" if title == "policy" else "right")
-    for row in rows:
-        table.add_row(*(f.format(row[k]) for k, _, f in cols))
-    out.print(table)
-    for row in rows:
-        if "alpha_history" in row:
-            out.print(f"{row['policy']}: alpha tuned to {row['alpha']:g} "
-                      f"(after request {row['alpha_history'][0][0]})")  # fmt: skip
-    out.print(
-        f"trace: {tr.name} ({len(tr):,} requests, {int(tr.input_length.sum()):,} input tokens)"
-    )
-    for path in written:
-        out.print(f"per-request detail: {path}")
+    notes = [f"{r['policy']}: alpha tuned to {r['alpha']:g} (after request "
+             f"{r['alpha_history'][0][0]})" for r in rows if "alpha_history" in r]  # fmt: skip
+    _print_replay(rows, as_json, _hybrid_table, notes, tr, written)
 
 
 def policies_markdown() -> str:

@@ -373,8 +373,8 @@ def _hit_vs_capacity(res: Results) -> FigureSpec:
     axes[0].set_ylabel("token hit ratio")
     caption = (
         f"Token hit ratio, one line per policy ({_seeds_note(res)}); x is the cache "
-        "size in blocks (the mean over seeds where a size is a fraction of each seed's "
-        "working set)."
+        f"size in {res.size_unit} (the mean over seeds where a size is a fraction of each "
+        "seed's working set)."
     )
     if len(chosen) < len(res.variants):
         caption += f" {len(chosen)} of {len(res.variants)} variants, evenly chosen."
@@ -548,7 +548,7 @@ def _size_for_target(res: Results) -> FigureSpec | None:
         f"Cache size each policy needs to reach a token hit ratio of {fractions} of the best "
         f"any policy reached, read off its hit-ratio curve ({curve}, made monotone, linear "
         "between swept sizes). Lighter bars: below the smallest swept size, interpolated from "
-        "zero blocks and zero hits. Hatched bars at the largest swept size: not reached."
+        "an empty cache and zero hits. Hatched bars at the largest swept size: not reached."
     )
     if len(chosen) < len(res.variants):
         caption += f" {len(chosen)} of {len(res.variants)} variants, evenly chosen."
