@@ -210,9 +210,12 @@ class HybridCache:
             return n - n % self.policy.block_tokens
         return n
 
-    def plan_bytes(self, seq: I64, ckpts: list[int]) -> tuple[int, int]:
-        """(new bytes, new checkpoints) inserting ``seq`` with checkpoints at ``ckpts``."""
-        m = self.match(seq)
+    def plan_bytes(
+        self, seq: I64, ckpts: list[int], m: HybridMatch | None = None
+    ) -> tuple[int, int]:
+        """(new bytes, new checkpoints) inserting ``seq`` with checkpoints at ``ckpts``
+        (``m``: ``seq``'s match, when the caller has it)."""
+        m = self.match(seq) if m is None else m
         new_tokens = int(seq.shape[0]) - m.matched
         ends = {nd.end: nd for nd in m.path}
         new_ckpts = 0
@@ -232,11 +235,11 @@ class HybridCache:
             return False
         ckpts = [q for q in self.checkpoint_positions(seq, input_len, m_input)
                  if q <= seq.shape[0]]  # fmt: skip
-        need, _ = self.plan_bytes(seq, ckpts)
+        m = self.match(seq)
+        need, _ = self.plan_bytes(seq, ckpts, m)
         if need > self.capacity:
             self.num_rejected += 1
             return False
-        m = self.match(seq)
         locked = [*m.path] + ([m.partial] if m.partial is not None else [])
         for nd in locked:
             nd.lock += 1
