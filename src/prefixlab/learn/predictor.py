@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
 from prefixlab.learn.embedders import cached_embed, get_embedder
-from prefixlab.learn.features import FeatureConfig, Features, build_features
+from prefixlab.learn.features import FeatureConfig, Features, build_features, window_texts
 from prefixlab.workload.trace import Trace
 
 F32 = npt.NDArray[np.float32]
@@ -39,6 +39,8 @@ class TrainConfig:
     tokenizer: str = "llama3"
     history: int = 4
     token_budget: int = 512
+    #: also embed the model's replies (``reply_text``), not only the user prompts
+    replies: bool = False
     hidden: int = 128
     lr: float = 5e-4
     epochs: int = 20
@@ -47,7 +49,7 @@ class TrainConfig:
     seed: int = 0
 
     def features(self) -> FeatureConfig:
-        return FeatureConfig(self.history, self.token_budget)
+        return FeatureConfig(self.history, self.token_budget, self.replies)
 
 
 def split_conversations(sessions: list[str], seed: int, fraction: float = 0.5) -> B:
@@ -90,12 +92,12 @@ class ContinuationPredictor:
         out: F64 = 0.5 * (1.0 + np.tanh(0.5 * z))  # the logistic, without exp overflow
         return out
 
-    def predict_trace(self, trace: Trace) -> F64:
-        """P(continue) for every request of a text-bearing trace."""
+    def predict_trace(self, trace: Trace, embed_cache: str | Path | None = None) -> F64:
+        """P(continue) for every request of a text-bearing trace (``embed_cache``: a folder
+        keeping the embeddings on disk, see :func:`cached_embed`)."""
         feats = build_features(trace, self.config.tokenizer, self.config.features())
-        emb = get_embedder(self.config.embedder)
-        texts = _texts(feats, self.config.tokenizer) if _needs_text(emb) else None
-        return self.predict_proba(inputs(cached_embed(emb, feats, texts), feats.turns))
+        x = embed_features(self.config, feats, embed_cache)
+        return self.predict_proba(inputs(x, feats.turns))
 
     # ------------------------------------------------------------------ files
     def save(self, path: str | Path) -> Path:
@@ -131,18 +133,11 @@ class ContinuationPredictor:
                    dict(meta.get("history", {})))  # fmt: skip
 
 
-def _needs_text(emb: object) -> bool:
-    return bool(getattr(emb, "needs_text", False))
-
-
-def _texts(feats: Features, tokenizer: str) -> list[str]:
-    from prefixlab.workload.tokenizers import as_tokenizer
-
-    tok = as_tokenizer(tokenizer)
-    decode = getattr(tok, "decode", None)
-    if decode is None:
-        raise ConfigError(f"tokenizer {tokenizer} cannot decode: text embedders need one that can")
-    return [decode(feats.tokens(i)) for i in range(len(feats))]
+def embed_features(cfg: TrainConfig, feats: Features, embed_cache: str | Path | None) -> F32:
+    """The windows' embeddings under ``cfg``'s embedder (memoised; on disk with a folder)."""
+    emb = get_embedder(cfg.embedder)
+    texts = (lambda: window_texts(feats, cfg.tokenizer)) if emb.needs_text else None
+    return cached_embed(emb, feats, texts, embed_cache)
 
 
 def _bce(p: F64, y: B, w: F64) -> float:
@@ -163,9 +158,11 @@ def class_weights(y: B) -> F64:
     return out
 
 
-def train(trace: Trace, config: TrainConfig | None = None) -> tuple[ContinuationPredictor, B]:
+def train(
+    trace: Trace, config: TrainConfig | None = None, embed_cache: str | Path | None = None
+) -> tuple[ContinuationPredictor, B]:
     """Train on one half of the conversations; returns the predictor and the train mask
-    (evaluate on ``~mask``)."""
+    (evaluate on ``~mask``). The embeddings are computed once for all epochs."""
     cfg = config or TrainConfig()
     try:
         from sklearn.neural_network import MLPClassifier
@@ -174,9 +171,7 @@ def train(trace: Trace, config: TrainConfig | None = None) -> tuple[Continuation
             "training LPC needs scikit-learn: pip install 'prefixlab[learn]'"
         ) from None
     feats = build_features(trace, cfg.tokenizer, cfg.features())
-    emb = get_embedder(cfg.embedder)
-    texts = _texts(feats, cfg.tokenizer) if _needs_text(emb) else None
-    x = inputs(cached_embed(emb, feats, texts), feats.turns)
+    x = inputs(embed_features(cfg, feats, embed_cache), feats.turns)
     y = feats.labels
     train_mask = split_conversations(feats.sessions, cfg.seed)
     val_mask = train_mask & split_conversations(feats.sessions, cfg.seed + 1, cfg.validation)
@@ -253,7 +248,11 @@ def turns_only(train_turns: npt.NDArray[np.int64], train_y: B,
 
 
 def evaluate(
-    pred: ContinuationPredictor, trace: Trace, train_mask: B | None = None, all_rows: bool = False
+    pred: ContinuationPredictor,
+    trace: Trace,
+    train_mask: B | None = None,
+    all_rows: bool = False,
+    embed_cache: str | Path | None = None,
 ) -> Evaluation:
     """MCC and macro-F1 on the rows outside ``train_mask`` (default: the seeded split's
     held-out half), and the turns-only ablation fitted on the training rows. ``all_rows``
@@ -264,7 +263,7 @@ def evaluate(
         train_mask = split_conversations(feats.sessions, pred.config.seed)
     test = np.ones(len(feats), dtype=bool) if all_rows else ~train_mask
     fit = test if all_rows else train_mask
-    prob = pred.predict_trace(trace)
+    prob = pred.predict_trace(trace, embed_cache)
     y = feats.labels
     guess = prob[test] >= pred.threshold
     base = turns_only(feats.turns[fit], y[fit], feats.turns[test])

@@ -18,6 +18,7 @@ native code, not a Python loop per text or token. Specs for :func:`get_tokenizer
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -56,11 +57,21 @@ class Tokenizer(ABC):
         ids, _ = self.encode_batch([text])
         return ids
 
+    def decode_batch(self, ids: I64, offsets: I64) -> list[str]:
+        """The text of each id run ``ids[offsets[i]:offsets[i+1]]``; a cut that splits a
+        UTF-8 character gives U+FFFD."""
+        raise ConfigError(f"tokenizer {self.name} cannot decode ids back to text")
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _runs(ids: I64, offsets: I64) -> list[list[int]]:
+    flat = ids.tolist()
+    return [flat[a:b] for a, b in itertools.pairwise(offsets.tolist())]
 
 
 def clean_text(texts: Sequence[str]) -> list[str]:
@@ -101,6 +112,9 @@ class QuicktokTokenizer(Tokenizer):
             ids, offsets = self._enc.encode_batch(clean_text(texts), 1, False)
         return ids.astype(np.int64), offsets.astype(np.int64)
 
+    def decode_batch(self, ids: I64, offsets: I64) -> list[str]:
+        return [str(t) for t in self._enc.decode_batch(_runs(ids, offsets))]
+
 
 class TiktokenTokenizer(Tokenizer):
     """A tiktoken encoding available offline (``encode_ordinary_batch``)."""
@@ -124,6 +138,9 @@ class TiktokenTokenizer(Tokenizer):
             return _csr(self._enc.encode_ordinary_batch(list(texts), num_threads=1))
         except (TypeError, UnicodeEncodeError):
             return _csr(self._enc.encode_ordinary_batch(clean_text(texts), num_threads=1))
+
+    def decode_batch(self, ids: I64, offsets: I64) -> list[str]:
+        return [str(t) for t in self._enc.decode_batch(_runs(ids, offsets), num_threads=1)]
 
 
 class HFTokenizer(Tokenizer):
@@ -151,7 +168,7 @@ class HFTokenizer(Tokenizer):
             self.vocab_size = int(self._hf.get_vocab_size(with_added_tokens=True))
             return
         try:
-            from transformers import AutoTokenizer  # type: ignore[import-not-found]
+            from transformers import AutoTokenizer  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
             raise ConfigError(
                 f"{path} has no tokenizer.json; other tokenizer folders need transformers"
@@ -172,6 +189,12 @@ class HFTokenizer(Tokenizer):
         out = self._tf(texts, add_special_tokens=False)["input_ids"]
         return _csr(out)
 
+    def decode_batch(self, ids: I64, offsets: I64) -> list[str]:
+        runs = _runs(ids, offsets)
+        if self._hf is not None:
+            return [str(t) for t in self._hf.decode_batch(runs, skip_special_tokens=False)]
+        return [str(t) for t in self._tf.batch_decode(runs, skip_special_tokens=False)]
+
 
 class ByteTokenizer(Tokenizer):
     """UTF-8 bytes as token ids: exact, dependency-free, 256 ids."""
@@ -185,6 +208,11 @@ class ByteTokenizer(Tokenizer):
         np.cumsum([len(b) for b in encoded], out=offsets[1:])
         flat = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.int64)
         return flat, offsets
+
+    def decode_batch(self, ids: I64, offsets: I64) -> list[str]:
+        raw = ids.astype(np.uint8).tobytes()
+        return [raw[a:b].decode("utf-8", errors="replace")
+                for a, b in itertools.pairwise(offsets.tolist())]  # fmt: skip
 
 
 @functools.lru_cache(maxsize=16)

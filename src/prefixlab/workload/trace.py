@@ -52,6 +52,8 @@ class Request:
     hash_ids: Ids | None = None
     hashed_tokens: int | None = None
     prompt_text: str | None = None
+    #: the model's reply to this prompt, as text (LPC may read it; text loaders keep it)
+    reply_text: str | None = None
     #: LoRA adapter / tenant: requests with different extra keys never share blocks
     extra_key: str | None = None
     #: closed loop: the user's think time before this turn, counted from the completion of
@@ -106,6 +108,7 @@ class Trace:
         name: str = "trace",
         extra_key: list[str | None] | None = None,
         think_s: F64 | None = None,
+        reply_text: list[str | None] | None = None,
     ) -> None:
         n = int(arrival_s.shape[0])
         if (input_tokens is None) == (hash_ids is None):
@@ -119,6 +122,7 @@ class Trace:
         self.turn = turn
         self.task = task
         self.prompt_text: list[str | None] = prompt_text if prompt_text is not None else [None] * n
+        self.reply_text: list[str | None] = reply_text if reply_text is not None else [None] * n
         self.input_tokens = input_tokens
         self.output_tokens = output_tokens
         self.hash_ids = hash_ids
@@ -140,7 +144,7 @@ class Trace:
                 raise ConfigError(f"column {name} has {col.shape[0]} rows, not {n}")
             if n and int(col.min()) < 0:
                 raise ConfigError(f"request {int(np.argmin(col))}: {name} is negative")
-        for name in ("session_id", "task", "prompt_text", "extra_key", "think_s"):
+        for name in ("session_id", "task", "prompt_text", "reply_text", "extra_key", "think_s"):
             if len(getattr(self, name)) != n:
                 raise ConfigError(f"column {name} has {len(getattr(self, name))} rows, not {n}")
         bad_think = np.flatnonzero(self.think_s < 0)
@@ -217,6 +221,7 @@ class Trace:
             hash_ids=hid,
             hashed_tokens=None if self.hashed_tokens is None else int(self.hashed_tokens[i]),
             prompt_text=self.prompt_text[i],
+            reply_text=self.reply_text[i],
             extra_key=self.extra_key[i],
             think_s=None if np.isnan(self.think_s[i]) else float(self.think_s[i]),
         )
@@ -253,6 +258,7 @@ class Trace:
             turn=self.turn[idx],
             task=[self.task[i] for i in rows_list],
             prompt_text=[self.prompt_text[i] for i in rows_list],
+            reply_text=[self.reply_text[i] for i in rows_list],
             extra_key=[self.extra_key[i] for i in rows_list],
             think_s=self.think_s[idx],
             name=self.name if name is None else name,
@@ -452,6 +458,7 @@ def to_hash_form(trace: Trace, block_tokens: int, extra_key: int | str | None = 
         turn=trace.turn,
         task=trace.task,
         prompt_text=trace.prompt_text,
+        reply_text=trace.reply_text,
         think_s=trace.think_s,
         # The per-request salts are already in the ids: do not apply them twice.
         hash_ids=(raw, key_offs),
@@ -485,6 +492,7 @@ class TraceBuilder:
         self._session: list[str | None] = []
         self._task: list[str | None] = []
         self._text: list[str | None] = []
+        self._reply: list[str | None] = []
         self._extra: list[str | None] = []
         self._content = array("q")  # input tokens (token form)
         self._content_offs = array("q", [0])
@@ -527,6 +535,7 @@ class TraceBuilder:
         self._session.append(r.session_id)
         self._task.append(r.task)
         self._text.append(r.prompt_text)
+        self._reply.append(r.reply_text)
         self._extra.append(r.extra_key)
 
     def build(self) -> Trace:
@@ -551,6 +560,7 @@ class TraceBuilder:
             turn=_np(self._turn),
             task=self._task,
             prompt_text=self._text,
+            reply_text=self._reply,
             extra_key=self._extra,
             think_s=np.frombuffer(self._think, dtype=np.float64).copy(),
             name=self.name,

@@ -118,6 +118,7 @@ def _chunk_requests(
                 input_tokens=prompt,
                 output_tokens=out,
                 prompt_text=call.prompt_text,
+                reply_text=s.messages[call.output][1] if call.output is not None else None,
                 think_s=thinks[k],
             )
         base += m

@@ -28,8 +28,8 @@ FORMAT_VERSION = 1
 FIELDS = frozenset(
     {
         "arrival_s", "input_length", "output_length", "input_tokens", "output_tokens",
-        "hash_ids", "hashed_tokens", "session_id", "turn", "task", "prompt_text", "extra_key",
-        "think_s",
+        "hash_ids", "hashed_tokens", "session_id", "turn", "task", "prompt_text", "reply_text",
+        "extra_key", "think_s",
     }
 )  # fmt: skip
 
@@ -76,6 +76,7 @@ def _read_request(f: FieldReader, block_tokens: int | None) -> Request:
         hash_ids=hash_ids,
         hashed_tokens=hashed,
         prompt_text=f.str_("prompt_text"),
+        reply_text=f.str_("reply_text"),
         extra_key=f.str_("extra_key"),
         think_s=f.float_("think_s") if f.obj.get("think_s") is not None else None,
     )
@@ -120,7 +121,7 @@ def _request_dict(r: Request) -> dict[str, Any]:
         "input_length": r.input_length,
         "output_length": r.output_length,
     }
-    for key in ("session_id", "task", "prompt_text", "extra_key"):
+    for key in ("session_id", "task", "prompt_text", "reply_text", "extra_key"):
         value = getattr(r, key)
         if value is not None:
             d[key] = value

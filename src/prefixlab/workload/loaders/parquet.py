@@ -1,9 +1,9 @@
 """prefixlab traces as Parquet (columnar; needs pyarrow: ``pip install 'prefixlab[parquet]'``).
 
 One row per request, the native JSONL fields as columns: ``arrival_s``, ``input_length``,
-``output_length``, ``session_id``, ``turn``, ``task``, ``prompt_text``, ``extra_key``,
-``think_s``, and the content: ``input_tokens``/``output_tokens`` (lists of int64; a null
-``output_tokens`` means "not known") or ``hash_ids`` (lists of uint64) with
+``output_length``, ``session_id``, ``turn``, ``task``, ``prompt_text``, ``reply_text``,
+``extra_key``, ``think_s``, and the content: ``input_tokens``/``output_tokens`` (lists of
+int64; a null ``output_tokens`` means "not known") or ``hash_ids`` (lists of uint64) with
 ``hashed_tokens``. The schema metadata holds ``prefixlab_trace`` (the format version) and,
 for hash form, ``block_tokens``. Writing is vectorised (the trace's ragged arrays become
 Arrow list arrays without a copy per row) and atomic; reading streams row groups.
@@ -48,6 +48,7 @@ def write_parquet(trace: Trace, path: str | Path) -> None:
         "turn": pa.array(trace.turn, pa.int64()),
         "task": pa.array(trace.task, pa.string()),
         "prompt_text": pa.array(trace.prompt_text, pa.string()),
+        "reply_text": pa.array(trace.reply_text, pa.string()),
         "extra_key": pa.array(trace.extra_key, pa.string()),
         "think_s": pa.array(trace.think_s, pa.float64(), mask=np.isnan(trace.think_s)),
     }
@@ -130,8 +131,8 @@ def load_parquet(path: Path) -> Iterator[Request | Header]:
         )
         turn = opt("turn")
         think = opt("think_s")
-        sessions, tasks, texts, extras = (
-            opt("session_id"), opt("task"), opt("prompt_text"), opt("extra_key")
+        sessions, tasks, texts, replies, extras = (
+            opt("session_id"), opt("task"), opt("prompt_text"), opt("reply_text"), opt("extra_key")
         )  # fmt: skip
         hashed = opt("hashed_tokens")
         content = _ragged(cols["hash_ids" if hash_form else "input_tokens"])
@@ -161,6 +162,7 @@ def load_parquet(path: Path) -> Iterator[Request | Header]:
                 turn=int(turn[i] or 0),
                 task=tasks[i],
                 prompt_text=texts[i],
+                reply_text=replies[i],
                 extra_key=extras[i],
                 think_s=think[i],
                 **kw,
