@@ -282,3 +282,38 @@ def test_st_errors(tmp_path: Path) -> None:
     f = build_features(_conv([("a", "hello", None)]))
     with pytest.raises(ConfigError, match=r"cannot load sentence-transformers model .*no-such"):
         e.embed(f, ["hello"])
+
+
+def test_lmsys_file_through_train_and_replay(tmp_path: Path) -> None:
+    """An LMSys-Chat-shaped JSONL file (``conversation_id``, ``conversation`` of
+    ``{role, content}``) through `lpc train`, then `replay` with the trained `lpc` policy and
+    the oracle on the same file: the whole path a user takes with the real dataset."""
+    pytest.importorskip("sklearn")
+    from typer.testing import CliRunner
+
+    from prefixlab.cli import app
+
+    source = GENERATORS["lpc"].fn(num_conversations=400, seed=6)
+    convs: dict[str, list[dict[str, str]]] = {}
+    for s, text in zip(source.session_id, source.prompt_text, strict=True):
+        convs.setdefault(str(s), []).extend(
+            [{"role": "user", "content": text or ""},
+             {"role": "assistant", "content": "Certainly, here is an answer."}])  # fmt: skip
+    path = tmp_path / "lmsys.jsonl"
+    path.write_text("".join(json.dumps({"conversation_id": k, "model": "vicuna-13b",
+                                        "conversation": v, "turn": len(v) // 2}) + "\n"
+                            for k, v in convs.items()))  # fmt: skip
+    runner = CliRunner()
+    model = tmp_path / "m"
+    res = runner.invoke(app, ["lpc", "train", str(path), "--format", "sharegpt", "-o", str(model),
+                              "--epochs", "4", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["mcc"] >= 0.3
+    res = runner.invoke(app, ["replay", str(path), "--format", "sharegpt", "--block-tokens", "16",
+                              "--capacity-blocks", "400", "-p", f"lpc:model={model}", "-p",
+                              "lpc-oracle", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    rows = {r["policy"].split(":")[0]: r for r in json.loads(res.stdout)}
+    n = sum(len(v) // 2 for v in convs.values())
+    assert rows["lpc"]["num_requests"] == rows["lpc-oracle"]["num_requests"] == n
+    assert 0 < rows["lpc"]["token_hit_ratio"] <= rows["lpc-oracle"]["token_hit_ratio"]
