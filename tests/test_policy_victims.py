@@ -101,7 +101,8 @@ def test_every_registered_policy_has_a_scenario() -> None:
     # the hybrid structure's policies have hand-computed scenarios in tests/test_hybrid.py
     flat = {n for n, cls in registered().items() if cls.structures & {"block", "radix"}}
     assert set(registered()) - flat == {"vanilla", "vllm+", "sglang+", "marconi"}
-    # LPC's hand-computed victims are in tests/test_lpc.py
+    # LPC's hand-computed victims are in tests/test_lpc.py; unicache, unicache-opt, wa and
+    # opt-online have one scenario each here and many more in tests/test_unicache.py
     assert flat - {"lpc", "lpc-oracle"} == {
         "arc",
         "fifo",
@@ -111,10 +112,14 @@ def test_every_registered_policy_has_a_scenario() -> None:
         "lru",
         "mru",
         "opt",
+        "opt-online",
         "s3fifo",
         "sglang-lru",
         "sieve",
+        "unicache",
+        "unicache-opt",
         "vllm",
+        "wa",
     }
 
 
@@ -376,6 +381,101 @@ def test_opt_farthest_next_use_then_deepest() -> None:
     # then the r2 tie, deepest first: 2, 1, 0. 6 is pinned. A parent never goes before its
     # evictable child.
     assert d.evict(8) == [4, 5, 3, 2, 1, 0]
+
+
+def labelled(rows: list[tuple[str | None, str | None, int, int]]) -> Trace:
+    """Request r arrives at t = r: (task, session, input tokens, turn); tokens unshared."""
+    reqs = [
+        Request(arrival_s=float(r), input_length=n, output_length=0, session_id=sid, turn=turn,
+                task=task, input_tokens=list(range(100 * r, 100 * r + n)))
+        for r, (task, sid, n, turn) in enumerate(rows)
+    ]  # fmt: skip
+    return Trace.from_requests(reqs)
+
+
+def unicache_driver(spec: str) -> Driver:
+    """Blocks of BT tokens; the policy's clock is the view's (t = request index).
+
+    r0 chat a, 8-token prompt: entries 0 1 (offsets 0 1) -> chat queue.
+    r1 programming, 8 tokens: 2 3 (offsets 0 1) structural; 4 (offset 2, its end 12 > 8: a
+       decode block of a single-turn task) -> evict queue.
+    r2 untemplated: 5 -> evict queue.  r3 agentic b: 6 -> agentic queue.
+    Gap models (given): log-normal mu 0, sigma 1 for both session queues.
+    """
+    d = Driver(spec, 8)
+    d.view.size[:] = BT
+    trace = labelled([("chat", "a", 8, 0), ("programming", None, 8, 0),
+                      ("untemplated", None, 4, 0), ("agentic", "b", 4, 0),
+                      ("chat", "a", 4, 1)])  # fmt: skip
+    d.policy.prepare_trace(trace, "view")
+    d.insert(0, 0, depth=0, release=False)
+    d.insert(1, 0, depth=1, release=False)
+    d.release(1, 0)
+    for e in (2, 3, 4):
+        d.insert(e, 1, depth=e - 2, release=False)
+    d.release(4, 3, 2)
+    d.insert(5, 2)
+    d.insert(6, 3)
+    d._clock(4)
+    return d
+
+
+GIVEN = "fit=given,chat_mu=0,chat_sigma=1,agentic_mu=0,agentic_sigma=1"
+
+
+def test_unicache_evict_first_then_lowest_weighted_priority() -> None:
+    d = unicache_driver(f"unicache:{GIVEN}")
+    # Evict queue first, largest offset first: 4 (offset 2), 5 (0). Then stage 2 at t = 4,
+    # G = alpha * s with alpha = 1: structural max offset 1: 3 has s = 1 - 1/1 = 0;
+    # chat (idle 4): s = 1 - Phi(ln 4) = 0.083 for 1 then 0 (tail released first);
+    # agentic (idle 1): s = 1 - Phi(0) = 0.5; structural 2: s = 1 - 0/1 = 1.
+    assert d.evict(3) == [4, 5, 3]
+    assert d.evict(8) == [1, 0, 6, 2]
+
+
+def test_unicache_opt_keeps_blocks_the_waiting_queue_needs() -> None:
+    d = unicache_driver(f"unicache-opt:{GIVEN}")
+    # Waiting: [keys of 3 and 0] then [key of 4]. The others keep UniCache's order
+    # (4 5 3 1 0 6 2 without 4, 3, 0): 5 1 6 2. Then the needed ones, the one needed last
+    # first: 4 (position 1); then position 0, deepest first: 3 (offset 1), 0 (offset 0).
+    d.policy.on_waiting([ids(13, 10), ids(14)])
+    assert d.evict(8) == [5, 1, 6, 2, 4, 3, 0]
+
+
+def test_wa_lowest_reuse_probability_first() -> None:
+    d = Driver("wa:window_s=1", 8)
+    trace = labelled([("chat", "a", 8, 0), ("programming", None, 12, 0), ("chat", "a", 4, 1)])
+    d.policy.prepare(trace.block_layout(BT))
+    d.policy.prepare_trace(trace, "view")
+    wa = d.policy
+    assert wa.names == ["chat_1", "programming_1", "chat_2"]  # type: ignore[attr-defined]
+    # Fits set by hand: p = (0.5, 0.9), rate = (1, 0.1) per second.
+    wa.p, wa.rate = np.array([0.5, 0.9, 0.0]), np.array([1.0, 0.1, 1.0])  # type: ignore[attr-defined]
+    for e in (0, 1):
+        d.insert(e, 0, depth=e, release=False)
+    d.release(1, 0)
+    for e in (2, 3, 4):
+        d.insert(e, 1, depth=e - 2, release=False)
+    d.release(4, 3, 2)
+    d._clock(2)
+    # At t = 2, window 1 s: chat head (idle 2): 0.5 (e^-2 - e^-3) = 0.0428; programming head
+    # (idle 1): 0.9 (e^-0.1 - e^-0.2) = 0.0775. Chat's blocks go first (same score, the tail
+    # was pushed first), then programming's, tail first.
+    assert d.evict(8) == [1, 0, 4, 3, 2]
+
+
+def test_opt_online_unneeded_lru_first_then_farthest_waiting() -> None:
+    d = Driver("opt-online", 8)
+    for e, depth in ((0, 0), (1, 0), (2, 0), (3, 1), (4, 2), (5, 0)):
+        d.insert(e, e, depth=depth)
+    d.insert(6, 6, release=False)  # pinned throughout
+    d.hit(1, 7)  # recency: 0 2 3 4 5 1
+    # Waiting: [keys 12 13] [15] [12 13 14 16]: key 12, 13 at position 0, 15 at 1, 14 at 2;
+    # 16 belongs to the pinned entry. Unneeded, least recent first: 0, 1. Then farthest
+    # position first: 4 (2), 5 (1); position 0, deepest first: 3 (offset 1), 2 (offset 0).
+    d.policy.on_waiting([ids(12, 13), ids(15), ids(12, 13, 14, 16)])
+    assert d.evict(1) == [0]
+    assert d.evict(8) == [1, 4, 5, 3, 2]
 
 
 # ---------------------------------------------------------------------------- block cache

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from prefixlab import cli_engine, cli_experiments, cli_lpc, cli_report
+from prefixlab import cli_analyze, cli_engine, cli_experiments, cli_lpc, cli_report
 from prefixlab.analysis import trace_stats
 from prefixlab.cli_common import (
     BlockTokensOpt,
@@ -418,6 +418,7 @@ cli_engine.register(app)
 cli_experiments.register(app)
 cli_report.register(app)
 cli_lpc.register(app)
+cli_analyze.register(app)
 
 
 def main() -> None:

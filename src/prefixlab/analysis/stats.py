@@ -24,14 +24,16 @@ def _percentiles(values: np.ndarray) -> dict[str, float]:
     return out
 
 
+def infinite_cache_token_hit_ratio(trace: Trace, block_tokens: int | None = None) -> float:
+    """The replay token hit ratio with room for every block the trace ever holds."""
+    unbounded = int(trace.block_layout(block_tokens).num_blocks_held.sum()) + 1
+    config = ReplayConfig(capacity_blocks=unbounded, block_tokens=block_tokens)
+    return float(replay(trace, "lru", config).metrics["token_hit_ratio"])
+
+
 def trace_stats(trace: Trace, block_tokens: int | None = None) -> dict[str, Any]:
     """Requests, sessions, tasks, length percentiles, arrival span and the hit ceiling."""
     layout = trace.block_layout(block_tokens)
-    # Room for every block the trace ever holds: nothing is evicted.
-    unbounded = int(layout.num_blocks_held.sum()) + 1
-    ceiling = replay(
-        trace, "lru", ReplayConfig(capacity_blocks=unbounded, block_tokens=block_tokens)
-    )
     sessions = {s for s in trace.session_id if s is not None}
     tasks: dict[str, int] = {}
     for t in trace.task:
@@ -50,7 +52,7 @@ def trace_stats(trace: Trace, block_tokens: int | None = None) -> dict[str, Any]
         "output_length": _percentiles(trace.output_length),
         "arrival_span_s": float(trace.arrival_s.max() - trace.arrival_s.min()),
         "num_distinct_blocks": layout.num_distinct_keys,
-        "infinite_cache_token_hit_ratio": ceiling.metrics["token_hit_ratio"],
+        "infinite_cache_token_hit_ratio": infinite_cache_token_hit_ratio(trace, block_tokens),
         "session_prefix_share": session_prefix_share(trace),
     }
 

@@ -102,6 +102,8 @@ class EvictionPolicy:
     reads_access_metadata: ClassVar[bool] = True
     #: wants to see the engine's waiting queue each step (``on_waiting``)
     uses_lookahead: ClassVar[bool] = False
+    #: only meaningful under the engine runner (the replay runner refuses it)
+    requires_engine: ClassVar[bool] = False
     #: reads the trace itself (``prepare_trace``): LPC's prompts and arrival times
     needs_trace: ClassVar[bool] = False
 
@@ -128,8 +130,9 @@ class EvictionPolicy:
     def on_miss(self, keys: I64) -> None: ...
 
     def on_waiting(self, waiting_keys: Sequence[I64]) -> None:
-        """Engine runner only, for policies with ``uses_lookahead``: the block keys of every
-        request in the waiting queue, in queue order, before each step's admissions."""
+        """Engine runner only, for policies with ``uses_lookahead``: the lookup block keys
+        of every request in the waiting queue, in queue order, before each step's
+        admissions (an empty list when nothing waits)."""
 
     def on_split(self, upper: int, lower: int) -> None:
         """A new entry ``upper`` now holds the first pages of ``lower`` (same age, same

@@ -11,8 +11,11 @@ from prefixlab.policies import (  # noqa: F401
     lru,
     mru,
     opt,
+    opt_online,
     s3fifo,
     sglang_lru,
     sieve,
+    unicache,
     vllm,
+    workload_aware,
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -577,8 +577,13 @@ def write_plots(folder: str | Path | Results, out_dir: str | Path) -> list[Path]
     """Write ``<slug>.png`` for every figure into ``out_dir`` (created); their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    return write_figures(make_figures(folder), out)
+
+
+def write_figures(specs: Iterable[FigureSpec], out: Path) -> list[Path]:
+    """Write each figure as ``out/<slug>.png`` (atomically: a temp file renamed); their paths."""
     paths = []
-    for spec in make_figures(folder):
+    for spec in specs:
         path = out / f"{spec.slug}.png"
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_bytes(spec.png)
@@ -587,4 +592,11 @@ def write_plots(folder: str | Path | Results, out_dir: str | Path) -> list[Path]
     return paths
 
 
-__all__ = ["FigureSpec", "evenly", "make_figures", "size_for_target", "write_plots"]
+__all__ = [
+    "FigureSpec",
+    "evenly",
+    "make_figures",
+    "size_for_target",
+    "write_figures",
+    "write_plots",
+]

@@ -147,6 +147,11 @@ def replay(
     """
     config.validate()
     pol = make_policy(policy, config.structure) if isinstance(policy, str) else policy
+    if pol.requires_engine:
+        raise ConfigError(
+            f"policy '{pol.name}' reads the engine's waiting queue: run it with the engine "
+            'runner (prefixlab simulate, or runner kind = "engine"), not replay'
+        )
     layout = trace.block_layout(
         config.block_tokens, config.extra_key, config.cache_partial, config.min_recompute_tokens
     )

@@ -154,8 +154,8 @@ class Scheduler:
         return batch if (batch.chunks or batch.decodes) else None
 
     def _admit(self, now: float, batch: Batch, budget: int) -> int:
-        if self._lookahead and self.waiting:
-            self.policy.on_waiting([self.keys(r) for r in self.waiting])
+        if self._lookahead:
+            self.policy.on_waiting([self.keys(r)[: self.num_lookup[r]] for r in self.waiting])
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             r = self.waiting[0]
             keys = self.keys(r)
