@@ -59,11 +59,8 @@ def train_cmd(
     if as_json:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
         return
-    console().print(
-        f"model: {path} (best epoch {result['best_epoch']})\n"
-        f"held-out conversations: MCC {ev.mcc:.3f}, macro-F1 {ev.f1_macro:.3f}, "
-        f"turns-only MCC {ev.turns_only_mcc:.3f} ({ev.num_examples:,} requests)"
-    )
+    console().print(f"model: {path} (best epoch {result['best_epoch']})\n"
+                    f"held-out conversations: {ev.summary()}")  # fmt: skip
 
 
 @with_loader_options
@@ -89,8 +86,7 @@ def eval_cmd(
     if as_json:
         sys.stdout.write(json.dumps(ev.as_dict(), indent=2) + "\n")
         return
-    console().print(f"MCC {ev.mcc:.3f}, macro-F1 {ev.f1_macro:.3f}, turns-only MCC "
-                    f"{ev.turns_only_mcc:.3f} ({ev.num_examples:,} requests)")  # fmt: skip
+    console().print(ev.summary())
 
 
 def register(app: typer.Typer) -> None:

@@ -1,4 +1,5 @@
-"""Inter-turn gaps of sessions and their log-normal fit, and the task labels they share.
+"""Inter-turn gaps of sessions and their log-normal fit (the CDF is
+:func:`prefixlab.workload.arrivals.lognormal_cdf`), and the task labels they share.
 
 A session's gaps are the arrival of its (k+1)-th request minus the arrival of its k-th, its
 requests sorted by arrival. Traces carry arrivals only, so a gap is the previous turn's
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from prefixlab.workload.arrivals import lognormal_cdf, previous_turn_gaps, session_order
 from prefixlab.workload.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -86,24 +88,11 @@ def task_groups(trace: Trace) -> tuple[I64, list[str]]:
 
 def session_gaps(trace: Trace) -> dict[str, F64]:
     """Inter-turn gaps (s) per task of the later request, for every multi-request session."""
-    session, _ = label_codes(trace.session_id, None)
     task, names = task_groups(trace)
-    rows = np.flatnonzero(session >= 0)
-    rows = rows[np.lexsort((trace.arrival_s[rows], session[rows]))]
-    same = session[rows][1:] == session[rows][:-1]
-    gaps = np.diff(trace.arrival_s[rows])[same]
+    rows, same = session_order(trace.session_id, trace.arrival_s)
+    gaps = previous_turn_gaps(trace.session_id, trace.arrival_s)[rows[1:][same]]
     later_task = task[rows][1:][same]
     return {n: gaps[later_task == i] for i, n in enumerate(names) if (later_task == i).any()}
-
-
-def lognormal_cdf(x: F64, mu: float, sigma: float) -> F64:
-    """CDF of a log-normal distribution (sigma 0: a step at exp(mu))."""
-    x = np.asarray(x, dtype=np.float64)
-    if sigma <= 0:
-        return (x >= math.exp(mu)).astype(np.float64)
-    z = (np.log(np.maximum(x, 1e-300)) - mu) / (sigma * math.sqrt(2.0))
-    erf = np.frompyfunc(math.erf, 1, 1)
-    return np.where(x > 0, 0.5 * (1.0 + np.asarray(erf(z), dtype=np.float64)), 0.0)
 
 
 def fit_lognormal(gaps_s: F64) -> GapFit:

@@ -334,21 +334,7 @@ def _flops(cfg: ExperimentConfig, inputs: I64, hits: I64) -> dict[str, float]:
         return {}
     from prefixlab.model.spec import get_model
 
-    spec = get_model(cfg.model.name)
-    n = inputs.astype(np.float64)
-    h = hits.astype(np.float64)
-    full = spec.prefill_flops_array(n, np.zeros_like(n))
-    rest = spec.prefill_flops_array(n - h, h)
-    out: dict[str, float] = {}
-    total = saved = 0.0
-    for t in LAYER_TYPES:
-        a, b = float(full[t].sum()), float((full[t] - rest[t]).sum())
-        out[f"flops_saved_{t}"] = b
-        total += a
-        saved += b
-    out.update(flops_total=total, flops_saved=saved,
-               flops_saved_ratio=saved / total if total else math.nan)  # fmt: skip
-    return out
+    return get_model(cfg.model.name).flops_saved(inputs, hits)
 
 
 def length_bin(n: int) -> str:

@@ -96,6 +96,10 @@ class ContinuationPredictor:
         """P(continue) for every request of a text-bearing trace (``embed_cache``: a folder
         keeping the embeddings on disk, see :func:`cached_embed`)."""
         feats = build_features(trace, self.config.tokenizer, self.config.features())
+        return self.predict_features(feats, embed_cache)
+
+    def predict_features(self, feats: Features, embed_cache: str | Path | None = None) -> F64:
+        """P(continue) for features already built with this model's configuration."""
         x = embed_features(self.config, feats, embed_cache)
         return self.predict_proba(inputs(x, feats.turns))
 
@@ -216,6 +220,10 @@ class Evaluation:
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)
 
+    def summary(self) -> str:
+        return (f"MCC {self.mcc:.3f}, macro-F1 {self.f1_macro:.3f}, turns-only MCC "
+                f"{self.turns_only_mcc:.3f} ({self.num_examples:,} requests)")  # fmt: skip
+
 
 def mcc(y: B, p: B) -> float:
     tp = float(np.count_nonzero(y & p))
@@ -263,7 +271,7 @@ def evaluate(
         train_mask = split_conversations(feats.sessions, pred.config.seed)
     test = np.ones(len(feats), dtype=bool) if all_rows else ~train_mask
     fit = test if all_rows else train_mask
-    prob = pred.predict_trace(trace, embed_cache)
+    prob = pred.predict_features(feats, embed_cache)  # the features are built once
     y = feats.labels
     guess = prob[test] >= pred.threshold
     base = turns_only(feats.turns[fit], y[fit], feats.turns[test])

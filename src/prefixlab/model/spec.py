@@ -173,6 +173,25 @@ class ModelSpec:
         return {k: np.broadcast_to(np.asarray(v, dtype=np.float64), n.shape)
                 for k, v in self._flops(n, p, causal).items()}  # fmt: skip
 
+    def flops_saved(self, inputs: npt.ArrayLike, hits: npt.ArrayLike) -> dict[str, float]:
+        """Prefill FLOPs of the prompts without a cache (``flops_total``) and what the hit
+        prefixes saved, in total and per layer type (``flops_saved_<type>``, Marconi's
+        accounting: the full attention square); ``flops_saved_ratio`` is 0 with no input."""
+        n = np.asarray(inputs, dtype=np.float64)
+        h = np.asarray(hits, dtype=np.float64)
+        full = self.prefill_flops_array(n, np.zeros_like(n))
+        rest = self.prefill_flops_array(n - h, h)
+        out: dict[str, float] = {}
+        total = saved = 0.0
+        for t in LAYER_TYPES:
+            a, b = float(full[t].sum()), float((full[t] - rest[t]).sum())
+            out[f"flops_saved_{t}"] = b
+            total += a
+            saved += b
+        out.update(flops_total=total, flops_saved=saved,
+                   flops_saved_ratio=saved / total if total else 0.0)  # fmt: skip
+        return out
+
     def _flops(self, n: Any, p: Any, causal: bool) -> dict[str, Any]:
         """The per-layer-type formula on floats or arrays (every term has a factor n)."""
         d = float(self.hidden_size)

@@ -108,6 +108,8 @@ class EvictionPolicy:
     needs_trace: ClassVar[bool] = False
 
     view: EntryView
+    _arrival: F64 = np.zeros(0)  # set by prepare_trace (read-only here)
+    _clock: str = "view"
 
     def bind(self, view: EntryView) -> None:
         """Attach to a structure; called once before any hook."""
@@ -119,7 +121,17 @@ class EvictionPolicy:
     def prepare_trace(self, trace: Any, clock: str) -> None:
         """Receive the trace (only policies with ``needs_trace``). ``clock``: ``"arrival"``
         (replay: the current request's arrival time is the time) or ``"view"`` (engine:
-        ``view.now`` is the simulated time)."""
+        ``view.now`` is the simulated time). The base keeps what :meth:`now` needs;
+        overrides call it."""
+        self._arrival = np.asarray(trace.arrival_s, dtype=np.float64)
+        self._clock = clock
+
+    def now(self) -> float:
+        """The time of the current hook in seconds, for policies with ``needs_trace``: the
+        engine's simulated clock, or under replay the current request's arrival time."""
+        if self._clock == "arrival" and self._arrival.shape[0]:
+            return float(self._arrival[self.view.request_index])
+        return float(self.view.now)
 
     def on_insert(self, entries: I64) -> None: ...
     def on_access(self, entries: I64) -> None: ...

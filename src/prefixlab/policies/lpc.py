@@ -59,8 +59,6 @@ class _LPCBase(PriorityPolicy):
         self.update_interval_s = float(update_interval_s)
         self.scale = float(scale)
         self._probs: F64 = np.zeros(0)
-        self._arrival: F64 = np.zeros(0)
-        self._clock = "view"
         self._last_update = -math.inf
 
     def params(self) -> dict[str, Any]:
@@ -79,15 +77,9 @@ class _LPCBase(PriorityPolicy):
         if self._probs.shape[0] != len(trace):
             raise ConfigError(f"{self.name}: {self._probs.shape[0]} probabilities, "
                               f"{len(trace)} requests")  # fmt: skip
-        self._arrival = np.asarray(trace.arrival_s, dtype=np.float64)
-        self._clock = clock
+        super().prepare_trace(trace, clock)
 
     # ------------------------------------------------------------------ time
-    def now(self) -> float:
-        if self._clock == "arrival" and self._arrival.shape[0]:
-            return float(self._arrival[self.view.request_index])
-        return float(self.view.now)
-
     def _prob(self) -> float:
         if not self._probs.shape[0]:
             raise ConfigError(f"policy '{self.name}' needs the trace (run it through a runner)")

@@ -51,7 +51,7 @@ import numpy.typing as npt
 from prefixlab.errors import ConfigError
 from prefixlab.policies.base import I64, EntryView, EvictionPolicy, register
 from prefixlab.policies.opt_online import waiting_positions
-from prefixlab.workload.arrivals import GAP_PRESETS
+from prefixlab.workload.arrivals import GAP_PRESETS, lognormal_cdf, previous_turn_gaps
 
 F64 = npt.NDArray[np.float64]
 
@@ -70,13 +70,6 @@ DEFAULT_TASKS = {
     "tool-use": "structural",
     "document-qa": "structural",
 }
-
-
-def lognormal_cdf(x: float, mu: float, sigma: float) -> float:
-    """P(gap <= x) for a log-normal gap (0 for x <= 0)."""
-    if x <= 0.0:
-        return 0.0
-    return 0.5 * (1.0 + math.erf((math.log(x) - mu) / (sigma * math.sqrt(2.0))))
 
 
 def parse_tasks(spec: str) -> dict[str, int]:
@@ -111,15 +104,6 @@ def update_weights(
     e_hat = np.clip(e_hat, max(0.001, mu - 2.0 * sd), min(10.0, mu + 2.0 * sd))
     out[live] = beta * alpha[live] + (1.0 - beta) * e_hat
     return out
-
-
-class _Heap:
-    """A lazily invalidated min-heap of entries: an entry's latest push is its live item."""
-
-    __slots__ = ("items",)
-
-    def __init__(self) -> None:
-        self.items: list[tuple[Any, int, int, int]] = []  # (key, order, token, entry)
 
 
 @register("unicache")
@@ -184,8 +168,6 @@ class UniCache(EvictionPolicy):
         self._req_queue: I64 = np.zeros(0, dtype=np.int64)
         self._req_input: I64 = np.zeros(0, dtype=np.int64)
         self._req_gap: F64 = np.zeros(0)
-        self._arrival: F64 = np.zeros(0)
-        self._clock = "view"
 
     # ------------------------------------------------------------------ set-up
     def bind(self, view: EntryView) -> None:
@@ -197,7 +179,8 @@ class UniCache(EvictionPolicy):
         self._token = np.full(n, -1, dtype=np.int64)  # live heap item of an evictable entry
         self._order = np.zeros(n, dtype=np.int64)
         self._next = 0
-        self._heaps = [_Heap() for _ in QUEUES]
+        # per queue, a lazily invalidated min-heap: an entry's latest push is its live item
+        self._heaps: list[list[tuple[Any, int, int, int]]] = [[] for _ in QUEUES]
         self._evictable = np.zeros(len(QUEUES), dtype=np.int64)
         self.held = np.zeros(len(QUEUES), dtype=np.float64)
         self.hits = np.zeros(len(QUEUES), dtype=np.float64)
@@ -219,26 +202,10 @@ class UniCache(EvictionPolicy):
             queues[i] = q if q is not None else (CHAT if session is not None else STRUCT)
         self._req_queue = queues
         self._req_input = np.asarray(trace.input_length, dtype=np.int64)
-        arrival = np.asarray(trace.arrival_s, dtype=np.float64)
-        gap = np.full(n, np.nan)
-        last: dict[str, int] = {}
-        for i in np.argsort(arrival, kind="stable").tolist():
-            s = trace.session_id[i]
-            if s is None:
-                continue
-            if s in last:
-                gap[i] = arrival[i] - arrival[last[s]]
-            last[s] = i
-        self._req_gap = gap
-        self._arrival = arrival
-        self._clock = clock
+        self._req_gap = previous_turn_gaps(trace.session_id, trace.arrival_s)
+        super().prepare_trace(trace, clock)
 
     # ------------------------------------------------------------------ time, fit
-    def now(self) -> float:
-        if self._clock == "arrival" and self._arrival.shape[0]:
-            return float(self._arrival[self.view.request_index])
-        return float(self.view.now)
-
     def _request(self) -> int:
         r = self.view.request_index
         if not self._req_queue.shape[0]:
@@ -277,7 +244,7 @@ class UniCache(EvictionPolicy):
         if q == EVICT:
             return 0.0
         mu, sigma = self.gap_params(q)
-        return 1.0 - lognormal_cdf(now - float(self.t_last[e]), mu, sigma)
+        return 1.0 - float(lognormal_cdf(now - float(self.t_last[e]), mu, sigma))
 
     def _item(self, e: int, q: int, tok: int) -> tuple[Any, int, int, int]:
         return (self._heap_key(e, q), int(self._order[e]), tok, e)
@@ -355,13 +322,11 @@ class UniCache(EvictionPolicy):
             self._next += 1
             self._token[e] = tok
             self._evictable[q] += 1
-            heapq.heappush(
-                self._heaps[q].items, (self._heap_key(e, q), int(self._order[e]), tok, e)
-            )
+            heapq.heappush(self._heaps[q], (self._heap_key(e, q), int(self._order[e]), tok, e))
 
     # ------------------------------------------------------------------ eviction
     def _head(self, q: int) -> int:
-        items = self._heaps[q].items
+        items = self._heaps[q]
         while items:
             _, _, tok, e = items[0]
             if self._token[e] == tok:
@@ -371,7 +336,7 @@ class UniCache(EvictionPolicy):
 
     def _take(self, e: int) -> None:
         q = int(self.queue[e])
-        heapq.heappop(self._heaps[q].items)
+        heapq.heappop(self._heaps[q])
         self._token[e] = -1
         self._evictable[q] -= 1
         self.held[q] -= 1.0
@@ -457,7 +422,7 @@ class UniCacheOPT(UniCache):
                 break
             q = int(self.queue[e])
             if int(key[e]) in known:
-                heapq.heappop(self._heaps[q].items)  # set aside, still evictable
+                heapq.heappop(self._heaps[q])  # set aside, still evictable
                 aside.append(e)
                 continue
             self._take(e)
@@ -473,5 +438,5 @@ class UniCacheOPT(UniCache):
                 self.queue[e] = -1
                 out.append(e)
             else:
-                heapq.heappush(self._heaps[q].items, self._item(e, q, int(self._token[e])))
+                heapq.heappush(self._heaps[q], self._item(e, q, int(self._token[e])))
         return np.array(out, dtype=np.int64)

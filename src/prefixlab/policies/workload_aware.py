@@ -124,8 +124,6 @@ class WorkloadAware(EvictionPolicy):
         self.mode = mode
         self._layout: BlockLayout | None = None
         self._req_cat: I64 = np.zeros(0, dtype=np.int64)
-        self._arrival: F64 = np.zeros(0)
-        self._clock = "view"
         self.names: list[str] = []
         self.p: F64 = np.zeros(0)
         self.rate: F64 = np.zeros(0)
@@ -154,8 +152,7 @@ class WorkloadAware(EvictionPolicy):
         if self._layout is None:
             raise ConfigError("policy 'wa' needs the block layout (run it through a runner)")
         self.names, self._req_cat = categories(trace, self.max_turn)
-        self._arrival = np.asarray(trace.arrival_s, dtype=np.float64)
-        self._clock = clock
+        super().prepare_trace(trace, clock)
         upto = max(1, math.ceil(self.profile * len(trace)))
         nc = len(self.names)
         self.p, self.rate, reuses = fit_categories(self._layout, self._arrival, self._req_cat,
@@ -165,11 +162,6 @@ class WorkloadAware(EvictionPolicy):
         self._heaps = [[] for _ in range(nc)]
         self._evictable = np.zeros(nc, dtype=np.int64)
         self._held = np.zeros(nc, dtype=np.float64)
-
-    def now(self) -> float:
-        if self._clock == "arrival" and self._arrival.shape[0]:
-            return float(self._arrival[self.view.request_index])
-        return float(self.view.now)
 
     def reuse_probability(self, c: int, age: float) -> float:
         """P(reuse within the next ``window_s``) of a block of category ``c`` idle ``age``."""

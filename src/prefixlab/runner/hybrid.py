@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from prefixlab.cache.hybrid import HybridCache
 from prefixlab.errors import ConfigError
-from prefixlab.model.spec import LAYER_TYPES, ModelSpec, get_model
+from prefixlab.model.spec import ModelSpec, get_model
 from prefixlab.policies.base import EvictionPolicy, make_policy
 from prefixlab.policies.hybrid import HybridPolicy, Marconi
 from prefixlab.workload.trace import Trace
@@ -166,10 +166,6 @@ def hybrid_metrics(spec: ModelSpec, inputs: I64, hits: I64) -> dict[str, Any]:
     n_in = int(inputs.sum())
     n_hit = int(hits.sum())
     nreq = int(inputs.shape[0])
-    x = inputs.astype(np.float64)
-    h = hits.astype(np.float64)
-    full = spec.prefill_flops_array(x, np.zeros_like(x))
-    rest = spec.prefill_flops_array(x - h, h)
     out: dict[str, Any] = {
         "num_requests": nreq,
         "num_input_tokens": n_in,
@@ -177,15 +173,7 @@ def hybrid_metrics(spec: ModelSpec, inputs: I64, hits: I64) -> dict[str, Any]:
         "token_hit_ratio": n_hit / n_in if n_in else 0.0,
         "request_hit_ratio": float(np.count_nonzero(hits)) / nreq if nreq else 0.0,
     }
-    total = saved = 0.0
-    for t in LAYER_TYPES:
-        a, b = float(full[t].sum()), float((full[t] - rest[t]).sum())
-        out[f"flops_saved_{t}"] = b
-        total += a
-        saved += b
-    out["flops_total"] = total
-    out["flops_saved"] = saved
-    out["flops_saved_ratio"] = saved / total if total else 0.0
+    out.update(spec.flops_saved(inputs, hits))
     return out
 
 

@@ -25,6 +25,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +35,47 @@ from prefixlab.errors import ConfigError
 F64 = npt.NDArray[np.float64]
 
 GAP_PRESETS = {"chat": (4.15, 0.971), "agentic": (1.81, 1.092)}
+
+
+def lognormal_cdf(x: Any, mu: float, sigma: float) -> Any:
+    """P(gap <= x) for a log-normal gap: a float for a float (the policies' hot path), an
+    array for an array; 0 for x <= 0, and a step at exp(mu) when sigma is 0."""
+    if np.ndim(x) == 0:
+        xf = float(x)
+        if xf <= 0.0:
+            return 0.0
+        if sigma <= 0:
+            return 1.0 if xf >= math.exp(mu) else 0.0
+        return 0.5 * (1.0 + math.erf((math.log(xf) - mu) / (sigma * math.sqrt(2.0))))
+    arr = np.asarray(x, dtype=np.float64)
+    if sigma <= 0:
+        return (arr >= math.exp(mu)).astype(np.float64)
+    z = (np.log(np.maximum(arr, 1e-300)) - mu) / (sigma * math.sqrt(2.0))
+    erf = np.frompyfunc(math.erf, 1, 1)
+    return np.where(arr > 0, 0.5 * (1.0 + np.asarray(erf(z), dtype=np.float64)), 0.0)
+
+
+def session_order(
+    session_id: Sequence[str | None], arrival_s: F64
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """The rows that belong to a session, sorted by (session, arrival; ties keep their
+    order), and for each but the first whether it continues the previous row's session."""
+    codes: dict[str, int] = {}
+    sess = np.array([-1 if s is None else codes.setdefault(s, len(codes)) for s in session_id],
+                    dtype=np.int64)  # fmt: skip
+    rows = np.flatnonzero(sess >= 0)
+    rows = rows[np.lexsort((arrival_s[rows], sess[rows]))]
+    return rows, sess[rows][1:] == sess[rows][:-1]
+
+
+def previous_turn_gaps(session_id: Sequence[str | None], arrival_s: F64) -> F64:
+    """Per request: its arrival minus that of the previous request of its session (NaN for
+    a session's first request and for requests without a session)."""
+    arrival = np.asarray(arrival_s, dtype=np.float64)
+    rows, same = session_order(session_id, arrival)
+    out = np.full(arrival.shape[0], np.nan)
+    out[rows[1:][same]] = np.diff(arrival[rows])[same]
+    return out
 
 
 def check_number(name: str, value: object, low: float, strict: bool = False) -> float:
