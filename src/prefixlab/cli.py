@@ -16,7 +16,14 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from prefixlab import cli_analyze, cli_engine, cli_experiments, cli_lpc, cli_report
+from prefixlab import (
+    cli_analyze,
+    cli_engine,
+    cli_experiments,
+    cli_experts,
+    cli_lpc,
+    cli_report,
+)
 from prefixlab.analysis import trace_stats
 from prefixlab.cli_common import (
     BlockTokensOpt,
@@ -419,6 +426,7 @@ cli_experiments.register(app)
 cli_report.register(app)
 cli_lpc.register(app)
 cli_analyze.register(app)
+cli_experts.register(app)
 
 
 def main() -> None:

@@ -350,6 +350,20 @@ def _check_policies(policies: list[str], structure: str) -> None:
 
 def load_config(path: str | Path) -> ExperimentConfig:
     """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) experiment config."""
+    data, p = read_config_file(path)
+    return parse_config(data if data is not None else {}, name=p.stem)
+
+
+def config_from_text(
+    text: str, name: str = "experiment", *, yaml: bool = False, where: str = "config"
+) -> ExperimentConfig:
+    """Parse and validate a config given as TOML (or YAML) text."""
+    data = parse_config_text(text, yaml=yaml, where=where)
+    return parse_config(data if data is not None else {}, name=name)
+
+
+def read_config_file(path: str | Path) -> tuple[Any, Path]:
+    """The parsed contents of a TOML (``.toml``) or YAML (``.yaml``/``.yml``) file."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
@@ -357,13 +371,11 @@ def load_config(path: str | Path) -> ExperimentConfig:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{p}: not UTF-8 text") from None
-    return config_from_text(text, p.stem, yaml=p.suffix in (".yaml", ".yml"), where=str(p))
+    return parse_config_text(text, yaml=p.suffix in (".yaml", ".yml"), where=str(p)), p
 
 
-def config_from_text(
-    text: str, name: str = "experiment", *, yaml: bool = False, where: str = "config"
-) -> ExperimentConfig:
-    """Parse and validate a config given as TOML (or YAML) text."""
+def parse_config_text(text: str, *, yaml: bool = False, where: str = "config") -> Any:
+    """TOML (or YAML) text as Python data; syntax errors name ``where``."""
     if yaml:
         try:
             import yaml as pyyaml
@@ -378,7 +390,7 @@ def config_from_text(
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{where}: bad TOML: {exc}") from None
-    return parse_config(data if data is not None else {}, name=name)
+    return data
 
 
 # ------------------------------------------------------------------ capacities

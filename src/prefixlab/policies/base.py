@@ -328,12 +328,12 @@ def registered() -> dict[str, type[EvictionPolicy]]:
     return dict(sorted(POLICIES.items()))
 
 
-def describe(cls: type[EvictionPolicy]) -> str:
+def describe(cls: type[object]) -> str:
     """One-line description: the first line of the class docstring."""
     return (inspect.getdoc(cls) or "").splitlines()[0] if cls.__doc__ else ""
 
 
-def parameters(cls: type[EvictionPolicy]) -> dict[str, Any]:
+def parameters(cls: type[object]) -> dict[str, Any]:
     """Constructor parameters and their defaults."""
     if cls.__init__ is object.__init__:
         return {}

@@ -158,25 +158,42 @@ def render(res: Results, figures: list[FigureSpec]) -> str:
     if len(res.variants) > 1:
         meta += f" &middot; {len(res.variants)} workload variants"
     note = "mean over seeds" if len(res.seeds) > 1 else "one seed"
+    intro = (f"Per cache size and policy, {note}; the best value of each cache size in "
+             "bold.")  # fmt: skip
+    return page(res.name, meta, res.folder, intro, _summary(res), figures, res.config,
+                res.environment)  # fmt: skip
+
+
+def page(
+    name: str,
+    meta: str,
+    folder: Path,
+    intro: str,
+    summary: str,
+    figures: list[FigureSpec],
+    config: dict[str, object],
+    env: dict[str, object],
+) -> str:
+    """The page skeleton every report shares: title, summary table, figures, config,
+    environment and timings (``meta``, ``intro`` and ``summary`` are HTML)."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{escape(res.name)} &mdash; prefixlab report</title>",
+        f"<title>{escape(name)} &mdash; prefixlab report</title>",
         f"<style>{_CSS}</style></head><body>",
-        f"<h1>{escape(res.name)}</h1>",
-        f'<p class="meta">{meta}<br>from {escape(str(res.folder))}</p>',
-        f"<h2>Summary</h2><p>Per cache size and policy, {note}; the best value of each "
-        "cache size in bold.</p>",
-        _summary(res),
+        f"<h1>{escape(name)}</h1>",
+        f'<p class="meta">{meta}<br>from {escape(str(folder))}</p>',
+        f"<h2>Summary</h2><p>{intro}</p>",
+        summary,
         "<h2>Figures</h2>",
         *(_figure(f) for f in figures),
         "<h2>Configuration</h2>",
-        f"<pre>{escape(json.dumps(res.config, indent=2, sort_keys=True))}</pre>",
+        f"<pre>{escape(json.dumps(config, indent=2, sort_keys=True))}</pre>",
         "<h2>Environment</h2>",
-        _environment(res.environment),
+        _environment(env),
         "<h2>Timings</h2>",
-        _timings(res.folder),
+        _timings(folder),
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"
@@ -196,6 +213,12 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 def build_report(folder: str | Path, out: str | Path | None = None) -> Path:
     """Write the report of a results folder (default ``FOLDER/report.html``); its path."""
+    from prefixlab.experts.sweep import is_experts_folder
+
+    if is_experts_folder(Path(folder).parent if Path(folder).is_file() else folder):
+        from prefixlab.experts.report import build_expert_report
+
+        return build_expert_report(folder, out)
     res = load_results(folder)
     target = Path(out) if out is not None else res.folder / "report.html"
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -203,4 +226,4 @@ def build_report(folder: str | Path, out: str | Path | None = None) -> Path:
     return target
 
 
-__all__ = ["build_report", "render"]
+__all__ = ["build_report", "page", "render"]

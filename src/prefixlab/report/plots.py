@@ -577,6 +577,12 @@ def write_plots(folder: str | Path | Results, out_dir: str | Path) -> list[Path]
     """Write ``<slug>.png`` for every figure into ``out_dir`` (created); their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    from prefixlab.experts.sweep import is_experts_folder
+
+    if not isinstance(folder, Results) and is_experts_folder(folder):
+        from prefixlab.experts.report import load_expert_results, make_expert_figures
+
+        return write_figures(make_expert_figures(load_expert_results(folder)), out)
     return write_figures(make_figures(folder), out)
 
 

@@ -1,0 +1,223 @@
+"""CLI commands of expert caching: ``experts generate|simulate|sweep|record|info|policies``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from prefixlab.cli_common import QuietOpt, console, fail, progress_bar, warn
+from prefixlab.errors import PrefixlabError
+
+experts_app = typer.Typer(
+    no_args_is_help=True,
+    help="Mixture-of-Experts expert caching: layered paging traces, policies, sweeps.",
+)
+
+ExpertTraceArg = Annotated[
+    str, typer.Argument(help="Routing file (.jsonl, .jsonl.gz, .npz) or gen:KIND[:k=v,...].")
+]
+TopKOpt = Annotated[
+    int | None, typer.Option("--top-k", help="Keep each token's first K choices (K rounds).")
+]
+
+
+def _load(trace: str, top_k: int | None) -> Any:
+    from prefixlab.experts.trace import load_expert_trace
+
+    return load_expert_trace(trace, top_k=top_k)
+
+
+def generate_cmd(
+    kind: Annotated[str, typer.Argument(help="Generator: zipf, uniform, cyclic, thm31, thm33.")],
+    params: Annotated[
+        list[str] | None, typer.Argument(help="Parameters key=value, e.g. num_layers=32 a=1.2.")
+    ] = None,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Trace file: .npz (compact) or .jsonl[.gz].")
+    ] = Path("experts.npz"),
+) -> None:
+    """Generate a seeded expert trace and write it (prints its summary)."""
+    from prefixlab.experts.generators import generate_from_spec
+
+    try:
+        for p in params or []:
+            if "=" not in p:
+                raise PrefixlabError(f"parameter {p!r} is not key=value")
+        trace = generate_from_spec(f"{kind}:{','.join(params or [])}" if params else kind)
+        _save(trace, out)
+    except (PrefixlabError, OSError) as exc:
+        fail(str(exc))
+        return
+    _print_summary(trace, out)
+
+
+def _save(trace: Any, out: Path) -> None:
+    from prefixlab.experts.trace import write_routing_jsonl
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.name.endswith((".jsonl", ".jsonl.gz")):
+        write_routing_jsonl(trace, out)
+    else:
+        trace.save(out)
+
+
+def _print_summary(trace: Any, path: Path | str) -> None:
+    s = trace.summary().as_dict()
+    table = Table(title=f"expert trace {path}")
+    table.add_column("field")
+    table.add_column("value", justify="right")
+    for k, v in s.items():
+        table.add_row(k, f"{v:,.4g}" if isinstance(v, float) else f"{v:,}" if isinstance(
+            v, int) else str(v))  # fmt: skip
+    console().print(table)
+
+
+def info_cmd(trace: ExpertTraceArg, top_k: TopKOpt = None) -> None:
+    """Summarise an expert trace: layers, experts, tokens, rounds, popularity."""
+    try:
+        tr = _load(trace, top_k)
+    except (PrefixlabError, OSError) as exc:
+        fail(str(exc))
+        return
+    _print_summary(tr, trace)
+
+
+def _capacities(values: list[str], num_layers: int, num_experts: int) -> list[tuple[str, int]]:
+    from prefixlab.experts.config import _capacity, resolve_capacities
+
+    caps: list[int | str] = []
+    for v in values:
+        caps.append(_capacity(int(v) if v.strip().lstrip("-").isdigit() else v, "--capacity"))
+    return resolve_capacities(caps, num_layers, num_experts)
+
+
+def simulate_cmd(
+    trace: ExpertTraceArg,
+    capacity: Annotated[
+        list[str],
+        typer.Option("--capacity", "-k", help="Cache size: pages, f nl (0.25nl) or all."),
+    ],
+    policy: Annotated[
+        list[str] | None,
+        typer.Option("--policy", "-p", help="Policy spec (repeatable) [default: lru, llru]."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of randomised policies (marking).")] = 0,
+    top_k: TopKOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines, one per result.")] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Simulate expert-cache policies on a trace: faults and faults relative to OPT."""
+    from prefixlab.experts.simulate import sweep_capacities
+
+    policies = policy or ["lru", "llru"]
+    try:
+        tr = _load(trace, top_k)
+        caps = _capacities(capacity, tr.num_layers, tr.num_experts)
+        rows: list[dict[str, Any]] = []
+        with progress_bar("capacities", quiet) as advance:
+            for i, (_, k) in enumerate(caps):
+                if advance is not None:
+                    advance(i, len(caps), f"k={k}")
+                rows += sweep_capacities(tr, [k], policies, seed=seed)
+        skipped = [(p, k) for _, k in caps for p in policies
+                   if not any(r["spec"] == p and r["capacity"] == k for r in rows)]  # fmt: skip
+        if not rows:
+            p, k = skipped[0]
+            raise PrefixlabError(f"{p} needs a capacity of at least num_layers="
+                                 f"{tr.num_layers} (one page per layer), got {k}")  # fmt: skip
+    except (PrefixlabError, OSError) as exc:
+        fail(str(exc))
+        return
+    for p, k in skipped:
+        warn(f"{p} left out at capacity {k}: it needs at least num_layers={tr.num_layers}")
+    keys = ["policy", "capacity", "num_requests", "num_faults", "num_first_use_faults",
+            "fault_rate", "fault_ratio_to_opt"]  # fmt: skip
+    if as_json:
+        for r in rows:
+            print(json.dumps({k: r[k] for k in keys}))
+        return
+    table = Table(title=f"expert cache: {tr.num_layers} layers x {tr.num_experts} experts, "
+                        f"{tr.num_requests:,} requests")  # fmt: skip
+    for h in ("policy", "k", "faults", "first-use", "fault rate", "faults / OPT"):
+        table.add_column(h, justify="left" if h == "policy" else "right")
+    for r in rows:
+        table.add_row(r["policy"], f"{r['capacity']:,}", f"{r['num_faults']:,}",
+                      f"{r['num_first_use_faults']:,}", f"{r['fault_rate']:.4f}",
+                      f"{r['fault_ratio_to_opt']:.3f}")  # fmt: skip
+    console().print(table)
+
+
+def sweep_cmd(
+    config: Annotated[Path, typer.Argument(help="Expert sweep config (TOML or YAML).")],
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Results folder [default: results/NAME].")
+    ] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes.")] = 1,
+    report: Annotated[bool, typer.Option(help="Write report.html beside the results.")] = True,
+    quiet: QuietOpt = False,
+) -> None:
+    """Run an expert-cache sweep into a results folder (resumable), then its report."""
+    from prefixlab.experts.config import load_sweep_config
+    from prefixlab.experts.report import build_expert_report, load_expert_results
+    from prefixlab.experts.sweep import run_expert_sweep
+
+    try:
+        cfg = load_sweep_config(config)
+        folder = out if out is not None else Path("results") / cfg.name
+        with progress_bar("cells", quiet) as advance:
+
+            def progress(done: int, total: int, cell: Any) -> None:
+                if advance is not None:
+                    advance(done, total, "" if cell is None else cell.label())
+
+            summary = run_expert_sweep(cfg, folder, jobs=jobs, progress=progress)
+        page = build_expert_report(folder) if report else None
+        res = load_expert_results(folder)
+    except (PrefixlabError, OSError) as exc:
+        fail(str(exc))
+        return
+    table = Table(title=f"{cfg.name}: faults / OPT (mean over seeds)")
+    table.add_column("variant")
+    table.add_column("k", justify="right")
+    for p in res.policies:
+        table.add_column(p, justify="right")
+    for v in res.variants:
+        for spec in res.capacity_specs[:12]:
+            w = {"variant": v, "capacity_spec": spec}
+            cells = [f"{res.mean('fault_ratio_to_opt', **w, policy=p):.3f}" for p in res.policies]
+            table.add_row(v, spec, *cells)
+    console().print(table)
+    ran, skipped = len(summary.ran), len(summary.skipped)
+    tail = f"; report: {page}" if page is not None else ""
+    console().print(f"{ran} cells run, {skipped} reused, results: {folder}{tail}",
+                    markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+
+
+def policies_cmd() -> None:
+    """List the expert-cache policies and their parameters."""
+    from prefixlab.experts.policies import describe, parameters, registered
+
+    table = Table(title="expert-cache policies")
+    table.add_column("name")
+    table.add_column("parameters")
+    table.add_column("summary")
+    for name, cls in registered().items():
+        params = ", ".join(f"{k}={v}" for k, v in parameters(cls).items())
+        table.add_row(name, params or "-", describe(cls))
+    console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    experts_app.command("generate")(generate_cmd)
+    experts_app.command("info")(info_cmd)
+    experts_app.command("simulate")(simulate_cmd)
+    experts_app.command("sweep")(sweep_cmd)
+    experts_app.command("policies")(policies_cmd)
+    from prefixlab.cli_experts_record import record_cmd
+
+    experts_app.command("record")(record_cmd)
+    app.add_typer(experts_app, name="experts")

@@ -1,0 +1,36 @@
+"""LRU: on a fault with a full cache, evict the resident page requested longest ago.
+
+Classic least-recently-used paging (the paper's baseline ``LRU``): a hit or an insertion
+makes the page the most recent one; the layer structure plays no part.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from prefixlab.experts import _kernels
+from prefixlab.experts.policies.base import ExpertPolicy, KernelRun, PolicyContext, register
+
+
+@register("lru")
+class Lru(ExpertPolicy):
+    """Least recently used: evict the page whose last request is oldest."""
+
+    def reset(self, ctx: PolicyContext) -> None:
+        self._order: OrderedDict[int, None] = OrderedDict()  # oldest first
+
+    def on_hit(self, page: int, t: int) -> None:
+        self._order.move_to_end(page)
+
+    def on_insert(self, page: int, t: int) -> None:
+        self._order[page] = None
+
+    def victim(self, page: int, t: int) -> int:
+        return self._order.popitem(last=False)[0]
+
+    def tracked(self) -> list[int]:
+        return list(self._order)
+
+    def run_fast(self, ctx: PolicyContext, record: bool) -> KernelRun | None:
+        num_pages = ctx.num_layers * ctx.num_experts
+        return _kernels.run_lru(ctx.pages, ctx.capacity, ctx.num_layers, num_pages, record)

@@ -1,0 +1,201 @@
+"""Expert-cache sweeps into a results folder (the layout of ``prefixlab sweep``).
+
+::
+
+    RESULTS/
+      config.resolved.json   the sweep config (kind = "experts"), defaults filled in
+      environment.json       Python, platform, package versions, CPU count
+      cells/ID.json          one finished (variant, seed): its rows (the resume marker)
+      results.parquet|csv    one row per (variant, seed, capacity, policy)
+      timings.csv            wall-clock seconds of each cell (not a result)
+
+A cell is one workload variant and seed: its trace is generated (or read) once and every
+capacity and policy replays it, with OPT computed once per capacity for the fault ratio.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prefixlab.errors import ConfigError
+from prefixlab.experiments.store import _atomic_write, _write_csv, _write_parquet, environment
+from prefixlab.experts.config import ExpertSweepConfig, Scalar, resolve_capacities
+
+#: columns of results.parquet, in order (variant parameters come after ``variant``)
+COLUMNS = ["variant", "seed", "num_layers", "num_experts", "capacity_spec", "capacity", "policy",
+           "num_requests", "num_faults", "num_first_use_faults", "fault_rate",
+           "fault_ratio_to_opt"]  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertCell:
+    """One workload variant and seed."""
+
+    index: int
+    variant: dict[str, Scalar]
+    seed: int
+    spec: str
+
+    @property
+    def cell_id(self) -> str:
+        return f"{self.index:04d}-s{self.seed}"
+
+    def label(self) -> str:
+        return variant_label(self.variant) or "trace"
+
+
+def variant_label(variant: dict[str, Scalar]) -> str:
+    return ",".join(f"{k}={v}" for k, v in variant.items())
+
+
+def plan(cfg: ExpertSweepConfig) -> list[ExpertCell]:
+    """Every (variant, seed), variants in config order, seeds within each."""
+    return [ExpertCell(i, v, s, cfg.trace_spec(v, s))
+            for i, v in enumerate(cfg.variants()) for s in cfg.seeds]  # fmt: skip
+
+
+def _fingerprint(cfg: ExpertSweepConfig, cell: ExpertCell) -> str:
+    doc = json.dumps([cell.spec, cfg.capacities, cfg.policies], sort_keys=True)
+    return hashlib.sha256(doc.encode()).hexdigest()[:16]
+
+
+def run_cell(cfg: ExpertSweepConfig, cell: ExpertCell) -> dict[str, Any]:
+    """Generate (or read) the cell's trace and simulate every capacity and policy."""
+    from prefixlab.experts.simulate import sweep_capacities
+    from prefixlab.experts.trace import load_expert_trace
+
+    start = time.perf_counter()
+    trace = load_expert_trace(cell.spec)
+    caps = resolve_capacities(cfg.capacities, trace.num_layers, trace.num_experts)
+    label_of = {pages: label for label, pages in caps}
+    rows = []
+    for r in sweep_capacities(trace, [p for _, p in caps], cfg.policies, seed=cell.seed):
+        row: dict[str, Any] = {"variant": cell.label(), **cell.variant, "seed": cell.seed,
+                               "num_layers": trace.num_layers,
+                               "num_experts": trace.num_experts,
+                               "capacity_spec": label_of[int(str(r["capacity"]))]}  # fmt: skip
+        row.update({k: r[k] for k in COLUMNS[5:]})
+        row["policy"] = r["spec"]  # as the config names it (the resolved spec adds a seed)
+        rows.append(row)
+    return {"rows": rows, "fingerprint": _fingerprint(cfg, cell),
+            "wall_s": time.perf_counter() - start, "worker": f"pid{os.getpid()}"}  # fmt: skip
+
+
+@dataclass(slots=True)
+class ExpertSweepSummary:
+    folder: Path
+    cells: list[ExpertCell]
+    ran: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    tables: dict[str, Path] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+Progress = Callable[[int, int, ExpertCell | None], None]
+
+
+def _done(cfg: ExpertSweepConfig, folder: Path, cells: list[ExpertCell]) -> set[str]:
+    """Cells already stored for this exact config (a changed config reruns them)."""
+    out = set()
+    for cell in cells:
+        path = folder / "cells" / f"{cell.cell_id}.json"
+        if path.is_file():
+            try:
+                doc = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError):
+                continue
+            if doc.get("fingerprint") == _fingerprint(cfg, cell):
+                out.add(cell.cell_id)
+    return out
+
+
+def run_expert_sweep(
+    cfg: ExpertSweepConfig, folder: str | Path, *, jobs: int = 1, progress: Progress | None = None
+) -> ExpertSweepSummary:
+    """Run the cells of ``cfg`` not yet in ``folder`` and write the tables.
+
+    Args:
+        jobs: worker processes; 1 runs in this process.
+        progress: called after each finished cell.
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ConfigError(f"--jobs must be a positive integer, got {jobs!r}")
+    start = time.perf_counter()
+    out = Path(folder)
+    cells = plan(cfg)
+    done = _done(cfg, out, cells)
+    todo = [c for c in cells if c.cell_id not in done]
+    summary = ExpertSweepSummary(out, cells, skipped=sorted(done))
+    (out / "cells").mkdir(parents=True, exist_ok=True)
+    _atomic_write(out / "config.resolved.json", (cfg.to_json() + "\n").encode())
+    env = json.dumps(environment(), indent=2, sort_keys=True) + "\n"
+    _atomic_write(out / "environment.json", env.encode())
+    if progress is not None:
+        progress(0, len(todo), None)
+
+    def finished(cell: ExpertCell, doc: dict[str, Any]) -> None:
+        _atomic_write(out / "cells" / f"{cell.cell_id}.json", json.dumps(doc).encode())
+        summary.ran.append(cell.cell_id)
+        if progress is not None:
+            progress(len(summary.ran), len(todo), cell)
+
+    if jobs == 1 or len(todo) <= 1:
+        for cell in todo:
+            finished(cell, run_cell(cfg, cell))
+    else:
+        with ProcessPoolExecutor(min(jobs, len(todo))) as pool:
+            futures = {pool.submit(run_cell, cfg, c): c for c in todo}
+            for fut in as_completed(futures):
+                finished(futures[fut], fut.result())
+    summary.tables = consolidate(cfg, out, cells)
+    summary.wall_s = time.perf_counter() - start
+    return summary
+
+
+def consolidate(cfg: ExpertSweepConfig, folder: Path, cells: list[ExpertCell]) -> dict[str, Path]:
+    """Write results.parquet/csv and timings.csv from the cell files, in plan order."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    rows: list[dict[str, Any]] = []
+    timings: list[dict[str, Any]] = []
+    for cell in cells:
+        path = folder / "cells" / f"{cell.cell_id}.json"
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(
+                f"{path}: unreadable cell result ({exc}); delete it to rerun"
+            ) from None
+        rows += doc["rows"]
+        timings.append({"cell_id": cell.cell_id, "label": cell.label(),
+                        "wall_s": doc["wall_s"], "worker": doc["worker"]})  # fmt: skip
+    if not rows:
+        raise ConfigError(
+            "no results: every policy is undefined at these capacities (-dist policies need "
+            "k >= the number of layers); add a capacity of at least num_layers or another policy"
+        )
+    table = pa.Table.from_pylist(rows)
+    _write_parquet(table, folder / "results.parquet")
+    _write_csv(table, folder / "results.csv", pacsv)
+    _write_csv(pa.Table.from_pylist(timings), folder / "timings.csv", pacsv)
+    return {"results": folder / "results.parquet"}
+
+
+def is_experts_folder(folder: str | Path) -> bool:
+    """Whether a results folder holds an expert-cache sweep."""
+    path = Path(folder) / "config.resolved.json"
+    if not path.is_file():
+        return False
+    try:
+        return bool(json.loads(path.read_text(encoding="utf-8")).get("kind") == "experts")
+    except (OSError, json.JSONDecodeError):
+        return False
