@@ -5,7 +5,7 @@ Run: ``python benchmarks/experts_throughput.py`` (``--quick`` for 1M requests in
 The trace is Llama-MoE-shaped: 32 layers x 16 experts, Zipf a = 1 (b = 1), temporal reuse
 0.5, top-1, 312,500 tokens = 10M requests; the cache holds k = 200 experts. Each policy runs
 on the compiled path (numba, the ``fast`` extra) over the whole trace, and on the pure
-Python path over its first 1M requests (200k with ``--quick``). The baseline, measured in
+Python path over its first 1M requests (100k with ``--quick``). The baseline, measured in
 the same run, is the Python path of LRU (an ``OrderedDict`` per request); every figure is
 printed as a ratio to it. Both paths give the same faults (tests/test_experts_policies.py).
 """

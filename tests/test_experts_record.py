@@ -22,6 +22,9 @@ except ImportError as exc:  # CI installs the moe extra and sets PREFIXLAB_REQUI
         raise AssertionError(f"PREFIXLAB_REQUIRE_ST is set but {exc}") from None
     pytest.skip(f"needs torch and transformers ({exc})", allow_module_level=True)
 
+from typer.testing import CliRunner
+
+from prefixlab.cli import app
 from prefixlab.errors import ConfigError, TraceFormatError
 from prefixlab.experts import prompts, record
 from prefixlab.experts.record import RoutingRow
@@ -187,6 +190,8 @@ def test_bad_inputs_raise_config_errors(mixtral: Any) -> None:
         record.record_routing(mixtral, PROMPTS, max_new_tokens=-1)
     with pytest.raises(ConfigError, match="batch_size"):
         record.record_routing(mixtral, PROMPTS, batch_size=0)
+    with pytest.raises(ConfigError, match="top_k must be >= 1, got 0"):
+        record.record_routing(mixtral, PROMPTS, top_k=0)
     with pytest.raises(ConfigError, match="dtype"):
         record.load_model("anything", dtype="int8")
     assert record.record_routing(mixtral, []) == []
@@ -306,7 +311,7 @@ def test_tokenizers(mixtral_dir: Path, tmp_path: Path) -> None:
 def test_write_rows_and_record_file(mixtral_dir: Path, tmp_path: Path) -> None:
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("hi\nexpert caching\n", encoding="utf-8")
-    out = tmp_path / "routing.jsonl"
+    out = tmp_path / "new" / "deeper" / "routing.jsonl"  # the folders are created
     summary = record.record_file(
         str(mixtral_dir), prompts, out, tokenizer="bytes", max_new_tokens=2, batch_size=2
     )
@@ -331,3 +336,103 @@ def test_write_rows_and_record_file(mixtral_dir: Path, tmp_path: Path) -> None:
     first = [r.experts[0] for r in rows[:3]]
     second = [r.experts[1] for r in rows[:3]]
     assert trace.expert[:6].tolist() == first + second
+
+
+@pytest.fixture
+def model_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The models ``AutoModelForCausalLM`` was asked for; every load fails (as if the hub id
+    were a multi-GB download that never finishes)."""
+    calls: list[str] = []
+
+    def refuse(name: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append(name)
+        raise OSError("no download in tests")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+    return calls
+
+
+BAD_ARGUMENTS = {
+    "missing prompts": ({"prompts": "none.txt"}, ConfigError, "prompts file not found"),
+    "empty prompts": ({"prompts": "empty.txt"}, ConfigError, "holds no prompt"),
+    "bad JSONL prompts": ({"prompts": "bad.jsonl"}, TraceFormatError, "not valid JSON"),
+    "batch_size 0": ({"batch_size": 0}, ConfigError, "batch_size must be >= 1, got 0"),
+    "max_new_tokens -1": ({"max_new_tokens": -1}, ConfigError, "max_new_tokens must be >= 0"),
+    "top_k 0": ({"top_k": 0}, ConfigError, "top_k must be >= 1, got 0"),
+    "dtype int8": ({"dtype": "int8"}, ConfigError, "dtype 'int8' is not one of"),
+    "tokenizer spec": ({"tokenizer": "no-such-tok"}, ConfigError, "unknown tokenizer"),
+    "out under a file": ({"out": "a_file/r.jsonl"}, ConfigError, "cannot create the output"),
+    "out is a folder": ({"out": "a_folder"}, ConfigError, r"a_folder is a folder"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_ARGUMENTS)
+def test_record_file_checks_arguments_before_loading_the_model(
+    tmp_path: Path, model_loads: list[str], case: str
+) -> None:
+    (tmp_path / "p.txt").write_text("hi\n", encoding="utf-8")
+    (tmp_path / "empty.txt").write_text("\n", encoding="utf-8")
+    (tmp_path / "bad.jsonl").write_text("{oops\n", encoding="utf-8")
+    (tmp_path / "a_file").write_text("", encoding="utf-8")
+    (tmp_path / "a_folder").mkdir()
+    changes, error, message = BAD_ARGUMENTS[case]
+    args: dict[str, Any] = {"prompts": "p.txt", "out": "r.jsonl", "tokenizer": "bytes"}
+    args.update(changes)
+    prompts_path, out = tmp_path / args.pop("prompts"), tmp_path / args.pop("out")
+    with pytest.raises(error, match=message):
+        record.record_file("nobody/huge-moe", prompts_path, out, **args)
+    assert model_loads == []
+    assert not out.is_file()
+
+
+def test_record_file_loads_the_model_after_the_checks(
+    tmp_path: Path, model_loads: list[str]
+) -> None:
+    # The spy is not vacuous: good arguments reach the model load, after the output folder.
+    good = tmp_path / "p.txt"
+    good.write_text("hi\n", encoding="utf-8")
+    out = tmp_path / "new" / "r.jsonl"
+    with pytest.raises(ConfigError, match="could not load model 'nobody/huge-moe'"):
+        record.record_file("nobody/huge-moe", good, out, tokenizer="bytes")
+    assert model_loads == ["nobody/huge-moe"]
+    assert out.parent.is_dir() and not out.exists()
+
+
+def test_record_file_checks_top_k_before_the_inference_pass(
+    mixtral_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    passes: list[int] = []
+
+    def no_pass(model: Any, token_ids: Any, **kwargs: Any) -> Any:
+        passes.append(len(token_ids))
+        raise AssertionError("inference pass")
+
+    monkeypatch.setattr(record, "record_routing", no_pass)
+    good = tmp_path / "p.txt"
+    good.write_text("hi\n", encoding="utf-8")
+    out = tmp_path / "r.jsonl"
+    # No tokenizer spec either: the folder has no tokenizer, so top_k is checked before it.
+    with pytest.raises(ConfigError, match="top_k=5 must be between 1 and the 4 experts"):
+        record.record_file(str(mixtral_dir), good, out, top_k=5)
+    assert passes == []
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [([], "prompts file not found"), (["--batch-size", "0"], "batch_size must be >= 1")],
+)
+def test_record_command_fails_early_with_one_line(
+    tmp_path: Path, model_loads: list[str], option: list[str], message: str
+) -> None:
+    prompts_path = tmp_path / ("p.txt" if option else "none.txt")
+    if option:
+        prompts_path.write_text("hi\n", encoding="utf-8")
+    args = ["experts", "record", "--model", "nobody/huge-moe", "--prompts", str(prompts_path),
+            "-o", str(tmp_path / "r.jsonl"), "--tokenizer", "bytes", *option]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    out = result.output.strip()
+    assert result.exit_code == 2, out
+    assert len(out.splitlines()) == 1, out
+    assert out.startswith("error:") and message in out, out
+    assert model_loads == []

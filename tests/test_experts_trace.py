@@ -12,8 +12,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
+from prefixlab.cli import app
 from prefixlab.errors import ConfigError, TraceFormatError
+from prefixlab.experts import routing_jsonl, trace, trace_io
 from prefixlab.experts.generators import (
     EXPERT_GENERATORS,
     cross_layer_map,
@@ -25,6 +28,7 @@ from prefixlab.experts.trace import (
     ExpertTrace,
     load_expert_trace,
     load_routing_jsonl,
+    routing_rows,
     write_routing_jsonl,
 )
 
@@ -67,6 +71,7 @@ def test_pages_layers_and_counts_of_a_small_trace() -> None:
     [
         ({"num_layers": 0}, "num_layers"),
         ({"num_experts": -1}, "num_experts"),
+        ({"num_experts": 2**62}, "num_experts"),  # 2 * 2**62 page ids overflow int64
         (  # 3 requests, 2 layers
             {
                 "expert": np.array([0, 1, 2]),
@@ -168,6 +173,11 @@ MALFORMED = [
     ('{"layer": 1, "token_idx": 0, "experts": [1, 2, 3]}', "experts"),  # k differs
     ('{"layer": 1, "token_idx": 0, "experts": [1, 2], "indices": [1, 2]}', "indices"),
     ('{"layer": 1, "token_idx": 0, "experts": [1, 2], "gating_probs": [0.5, 0.5]}', "gating_probs"),
+    # ids must fit int64 (no OverflowError when the columns are built)
+    ('{"layer": 1, "token_idx": 9223372036854775808, "experts": [1, 2]}', "token_idx"),
+    ('{"layer": 18446744073709551616, "token_idx": 0, "experts": [1, 2]}', "layer"),
+    ('{"layer": 1, "token_idx": 0, "experts": [1, 9223372036854775808]}', "experts"),
+    ('{"layer": 1, "token_idx": 0, "experts": [1, 1' + "0" * 5000 + "]}", None),  # > 4300 digits
 ]
 
 
@@ -231,27 +241,31 @@ def test_empty_file_and_missing_file(tmp_path: Path) -> None:
         load_routing_jsonl(_write(tmp_path, HAND), top_k=0)
 
 
+def _gated(tr: ExpertTrace) -> ExpertTrace:
+    """``tr`` with gates that shrink with the rank (as a router's top-k) and vary by layer."""
+    gate = 0.5**tr.rank * (0.3 + 0.7 * tr.layer / tr.num_layers)
+    return ExpertTrace(
+        tr.num_layers, tr.num_experts, tr.expert, tr.token_idx, tr.rank, gate, dict(tr.meta)
+    )
+
+
 @pytest.mark.parametrize("name", ["t.npz", "t.jsonl", "t.jsonl.gz"])
-def test_save_load_round_trip(tmp_path: Path, name: str) -> None:
+def test_save_load_round_trip_is_exact(tmp_path: Path, name: str) -> None:
     tr = generate("zipf", num_layers=3, num_experts=40, num_tokens=50, top_k=3, r=0.3, seed=4)
-    gated = ExpertTrace(
-        tr.num_layers, tr.num_experts, tr.expert, tr.token_idx, tr.rank,
-        np.linspace(0, 1, tr.num_requests), dict(tr.meta),
-    )  # fmt: skip
-    for trace in (tr, gated):
-        trace.save(tmp_path / name)
+    for original in (tr, _gated(tr)):
+        original.save(tmp_path / name)
         back = ExpertTrace.load(tmp_path / name)
-        for col in ("expert", "token_idx", "rank"):
-            assert np.array_equal(getattr(back, col), getattr(trace, col))
         assert (back.num_layers, back.num_experts) == (3, 40)  # n from the header, not max + 1
-        assert np.array_equal(back.pages, trace.pages)
-        assert (back.gate is None) == (trace.gate is None)
-        if trace.gate is not None:
-            assert back.gate is not None and np.array_equal(back.gate, trace.gate)
-        if name.endswith(".npz"):
-            assert back.equals(trace)
-        else:
-            assert back.meta["generator"] == "zipf" and back.meta["top_k"] == "3"
+        assert back.equals(original), back.meta  # meta too: the header carries it as it was
+        assert load_expert_trace(tmp_path / name).equals(original)
+
+
+def test_a_loaded_routing_file_saves_and_loads_back_equal(tmp_path: Path) -> None:
+    first = load_routing_jsonl(_write(tmp_path, HAND))  # no header: meta says where from
+    assert first.meta == {"source": str(tmp_path / "r.jsonl"), "format": "routing-jsonl",
+                          "top_k": "2"}  # fmt: skip
+    write_routing_jsonl(first, tmp_path / "again.jsonl")
+    assert load_routing_jsonl(tmp_path / "again.jsonl").equals(first)
 
 
 def test_gzip_output_is_byte_identical_across_runs(tmp_path: Path) -> None:
@@ -277,13 +291,13 @@ def test_rows_writer_with_header(tmp_path: Path) -> None:
     path = tmp_path / "rows.jsonl"
     assert write_routing_jsonl(rows, path, num_experts=10, meta={"model": "tiny"}) == 4
     tr = load_routing_jsonl(path)
-    assert tr.num_experts == 10 and tr.meta["model"] == "tiny"
+    assert tr.num_experts == 10 and tr.meta == {"model": "tiny"}  # the header's meta, as given
     assert tr.pages.tolist() == [2, 13, 0, 11, 1, 10, 2, 13]
 
 
 def test_bad_npz_files_raise_trace_format_errors(tmp_path: Path) -> None:
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
-    with pytest.raises(TraceFormatError, match="readable"):
+    with pytest.raises(TraceFormatError, match=r"not a prefixlab expert trace \(\.npz\)"):
         ExpertTrace.load(tmp_path / "junk.npz")
     np.savez(tmp_path / "other.npz", x=np.arange(3))
     with pytest.raises(TraceFormatError) as err:
@@ -338,6 +352,196 @@ def test_written_rows_load_back_as_the_naive_page_sequence(case: tuple) -> None:
         for j in range(num_layers)
     ]
     assert pages == naive
+
+
+# ------------------------------------------------------ module split and re-exported names
+
+
+def test_old_names_still_import_from_trace_and_are_the_moved_objects() -> None:
+    for name in ("EXPERT_KEYS", "GATE_KEYS", "JSONL_FORMAT", "load_routing_jsonl"):
+        assert getattr(trace, name) is getattr(routing_jsonl, name)
+    assert trace.routing_rows is routing_jsonl.routing_rows is routing_rows
+    assert trace.write_routing_jsonl is routing_jsonl.write_routing_jsonl
+    assert trace.load_expert_trace is trace_io.load_expert_trace
+    assert trace.NPZ_FORMAT == trace_io.NPZ_FORMAT == "prefixlab-expert-trace"
+    with pytest.raises(AttributeError, match="no_such_name"):
+        trace.no_such_name  # noqa: B018
+
+
+# ---------------------------------------------------- damaged files give TraceFormatError
+
+
+def _good_bytes(tmp_path: Path, name: str) -> bytes:
+    generate("uniform", num_layers=2, num_experts=4, num_tokens=200, seed=1).save(tmp_path / name)
+    return (tmp_path / name).read_bytes()
+
+
+def _damaged_npz(tmp_path: Path) -> dict[str, bytes]:
+    good = _good_bytes(tmp_path, "good.npz")
+    np.save(tmp_path / "lone.npy", np.arange(3))
+    flipped = bytearray(good)
+    flipped[60:90] = b"x" * 30  # inside the first member's deflate stream
+    return {
+        "empty": b"",
+        "cut short": good[: len(good) // 2],
+        "garbage": b"\x93NUMPY garbage",  # an .npy magic, then nonsense
+        "corrupt deflate": bytes(flipped),
+        "lone .npy": (tmp_path / "lone.npy").read_bytes(),
+    }
+
+
+@pytest.mark.parametrize("case", ["empty", "cut short", "garbage", "corrupt deflate", "lone .npy"])
+def test_damaged_npz_is_a_trace_format_error(tmp_path: Path, case: str) -> None:
+    path = tmp_path / "bad.npz"
+    path.write_bytes(_damaged_npz(tmp_path)[case])
+    with pytest.raises(TraceFormatError, match=r"not a prefixlab expert trace \(\.npz\)") as err:
+        load_expert_trace(path)
+    assert (err.value.path, err.value.line, err.value.field) == (str(path), None, None)
+
+
+def test_npz_with_wrong_arrays_names_the_field(tmp_path: Path) -> None:
+    tr = generate("uniform", num_layers=2, num_experts=4, num_tokens=3)
+    tr.save(tmp_path / "t.npz")
+    arrays = dict(np.load(tmp_path / "t.npz"))
+    for key, value in [
+        ("num_layers", np.array([2, 2])),
+        ("num_experts", np.array(2**63, dtype=np.uint64)),
+        ("expert", np.array([0.5] * 6)),
+        ("meta", np.array("[1, 2]")),
+        ("meta", np.array("{oops")),
+        ("gate", np.array(["a"] * 6)),
+    ]:
+        np.savez(tmp_path / "w.npz", **{**arrays, key: value})
+        with pytest.raises(TraceFormatError) as err:
+            ExpertTrace.load(tmp_path / "w.npz")
+        assert err.value.field == key
+
+
+def _gzip_body(tmp_path: Path) -> bytes:
+    return _good_bytes(tmp_path, "good.jsonl.gz")
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (lambda good: good[: len(good) // 2], "truncated or corrupt gzip data after line"),
+        (lambda good: b"\x1f\x8b garbage after the gzip magic", "truncated or corrupt gzip"),
+        (lambda good: good[:40] + b"\xff" * 40 + good[80:], "truncated or corrupt gzip"),
+    ],
+    ids=["cut short", "bad header", "corrupt deflate"],
+)
+def test_damaged_gzip_is_a_trace_format_error(tmp_path: Path, data: object, match: str) -> None:
+    path = tmp_path / "bad.jsonl.gz"
+    path.write_bytes(data(_gzip_body(tmp_path)))  # type: ignore[operator]
+    with pytest.raises(TraceFormatError, match=match) as err:
+        load_expert_trace(path)
+    assert err.value.path == str(path) and err.value.line is None
+
+
+def test_non_utf8_line_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(GOOD.encode() + b"\n\n" + b'{"layer": 1, "note": "caf\xe9"}\n')
+    with pytest.raises(TraceFormatError, match="not UTF-8") as err:
+        load_routing_jsonl(path)
+    assert (err.value.line, err.value.field) == (3, None)
+    assert f"{path}:3" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["empty.npz", "half.jsonl.gz"])
+def test_cli_reports_a_damaged_file_in_one_line_not_aborted(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(b"" if name.endswith(".npz") else _gzip_body(tmp_path)[:60])
+    result = CliRunner().invoke(app, ["experts", "info", str(path)])
+    out = result.output.strip()
+    assert result.exit_code == 2, out
+    assert out.startswith("error:") and str(path) in out and "Aborted" not in out
+
+
+# ------------------------------------------------------------ ids, inferred shape, header
+
+
+def test_inferred_shape_above_the_limit_is_refused_with_advice(tmp_path: Path) -> None:
+    huge = '{"layer": 0, "token_idx": 0, "topk_ids": [1, 1000000000000]}'
+    with pytest.raises(TraceFormatError, match="pass num_experts or give it in a header") as err:
+        load_routing_jsonl(_write(tmp_path, [GOOD.replace("[1, 2]", "[1, 3]"), huge]))
+    assert (err.value.line, err.value.field) == (2, "topk_ids")
+    deep = '{"layer": 5000000, "token_idx": 0, "experts": [1]}'
+    with pytest.raises(TraceFormatError, match="pass num_layers") as err:
+        load_routing_jsonl(_write(tmp_path, [deep]))
+    assert (err.value.line, err.value.field) == (1, "layer")
+    # given, the same ids are fine (and checked against the given n)
+    tr = load_routing_jsonl(_write(tmp_path, [huge]), num_experts=10**12 + 1)
+    assert tr.num_experts == 10**12 + 1 and tr.expert.tolist() == [1, 10**12]
+
+
+def test_inferred_shape_limit_is_two_to_the_twenty(tmp_path: Path) -> None:
+    limit = routing_jsonl.MAX_INFERRED
+    assert limit == 2**20
+    line = '{"layer": 0, "token_idx": 0, "experts": [%d]}'
+    assert load_routing_jsonl(_write(tmp_path, [line % (limit - 1)])).num_experts == limit
+    with pytest.raises(TraceFormatError, match=f"num_experts={limit + 1}"):
+        load_routing_jsonl(_write(tmp_path, [line % limit]))
+
+
+@pytest.mark.parametrize(
+    ("header", "field"),
+    [
+        ('{"format": "prefixlab-routing", "num_experts": 9223372036854775808}', "num_experts"),
+        ('{"format": "prefixlab-routing", "num_layers": 0}', "num_layers"),
+        ('{"format": "prefixlab-routing", "num_layers": 2, "meta": [1]}', "meta"),
+    ],
+)
+def test_bad_header_names_the_field(tmp_path: Path, header: str, field: str) -> None:
+    with pytest.raises(TraceFormatError) as err:
+        load_routing_jsonl(_write(tmp_path, [header, GOOD]))
+    assert (err.value.line, err.value.field) == (1, field)
+
+
+def test_arguments_beyond_int64_are_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="num_experts must be a positive integer"):
+        load_routing_jsonl(_write(tmp_path, HAND), num_experts=2**63)
+
+
+def test_a_layer_missing_everywhere_is_inferred_away_but_a_gap_is_an_error(
+    tmp_path: Path,
+) -> None:
+    no_last = [x for x in HAND if '"layer": 1' not in x]  # layer 1 absent from every token
+    assert load_routing_jsonl(_write(tmp_path, no_last)).num_layers == 1  # documented
+    with pytest.raises(TraceFormatError, match="token 0 has no line for layer 1"):
+        load_routing_jsonl(_write(tmp_path, no_last), num_layers=2)
+    gap = [x.replace('"layer": 1', '"layer": 2') for x in HAND]  # layers 0 and 2: l = 3
+    with pytest.raises(TraceFormatError, match=r"token 0 has no line for layer 1 \(needs 0\.\.2\)"):
+        load_routing_jsonl(_write(tmp_path, gap))
+
+
+def test_a_huge_declared_layer_count_fails_fast_on_the_first_gap(tmp_path: Path) -> None:
+    header = '{"format": "prefixlab-routing", "num_layers": 1000000000000}'
+    with pytest.raises(TraceFormatError, match="token 0 has no line for layer 1 ") as err:
+        load_routing_jsonl(_write(tmp_path, [header, GOOD]))
+    assert err.value.field == "layer"
+
+
+# ------------------------------------------------------------------------------ gate order
+
+
+def test_a_line_out_of_gate_order_is_sorted_by_descending_gate(tmp_path: Path) -> None:
+    lines = [
+        '{"layer": 0, "token_idx": 0, "experts": [3, 1, 2], "gating_probs": [0.1, 0.6, 0.3]}',
+        '{"layer": 1, "token_idx": 0, "experts": [0, 2, 1], "gating_probs": [0.2, 0.4, 0.4]}',
+    ]
+    tr = load_routing_jsonl(_write(tmp_path, lines))
+    # rounds: rank 0 of both layers, then rank 1, then rank 2; the tie 0.4/0.4 keeps 2 before 1
+    assert tr.expert.tolist() == [1, 2, 2, 1, 3, 0]
+    assert tr.gate is not None and tr.gate.tolist() == [0.6, 0.4, 0.3, 0.4, 0.1, 0.2]
+    assert load_routing_jsonl(_write(tmp_path, lines), top_k=1).expert.tolist() == [1, 2]
+
+
+def test_writer_refuses_gates_that_grow_with_the_rank(tmp_path: Path) -> None:
+    tr = generate("uniform", num_layers=2, num_experts=4, num_tokens=3, top_k=2)
+    rising = ExpertTrace(2, 4, tr.expert, tr.token_idx, tr.rank, 0.2 + 0.5 * tr.rank)
+    with pytest.raises(ConfigError, match="gates that do not grow with the rank"):
+        write_routing_jsonl(rising, tmp_path / "x.jsonl")
+    assert not (tmp_path / "x.jsonl").exists()
 
 
 # ---------------------------------------------------------------------------- generators

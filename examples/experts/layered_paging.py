@@ -2,7 +2,8 @@
 
 1. The theorems on their adversarial sequences (Theorem 3.3's cycle, Theorem 3.1's instance).
 2. Llama-MoE-like (n=16 experts, l=32 layers, top-1) and Mixtral-like (n=8, l=32, top-2)
-   synthetic traces at k = 200: faults of every policy, mean over 5 seeds.
+   synthetic traces at k = 200: faults of every policy, mean over 5 seeds; with b = 1 (the
+   setting chosen first) and with classic Zipf, b = 0 (added afterwards, see docs).
 3. Faults / OPT against the Zipf exponent a (Llama-MoE-like, k = 200).
 4. OPT-dist / OPT and LLRU / LRU over n and l (k = 40% of the n x l pages), through the
    sweep layer (results folder, then figures from the saved results only).
@@ -12,7 +13,7 @@ each layer its own random popularity order, temporal reuse r = 0.5 (a token keep
 previous token's expert at a layer with probability 0.5), 2,000 tokens. These parameters
 were fixed before the first run and not changed after.
 
-Run: python examples/experts/layered_paging.py [--figures DIR]   (about 20 s; output checked in CI)
+Run: python examples/experts/layered_paging.py [--figures DIR]   (about 10 s; output checked in CI)
 """
 
 from __future__ import annotations
@@ -62,13 +63,16 @@ def mean_faults(params: dict[str, float | int], capacity: int) -> dict[str, floa
 
 def models() -> None:
     print("\n2. k = 200, mean faults over 5 seeds (2,000 tokens)")
-    print(f"{'':>22} " + " ".join(f"{p:>9}" for p in POLICIES) + "  llru/lru  llru/dist")
-    for name, shape in (("Llama-MoE (16x32, top1)", {"num_experts": 16, "num_layers": 32}),
-                        ("Mixtral (8x32, top2)", {"num_experts": 8, "num_layers": 32,
-                                                  "top_k": 2})):  # fmt: skip
-        f = mean_faults({**BASE, **shape}, 200)
-        print(f"{name:>22} " + " ".join(f"{f[p]:>9,.0f}" for p in POLICIES)
-              + f"  {f['llru'] / f['lru']:>8.3f}  {f['llru'] / f['lru-dist']:>9.3f}")  # fmt: skip
+    print(f"{'':>27} " + " ".join(f"{p:>9}" for p in POLICIES) + "  llru/lru  llru/dist")
+    llama = {"num_experts": 16, "num_layers": 32}
+    mixtral = {"num_experts": 8, "num_layers": 32, "top_k": 2}
+    shapes = (("Llama-MoE (16x32, top1)", llama), ("Mixtral (8x32, top2)", mixtral))
+    for b in (1.0, 0.0):
+        for name, shape in shapes:
+            f = mean_faults({**BASE, "b": b, **shape}, 200)
+            cells = " ".join(f"{f[p]:>9,.0f}" for p in POLICIES)
+            ratios = f"{f['llru'] / f['lru']:>8.3f}  {f['llru'] / f['lru-dist']:>9.3f}"
+            print(f"{name + f' b={b:g}':>27} {cells}  {ratios}")
 
 
 def zipf_sweep() -> None:

@@ -17,12 +17,12 @@ the FLOP/bandwidth roofline of each model on the A100 (MFU 0.5) for prefill, a c
 20 ms per decode step. Everything else is the engine's defaults (continuous batching,
 chunked prefill, 256 sequences, 8,192 tokens per step, blocks cached while running).
 
-    python examples/unicache/engine_grid.py --run      # the whole grid: about 70 min on 2 cores,
+    python examples/unicache/engine_grid.py --run      # the whole grid: about 75 min on 2 cores,
                                                        # writes engine_grid.csv beside this file
     python examples/unicache/engine_grid.py            # tables from engine_grid.csv, and two
                                                        # cells simulated again to show they match
 
-The second form is what CI runs (about 40 s): it prints the tables of the checked-in results
+The second form is what CI runs (about 25 s): it prints the tables of the checked-in results
 and re-runs two cells (8B, trace #2, 0.5A: LRU and UniCache), which must give the same
 numbers bit for bit.
 """
@@ -115,8 +115,12 @@ def run_grid(workers: int) -> None:
         for i, row in enumerate(pool.map(run_cell, todo), 1):
             w.writerow(row)
             f.flush()
-            print(f"[{i}/{len(todo)}] {' '.join(row[k] for k in FIELDS[:5])} "
-                  f"hit {float(row['token_hit_ratio']):.3f}", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"[{i}/{len(todo)}] {' '.join(row[k] for k in FIELDS[:5])} "
+                f"hit {float(row['token_hit_ratio']):.3f}",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def value(rows: dict[Cell, dict[str, str]], c: Cell, field: str) -> float:
@@ -150,6 +154,23 @@ def grid_tables(rows: dict[Cell, dict[str, str]]) -> None:
                         line += f"  {hr['unicache'] - best:+.3f}  {hr['unicache'] - hr['opt']:+.3f}"
                     print(line)
     print(f"\nunicache >= every online baseline (hit ratio) in {wins} of {total} cells")
+    print(f"unicache's mean QTTFT <= every online baseline's in {qttft_wins(rows)} of {total}")
+    cs = [(Cell("llama-3.1-8b", t, b, 16, "unicache"), Cell("llama-3.1-8b", t, b, 16,
+          "unicache:stage2=false")) for t in (1, 2, 3) for b in BUDGETS]  # fmt: skip
+    better = sum(value(rows, a, "token_hit_ratio") > value(rows, n, "token_hit_ratio")
+                 for a, n in cs)  # fmt: skip
+    print(f"llama-3.1-8b: unicache better than without stage 2 in {better} of {len(cs)} cells")
+
+
+def qttft_wins(rows: dict[Cell, dict[str, str]]) -> int:
+    """Cells where UniCache's mean QTTFT is at most the best online baseline's."""
+    out = 0
+    for model in MODELS:
+        for t in (1, 2, 3):
+            for b in BUDGETS:
+                q = {p: value(rows, Cell(model, t, b, 16, p), "mean_qttft_s") for p in GRID}
+                out += q["unicache"] <= min(q[p] for p in BASELINES)
+    return out
 
 
 def ablation_table(rows: dict[Cell, dict[str, str]]) -> None:
@@ -159,8 +180,10 @@ def ablation_table(rows: dict[Cell, dict[str, str]]) -> None:
         for bt in (8, 16, 32):
             cs = [Cell("llama-3.1-8b", t, "0.7A", bt, p) for p in ABLATION]
             cap = int(rows[cs[0]]["capacity_blocks"])
-            print(f"{f'#{t} {bt} tok {cap:,}':>14} "
-                  + " ".join(f"{value(rows, c, 'token_hit_ratio'):>11.3f}" for c in cs))  # fmt: skip
+            print(
+                f"{f'#{t} {bt} tok {cap:,}':>14} "
+                + " ".join(f"{value(rows, c, 'token_hit_ratio'):>11.3f}" for c in cs)
+            )
 
 
 def recheck(rows: dict[Cell, dict[str, str]]) -> None:
@@ -170,8 +193,10 @@ def recheck(rows: dict[Cell, dict[str, str]]) -> None:
         c = Cell("llama-3.1-8b", 2, "0.5A", 16, p)
         row = run_cell(c)
         same = all(row[k] == rows[c][k] for k in FIELDS)
-        print(f"  {p:<9} hit {float(row['token_hit_ratio']):.6f} "
-              f"QTTFT {float(row['mean_qttft_s']):.6f}  {'same' if same else 'DIFFERENT'}")  # fmt: skip
+        print(
+            f"  {p:<9} hit {float(row['token_hit_ratio']):.6f} "
+            f"QTTFT {float(row['mean_qttft_s']):.6f}  {'same' if same else 'DIFFERENT'}"
+        )
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -132,8 +133,11 @@ def simulate_cmd(
     except (PrefixlabError, OSError) as exc:
         fail(str(exc))
         return
-    for p, k in skipped:
-        warn(f"{p} left out at capacity {k}: it needs at least num_layers={tr.num_layers}")
+    if skipped:
+        names = ", ".join(dict.fromkeys(p for p, _ in skipped))
+        sizes = sorted({k for _, k in skipped})
+        where = f"capacity {sizes[0]}" if len(sizes) == 1 else f"capacities {sizes[0]}-{sizes[-1]}"
+        warn(f"{names} left out at {where}: they need at least num_layers={tr.num_layers}")
     keys = ["policy", "capacity", "num_requests", "num_faults", "num_first_use_faults",
             "fault_rate", "fault_ratio_to_opt"]  # fmt: skip
     if as_json:
@@ -188,7 +192,8 @@ def sweep_cmd(
     for v in res.variants:
         for spec in res.capacity_specs[:12]:
             w = {"variant": v, "capacity_spec": spec}
-            cells = [f"{res.mean('fault_ratio_to_opt', **w, policy=p):.3f}" for p in res.policies]
+            means = [res.mean("fault_ratio_to_opt", **w, policy=p) for p in res.policies]
+            cells = ["-" if math.isnan(x) else f"{x:.3f}" for x in means]
             table.add_row(v, spec, *cells)
     console().print(table)
     ran, skipped = len(summary.ran), len(summary.skipped)

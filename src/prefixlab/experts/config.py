@@ -13,7 +13,7 @@
     seeds = [0, 1]
 
 A generator's ``seed`` parameter takes each seed of ``seeds``; policies with randomness
-(``marking``) take it too. A file trace is read once and every seed replays it.
+(``marking``) take it too. A file trace is the same for every seed (each cell reads it).
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def load_tokenizer(model_id_or_path: str, spec: str | None = None) -> Tokenizer:
     """
     if spec is not None:
         return as_tokenizer(spec)
-    from prefixlab.experts.record import _import_backend
+    from prefixlab.experts.hf_model import _import_backend
 
     _, transformers = _import_backend()
     try:

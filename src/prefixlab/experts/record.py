@@ -7,13 +7,11 @@ the router logits of every MoE layer into one routing row per (token, layer)::
     token_idx:  0  1  2 |  3  4                 5  6 |  7  8
     rows:     (token 0, layer 0) (token 0, layer 1) ... (token 0, layer l-1) (token 1, layer 0) ...
 
-transformers 5.x returns ``outputs.router_logits`` as a tuple with one tensor per MoE layer
-(dense layers, e.g. Qwen2-MoE's ``mlp_only_layers``, are absent), each of shape
-``[batch * seq_len, num_experts]``. A row's ``layer`` is therefore the index among the MoE
-layers, which is what an expert cache pages over. The chosen experts are the top-k of
-``softmax(router_logits)``: exactly the routing of softmax top-k routers (Mixtral, Qwen2-MoE,
-Qwen3-MoE, OLMoE, GraniteMoE, Jamba). Routers with group-limited or bias-corrected choice
-(DeepSeek-V3, GLM-4-MoE ...) are refused, since their logits alone do not determine the experts.
+Each MoE layer's router logits (see :mod:`prefixlab.experts.hf_model`) are
+``[batch * seq_len, num_experts]``; a row's ``layer`` is the index among the MoE layers (dense
+layers are absent), which is what an expert cache pages over. The chosen experts are the top-k
+of ``softmax(router_logits)``: exactly the routing of the softmax top-k routers that
+:func:`load_model` and :func:`probe_router` accept.
 
 Prompt tokens are run in right-padded batches (padding never reaches a real token under the
 causal mask, and padded positions are dropped). With ``max_new_tokens > 0`` each prompt runs
@@ -26,7 +24,6 @@ torch and transformers are optional and imported lazily, inside the functions.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -34,11 +31,34 @@ from pathlib import Path
 from typing import Any
 
 from prefixlab.errors import ConfigError
+from prefixlab.experts.hf_model import (
+    RouterInfo,
+    _check_softmax_topk,
+    _forward,
+    _import_backend,
+    _model_name,
+    _router_logits,
+    check_dtype,
+    load_model,
+    model_vocab_size,
+    probe_router,
+)
+
+__all__ = [
+    "RecordSummary",
+    "RouterInfo",
+    "RoutingRow",
+    "load_model",
+    "model_vocab_size",
+    "probe_router",
+    "record_file",
+    "record_routing",
+    "write_rows_jsonl",
+]
 
 # Routers that always renormalise their top-k weights although the config has no
 # ``norm_topk_prob`` (Mixtral divides by the top-k sum; GraniteMoE takes a softmax of the top-k).
 _ALWAYS_RENORMALISED = frozenset({"mixtral", "granitemoe"})
-_DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,15 +85,6 @@ class RoutingRow:
 
 
 @dataclass(frozen=True, slots=True)
-class RouterInfo:
-    """What a model's routers look like: MoE layers, experts per layer, default top-k."""
-
-    num_layers: int
-    num_experts: int
-    top_k: int
-
-
-@dataclass(frozen=True, slots=True)
 class RecordSummary:
     """What :func:`record_file` wrote."""
 
@@ -84,127 +95,6 @@ class RecordSummary:
     num_experts: int
     top_k: int
     num_rows: int
-
-
-def _model_name(m: Any) -> str:
-    cfg = getattr(m, "config", None)
-    return str(getattr(cfg, "_name_or_path", "") or getattr(cfg, "model_type", "") or "model")
-
-
-def load_model(
-    model_id_or_path: str,
-    *,
-    dtype: str = "float32",
-    device: str = "cpu",
-    local_files_only: bool = False,
-    trust_remote_code: bool = False,
-) -> object:
-    """Load a causal LM with ``AutoModelForCausalLM`` and check that it reports routing.
-
-    Args:
-        model_id_or_path: a local folder (``save_pretrained`` output) or a Hugging Face hub id.
-        dtype: weight dtype name, one of float32, float16, bfloat16, float64.
-        device: torch device, e.g. ``cpu`` or ``cuda:0``.
-        local_files_only: never contact the hub (also implied by ``HF_HUB_OFFLINE=1``).
-        trust_remote_code: allow model code from the hub repository.
-
-    Returns:
-        The model, in eval mode, on ``device``.
-
-    Raises:
-        ConfigError: missing torch/transformers, a bad dtype, a model that cannot be loaded
-            (the reason is quoted), or a model that exposes no softmax top-k router logits.
-    """
-    if dtype not in _DTYPES:
-        raise ConfigError(f"dtype '{dtype}' is not one of {', '.join(_DTYPES)}")
-    torch, transformers = _import_backend()
-    try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            model_id_or_path,
-            dtype=getattr(torch, dtype),
-            local_files_only=local_files_only,
-            trust_remote_code=trust_remote_code,
-        )
-        model = model.to(device).eval()
-    except Exception as exc:  # OSError (offline, missing), ValueError (unknown architecture) ...
-        where = "local folder" if Path(model_id_or_path).exists() else "hub id"
-        reason = " ".join(str(exc).split())
-        raise ConfigError(
-            f"could not load model '{model_id_or_path}' ({where}) with "
-            f"AutoModelForCausalLM: {type(exc).__name__}: {reason}"
-        ) from None
-    probe_router(model)
-    return model
-
-
-def _import_backend() -> tuple[Any, Any]:
-    try:
-        import torch
-        import transformers  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        raise ConfigError(
-            "recording expert routing needs torch and transformers "
-            "(pip install torch==2.13.0 transformers)"
-        ) from None
-    return torch, transformers
-
-
-def _check_softmax_topk(m: Any) -> None:
-    cfg = m.config
-    reasons = []
-    if getattr(cfg, "scoring_func", "softmax") != "softmax":
-        reasons.append(f"scoring_func={cfg.scoring_func}")
-    if getattr(cfg, "topk_group", None) is not None:
-        reasons.append(f"group-limited top-k (topk_group={cfg.topk_group})")
-    if any(key.endswith("e_score_correction_bias") for key in m.state_dict()):
-        reasons.append("bias-corrected choice (e_score_correction_bias)")
-    if reasons:
-        raise ConfigError(
-            f"model '{_model_name(m)}' does not route by softmax top-k of its router logits "
-            f"({'; '.join(reasons)}), so they do not determine its experts and it cannot be "
-            "recorded (Mixtral, Qwen-MoE, OLMoE and other softmax top-k routers can)"
-        )
-
-
-def _router_logits(m: Any, out: Any) -> list[Any]:
-    logits = getattr(out, "router_logits", None)
-    layers = [t for t in (logits or ()) if t is not None]
-    if not layers:
-        raise ConfigError(
-            f"model '{_model_name(m)}' exposes no router logits (output_router_logits=True "
-            "returned none): it is not a Mixture-of-Experts model transformers reports routing for"
-        )
-    return layers
-
-
-def _forward(m: Any, ids: Any, *, mask: Any = None, past: Any = None, cache: bool) -> Any:
-    kwargs: dict[str, Any] = {"output_router_logits": True, "use_cache": cache}
-    if mask is not None:
-        kwargs["attention_mask"] = mask
-    if past is not None:
-        kwargs["past_key_values"] = past
-    # Only the last position's logits are needed (greedy decode); a full [B, T, vocab]
-    # tensor would dwarf the model on long prompts.
-    if "logits_to_keep" in inspect.signature(m.forward).parameters:
-        kwargs["logits_to_keep"] = 1
-    return m(input_ids=ids, **kwargs)
-
-
-def probe_router(model: object) -> RouterInfo:
-    """Run one token through ``model`` and report its MoE layers and experts.
-
-    Raises:
-        ConfigError: the model exposes no router logits, or does not route by softmax top-k.
-    """
-    torch, _ = _import_backend()
-    m: Any = model
-    _check_softmax_topk(m)
-    with torch.inference_mode():
-        out = _forward(m, torch.zeros((1, 1), dtype=torch.long, device=m.device), cache=False)
-    layers = _router_logits(m, out)
-    num_experts = int(layers[0].shape[-1])
-    top_k = getattr(m.config, "num_experts_per_tok", None)
-    return RouterInfo(len(layers), num_experts, int(top_k) if top_k else 0)
 
 
 def _stack(torch: Any, m: Any, layers: list[Any], batch: int, seq: int) -> Any:
@@ -280,19 +170,19 @@ def _resolve_renormalize(m: Any, renormalize: bool | None) -> bool:
     return str(getattr(m.config, "model_type", "")) in _ALWAYS_RENORMALISED
 
 
-def model_vocab_size(model: object) -> int:
-    """Number of token ids the model's input embedding accepts."""
-    m: Any = model
-    return int(m.get_input_embeddings().num_embeddings)
-
-
-def _check_prompts(
-    m: Any, token_id_lists: Sequence[Sequence[int]], max_new_tokens: int, batch_size: int
-) -> list[list[int]]:
+def _check_options(max_new_tokens: int, batch_size: int, top_k: int | None) -> None:
+    """The checks that need no model (``top_k <= num_experts`` is :func:`_resolve_top_k`'s)."""
     if max_new_tokens < 0:
         raise ConfigError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     if batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+    if top_k is not None and top_k < 1:
+        raise ConfigError(f"top_k must be >= 1, got {top_k}")
+
+
+def _check_prompts(
+    m: Any, token_id_lists: Sequence[Sequence[int]], max_new_tokens: int
+) -> list[list[int]]:
     vocab = model_vocab_size(m)
     max_pos = getattr(m.config, "max_position_embeddings", None)
     prompts = [[int(t) for t in p] for p in token_id_lists]
@@ -346,8 +236,9 @@ def record_routing(
     """
     torch, _ = _import_backend()
     m: Any = model
+    _check_options(max_new_tokens, batch_size, top_k)
     _check_softmax_topk(m)
-    prompts = _check_prompts(m, token_id_lists, max_new_tokens, batch_size)
+    prompts = _check_prompts(m, token_id_lists, max_new_tokens)
     m.eval()
     with torch.inference_mode():
         if max_new_tokens == 0:
@@ -410,19 +301,35 @@ def record_file(
     device: str = "cpu",
 ) -> RecordSummary:
     """Load a model, tokenize a prompts file, record routing and write routing JSONL
-    (what ``prefixlab experts record`` runs)."""
-    from prefixlab.experts.prompts import load_tokenizer, read_prompts, tokenize_prompts
+    (what ``prefixlab experts record`` runs).
 
-    model = load_model(model_id_or_path, dtype=dtype, device=device)
-    info = probe_router(model)
-    tok = load_tokenizer(model_id_or_path, tokenizer)
-    prompts = read_prompts(prompts_path)
-    token_ids = tokenize_prompts(prompts, tok, vocab_size=model_vocab_size(model))
-    rows = record_routing(
-        model, token_ids, top_k=top_k, max_new_tokens=max_new_tokens, batch_size=batch_size
-    )
+    Everything that needs no model is checked before it is loaded (a hub id can mean a
+    multi-GB download): the prompts file, the options, the dtype, a tokenizer spec, and the
+    output's folder (created if missing). ``top_k`` is checked against the model's experts
+    before any inference pass.
+
+    Raises:
+        ConfigError: a missing or empty prompts file, a bad option, an output folder that
+            cannot be created, or any error of :func:`load_model` or :func:`record_routing`.
+        TraceFormatError: a malformed JSONL prompts file.
+    """
+    from prefixlab.experts.prompts import load_tokenizer, read_prompts, tokenize_prompts
     from prefixlab.experts.trace import write_routing_jsonl
 
+    prompts = read_prompts(prompts_path)
+    _check_options(max_new_tokens, batch_size, top_k)
+    check_dtype(dtype)
+    tok = load_tokenizer(model_id_or_path, tokenizer) if tokenizer is not None else None
+    _make_parent_folder(Path(out_path))
+    model = load_model(model_id_or_path, dtype=dtype, device=device)
+    info = probe_router(model)
+    k = _resolve_top_k(model, top_k, info.num_experts)
+    if tok is None:
+        tok = load_tokenizer(model_id_or_path)
+    token_ids = tokenize_prompts(prompts, tok, vocab_size=model_vocab_size(model))
+    rows = record_routing(
+        model, token_ids, top_k=k, max_new_tokens=max_new_tokens, batch_size=batch_size
+    )
     # a header line gives the shape: an expert never chosen still counts in num_experts
     meta = {"source": "prefixlab experts record", "model": str(model_id_or_path),
             "max_new_tokens": str(max_new_tokens)}  # fmt: skip
@@ -430,13 +337,23 @@ def record_file(
         (dataclasses.asdict(r) for r in rows), out_path,
         num_layers=info.num_layers, num_experts=info.num_experts, meta=meta,
     )  # fmt: skip
-    # read_prompts returned at least one prompt, so there is a first row.
     return RecordSummary(
         model_id_or_path,
         len(prompts),
         num_rows // info.num_layers,
         info.num_layers,
         info.num_experts,
-        len(rows[0].experts),
+        k,
         num_rows,
     )
+
+
+def _make_parent_folder(out: Path) -> None:
+    if out.is_dir():
+        raise ConfigError(f"output {out} is a folder; give a file such as {out / 'routing.jsonl'}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the output folder {out.parent}: {exc.strerror or exc}"
+        ) from None

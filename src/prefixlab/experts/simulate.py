@@ -259,8 +259,11 @@ def simulate(
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
     pol = _as_policy(policy, int(seed))
-    shares = pol.shares(capacity, layers)
-    ctx = PolicyContext(capacity, layers, experts, pages)
+    # A cache of n x l pages holds every page: a larger one behaves the same, so the run
+    # sizes its arrays for at most n x l (a capacity of 10**11 costs nothing more).
+    size = min(capacity, layers * experts)
+    shares = pol.shares(size, layers)  # -dist below one page per layer: ConfigError
+    ctx = PolicyContext(size, layers, experts, pages)
     run = None
     if backend != "python" and not check:
         run = pol.run_fast(ctx, record)

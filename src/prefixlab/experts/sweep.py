@@ -53,7 +53,10 @@ class ExpertCell:
 
 
 def variant_label(variant: dict[str, Scalar]) -> str:
-    return ",".join(f"{k}={v}" for k, v in variant.items())
+    """``a=1.0,shuffle=true``: values written as in a trace spec."""
+    from prefixlab.experts.config import _text
+
+    return ",".join(f"{k}={_text(v)}" for k, v in variant.items())
 
 
 def plan(cfg: ExpertSweepConfig) -> list[ExpertCell]:
@@ -63,7 +66,22 @@ def plan(cfg: ExpertSweepConfig) -> list[ExpertCell]:
 
 
 def _fingerprint(cfg: ExpertSweepConfig, cell: ExpertCell) -> str:
-    doc = json.dumps([cell.spec, cfg.capacities, cfg.policies], sort_keys=True)
+    """What a stored cell depends on: the trace spec (for a file also its size and
+    modification time, so a rewritten file reruns), capacities, policies and the version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    source: list[object] = [cell.spec]
+    if not cfg.is_generated():
+        try:
+            st = os.stat(cell.spec)
+            source += [st.st_size, st.st_mtime_ns]
+        except OSError:
+            source.append(None)
+    try:
+        ours = version("prefixlab")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        ours = "source"
+    doc = json.dumps([source, cfg.capacities, cfg.policies, ours], sort_keys=True)
     return hashlib.sha256(doc.encode()).hexdigest()[:16]
 
 
