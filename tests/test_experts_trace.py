@@ -691,3 +691,26 @@ def test_thm31_one_layer_cycles_the_rest_stay() -> None:
 def test_generator_parameter_errors(kind: str, kw: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         generate(kind, **kw)
+
+
+def test_zipf_a_spread_gives_each_layer_its_own_exponent() -> None:
+    from prefixlab.experts.generators import (
+        ZipfParams,
+        generate,
+        layer_exponents,
+        zipf_popularity,
+    )
+
+    base = {"num_layers": 6, "num_experts": 8, "num_tokens": 20_000, "a": 1.0, "seed": 4}
+    # a_spread = 0 is the plain generator, array for array
+    plain = generate("zipf", **base).expert
+    assert np.array_equal(generate("zipf", **base, a_spread=0.0).expert, plain)
+    q = ZipfParams(**base, a_spread=2.0)
+    a = layer_exponents(q)
+    assert a.shape == (6,) and (a >= 0).all() and (a <= 3.0).all() and np.ptp(a) > 0.5
+    assert np.array_equal(a, layer_exponents(q))  # seeded
+    trace = generate("zipf", **base, a_spread=2.0, shuffle=False)
+    grid = trace.expert.reshape(-1, 6)  # one row per token, one column per layer
+    for j in range(6):
+        freq = np.bincount(grid[:, j], minlength=8) / grid.shape[0]
+        assert np.abs(freq - zipf_popularity(8, float(a[j]))).max() < 0.02, j

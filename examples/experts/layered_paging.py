@@ -7,6 +7,8 @@
 3. Faults / OPT against the Zipf exponent a (Llama-MoE-like, k = 200).
 4. OPT-dist / OPT and LLRU / LRU over n and l (k = 40% of the n x l pages), through the
    sweep layer (results folder, then figures from the saved results only).
+5. Layers unlike each other: the Zipf exponent varies by layer (``a_spread``), added after
+   the first results to show when fixed per-layer shares hurt (see docs/experts.md).
 
 Synthetic traces: the ``zipf`` generator with p_j ~ 1/(j+1)^a (b = 1), a = 1 unless varied,
 each layer its own random popularity order, temporal reuse r = 0.5 (a token keeps the
@@ -83,6 +85,20 @@ def zipf_sweep() -> None:
         print(f"{a:>6} " + " ".join(f"{f[p] / f['opt']:>9.3f}" for p in POLICIES))
 
 
+def heterogeneity() -> None:
+    print("\n5. Layers unlike each other (k = 200, b = 1, mean over 5 seeds): layer j's Zipf")
+    print("   exponent is 1 + a_spread * u_j, u_j uniform in [-1, 1] (clipped at 0)")
+    print(f"{'':>27} {'opt-dist/opt':>12} {'llru/lru':>9} {'llru/dist':>10} {'lru-dist/lru':>12}")
+    shapes = (("Llama-MoE", {"num_experts": 16, "num_layers": 32}),
+              ("Mixtral", {"num_experts": 8, "num_layers": 32, "top_k": 2}))  # fmt: skip
+    for name, shape in shapes:
+        for spread in (0.0, 0.5, 1.0, 2.0, 4.0):
+            f = mean_faults({**BASE, **shape, "a_spread": spread}, 200)
+            print(f"{f'{name} a_spread={spread:g}':>27} {f['opt-dist'] / f['opt']:>12.3f}"
+                  f" {f['llru'] / f['lru']:>9.3f} {f['llru'] / f['lru-dist']:>10.3f}"
+                  f" {f['lru-dist'] / f['lru']:>12.3f}")  # fmt: skip
+
+
 def grid(figures: Path | None) -> None:
     print("\n4. Over n and l (k = 0.4 n l, 1,000 tokens, seeds 0-1), via a results folder")
     cfg = parse_sweep_config({
@@ -118,6 +134,7 @@ def main() -> None:
     models()
     zipf_sweep()
     grid(args.figures)
+    heterogeneity()
 
 
 if __name__ == "__main__":

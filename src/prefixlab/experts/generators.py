@@ -32,7 +32,7 @@ I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
 # Stream tags of default_rng([seed, tag]): one per purpose (see the module docstring).
-_LAYOUT, _FRESH, _REUSE, _LINK, _FURTHER = range(5)
+_LAYOUT, _FRESH, _REUSE, _LINK, _FURTHER, _SPREAD = range(6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +137,9 @@ class ZipfParams:
     num_tokens: int = param(1000, 1, "Tokens; each gives top_k rounds of num_layers requests.")
     a: float = param(1.0, 0, "Zipf exponent: p_j proportional to 1/(j+b)^a, ranks j=1..n.")
     b: float = param(0.0, -1, "Zipf shift b (> -1).", strict=True)
+    a_spread: float = param(
+        0.0, 0, "Layer heterogeneity: layer j's exponent is a + a_spread * u_j, u_j in [-1, 1]."
+    )
     r: float = param(0.0, 0, "Temporal reuse: keep the previous token's expert, per layer.")
     c: float = param(0.0, 0, "Cross-layer correlation: follow the previous layer's rank.")
     top_k: int = param(1, 1, "Distinct experts per token and layer (top_k rounds per token).")
@@ -182,13 +185,13 @@ def _first_choices(q: ZipfParams, popularity: F64, layout: I64) -> I64:
     token's expert with probability ``r`` (a forward fill from the last token that did not).
     """
     num_tokens, num_layers = q.num_tokens, q.num_layers
-    cdf = np.cumsum(popularity)
+    cdfs = np.cumsum(popularity, axis=1)
     link = cross_layer_map(layout)
     fresh, reuse, linked = (np.random.default_rng([q.seed, s]) for s in (_FRESH, _REUSE, _LINK))
     positions = np.arange(num_tokens)
     out = np.empty((num_layers, num_tokens), dtype=np.int64)
     for j in range(num_layers):
-        col = layout[j, _draw_ranks(fresh, cdf, num_tokens)]
+        col = layout[j, _draw_ranks(fresh, cdfs[j], num_tokens)]
         if j > 0 and q.c > 0:
             col = np.where(linked.random(num_tokens) < q.c, link[j, out[j - 1]], col)
         if q.r > 0:
@@ -204,20 +207,20 @@ def _further_choices(q: ZipfParams, popularity: F64, layout: I64, first: I64) ->
     (choice c follows the Zipf law restricted to the experts not chosen yet)."""
     k, num_tokens = q.top_k, q.num_tokens
     rng = np.random.default_rng([q.seed, _FURTHER])
-    cdf = np.cumsum(popularity)
+    cdfs = np.cumsum(popularity, axis=1)
     ranks_of = np.argsort(layout, axis=1)
     out = np.empty((k - 1, q.num_layers, num_tokens), dtype=np.int64)
     for j in range(q.num_layers):
         taken = np.empty((k, num_tokens), dtype=np.int64)
         taken[0] = ranks_of[j, first[j]]
         for c in range(1, k):
-            pick = _draw_ranks(rng, cdf, num_tokens, taken[:c])
+            pick = _draw_ranks(rng, cdfs[j], num_tokens, taken[:c])
             # Rounding can leave a draw on a taken boundary (never seen; probability ~1e-16).
             clash = np.flatnonzero((pick == taken[:c]).any(axis=0))
             for _ in range(8):
                 if not clash.size:
                     break
-                pick[clash] = _draw_ranks(rng, cdf, clash.size, taken[:c, clash])
+                pick[clash] = _draw_ranks(rng, cdfs[j], clash.size, taken[:c, clash])
                 clash = clash[(pick[clash] == taken[:c, clash]).any(axis=0)]
             if clash.size:
                 raise RuntimeError(f"zipf: {clash.size} draws keep hitting taken experts")
@@ -235,6 +238,8 @@ def generate_zipf(params: ZipfParams | None = None, **overrides: object) -> Expe
 
     * popularity: in each layer, popularity rank j = 1..n has probability
       ``p_j ∝ 1/(j+b)^a``; ``shuffle`` gives each layer its own seeded rank-to-expert order.
+      With ``a_spread`` > 0 the exponent differs by layer (``a + a_spread * u``, ``u``
+      uniform in [-1, 1]): some layers concentrated, others flat, as real routers are.
     * temporal reuse ``r``: the first choice of token t at layer j is token t-1's first choice
       at layer j with probability r (a Markov chain whose stationary law is the Zipf law).
     * cross-layer correlation ``c``: otherwise, with probability c it is the expert of the
@@ -250,8 +255,18 @@ def generate_zipf(params: ZipfParams | None = None, **overrides: object) -> Expe
     return _zipf_trace(q, "zipf")
 
 
+def layer_exponents(q: ZipfParams) -> F64:
+    """Each layer's Zipf exponent: ``a`` everywhere, or with ``a_spread`` > 0 ``a + a_spread
+    * u_j`` with ``u_j`` uniform in [-1, 1] (seeded, its own stream), at least 0."""
+    if q.a_spread == 0:
+        return np.full(q.num_layers, q.a)
+    u = np.random.default_rng([q.seed, _SPREAD]).uniform(-1.0, 1.0, q.num_layers)
+    out: F64 = np.maximum(q.a + q.a_spread * u, 0.0)
+    return out
+
+
 def _zipf_trace(q: ZipfParams, kind: str) -> ExpertTrace:
-    popularity = zipf_popularity(q.num_experts, q.a, q.b)
+    popularity = np.stack([zipf_popularity(q.num_experts, a, q.b) for a in layer_exponents(q)])
     layout = zipf_layout(q.num_layers, q.num_experts, shuffle=q.shuffle, seed=q.seed)
     first = _first_choices(q, popularity, layout)
     grid = first[None]
