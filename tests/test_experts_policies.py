@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from prefixlab.errors import ConfigError
 from prefixlab.experts import _kernels
+from prefixlab.experts.checks import check_result
 from prefixlab.experts.policies import (
     ExpertPolicy,
     describe,
@@ -29,7 +30,6 @@ from prefixlab.experts.policies.lru import Lru
 from prefixlab.experts.policies.opt import next_use_keys
 from prefixlab.experts.simulate import (
     ExpertResult,
-    check_result,
     fault_ratio_to_opt,
     simulate,
     sweep_capacities,

@@ -191,6 +191,18 @@ def _capacity(v: Any, where: str) -> int | str:
     raise ConfigError(f"{where}: expected blocks or a fraction string, got {v!r}")
 
 
+def parse_seeds(top: dict[str, Any]) -> list[int]:
+    """The config's ``seeds``: a non-empty list of integers >= 0 (default ``[0]``)."""
+    seeds = top.get("seeds", [0])
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+    ):
+        raise ConfigError(f"seeds: expected a non-empty list of integers >= 0, got {seeds!r}")
+    return list(seeds)
+
+
 def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentConfig:
     """Validate a config dict (as TOML or YAML parse it); errors name the key."""
     top = _table(data, "config")
@@ -271,13 +283,7 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
         )
     _check_model(model)
     policies = _str_list(top, "policies", "", required=True)
-    seeds = top.get("seeds", [0])
-    if (
-        not isinstance(seeds, list)
-        or not seeds
-        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
-    ):
-        raise ConfigError(f"seeds: expected a non-empty list of integers >= 0, got {seeds!r}")
+    seeds = parse_seeds(top)
     cfg_name = top.get("name", name)
     if not isinstance(cfg_name, str) or not cfg_name:
         raise ConfigError(f"name: expected a non-empty string, got {cfg_name!r}")

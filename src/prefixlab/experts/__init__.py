@@ -13,11 +13,11 @@ Recording real routing (``prefixlab.experts.record``) needs torch and transforme
 imported on its own.
 """
 
+from prefixlab.experts.checks import check_result
 from prefixlab.experts.generators import EXPERT_GENERATORS, generate
 from prefixlab.experts.policies import make_policy, registered
 from prefixlab.experts.simulate import (
     ExpertResult,
-    check_result,
     fault_ratio_to_opt,
     simulate,
     sweep_capacities,

@@ -148,13 +148,9 @@ def parse_sweep_config(data: Any, name: str = "experts") -> ExpertSweepConfig:
     pols = c.get("policies")
     if not isinstance(pols, list) or not pols or not all(isinstance(p, str) for p in pols):
         raise ConfigError("cache.policies: expected a non-empty list of policy names")
-    seeds = top.get("seeds", [0])
-    if (
-        not isinstance(seeds, list)
-        or not seeds
-        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
-    ):
-        raise ConfigError(f"seeds: expected a non-empty list of integers >= 0, got {seeds!r}")
+    from prefixlab.experiments.config import parse_seeds
+
+    seeds = parse_seeds(top)
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"seeds: a seed is listed twice in {seeds!r}")
     cfg = ExpertSweepConfig(
