@@ -362,7 +362,7 @@ generate_app = typer.Typer(
 trace_app.add_typer(generate_app, name="generate")
 
 
-def _generate_command(info: GeneratorInfo) -> Callable[..., None]:
+def _generate_command(info: GeneratorInfo[Trace]) -> Callable[..., None]:
     """A command whose flags are the generator's parameters (--num-sessions, --preset...)."""
     fields = dataclasses.fields(info.params)
 

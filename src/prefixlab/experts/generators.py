@@ -26,7 +26,7 @@ import numpy.typing as npt
 from prefixlab.errors import ConfigError
 from prefixlab.experts.trace import ExpertTrace
 from prefixlab.policies.base import parse_spec
-from prefixlab.workload.generators.base import param, resolve_params
+from prefixlab.workload.generators.base import GeneratorInfo, param, registrar, resolve_params
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -35,14 +35,7 @@ F64 = npt.NDArray[np.float64]
 _LAYOUT, _FRESH, _REUSE, _LINK, _FURTHER, _SPREAD = range(6)
 
 
-@dataclass(frozen=True, slots=True)
-class ExpertGeneratorInfo:
-    name: str
-    params: type[Any]
-    fn: Callable[..., ExpertTrace]
-    summary: str
-
-
+ExpertGeneratorInfo = GeneratorInfo[ExpertTrace]
 EXPERT_GENERATORS: dict[str, ExpertGeneratorInfo] = {}
 
 
@@ -50,12 +43,7 @@ def register_expert_generator(
     name: str, params: type[Any], summary: str
 ) -> Callable[[Callable[..., ExpertTrace]], Callable[..., ExpertTrace]]:
     """Decorator: register ``fn`` as the expert generator ``name``."""
-
-    def deco(fn: Callable[..., ExpertTrace]) -> Callable[..., ExpertTrace]:
-        EXPERT_GENERATORS[name] = ExpertGeneratorInfo(name, params, fn, summary)
-        return fn
-
-    return deco
+    return registrar(EXPERT_GENERATORS, name, params, summary)
 
 
 def generate(kind: str, **params: object) -> ExpertTrace:

@@ -31,13 +31,13 @@ from __future__ import annotations
 import heapq
 import inspect
 from collections.abc import Callable, Iterator, Sequence
-from importlib.metadata import entry_points
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
+from prefixlab.registry import Registry
 from prefixlab.workload.trace import BlockLayout
 
 I64 = npt.NDArray[np.int64]
@@ -295,37 +295,20 @@ class PriorityPolicy(EvictionPolicy):
 
 # ------------------------------------------------------------------------ registry
 P = TypeVar("P", bound=type[EvictionPolicy])
-POLICIES: dict[str, type[EvictionPolicy]] = {}
-_PLUGINS_LOADED = False
+_REGISTRY: Registry[type[EvictionPolicy]] = Registry(
+    "policy", "prefixlab.policies.builtin", "prefixlab.policies"
+)
+POLICIES = _REGISTRY.classes
 
 
 def register(name: str) -> Callable[[P], P]:
     """Class decorator: register a policy under a stable name."""
-
-    def deco(cls: P) -> P:
-        if name in POLICIES and POLICIES[name] is not cls:
-            raise ConfigError(f"policy name '{name}' is registered twice")
-        cls.name = name
-        POLICIES[name] = cls
-        return cls
-
-    return deco
-
-
-def _load_all() -> None:
-    global _PLUGINS_LOADED
-    import prefixlab.policies.builtin  # noqa: F401  (registers the built-in policies)
-
-    if not _PLUGINS_LOADED:
-        _PLUGINS_LOADED = True
-        for ep in entry_points(group="prefixlab.policies"):
-            ep.load()
+    return _REGISTRY.register(name)
 
 
 def registered() -> dict[str, type[EvictionPolicy]]:
     """Every registered policy, built-ins and third-party entry points."""
-    _load_all()
-    return dict(sorted(POLICIES.items()))
+    return _REGISTRY.all()
 
 
 def describe(cls: type[object]) -> str:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import ClassVar, TypeVar
 
 import numpy as np
@@ -34,6 +33,7 @@ from prefixlab.experts._kernels import KernelRun
 from prefixlab.policies.base import describe as _describe
 from prefixlab.policies.base import parameters as _parameters
 from prefixlab.policies.base import parse_spec as _parse_spec
+from prefixlab.registry import Registry
 
 I64 = npt.NDArray[np.int64]
 ParamValue = int | float | bool | str | None
@@ -172,38 +172,21 @@ class ExpertPolicy:
 
 # ------------------------------------------------------------------------ registry
 P = TypeVar("P", bound=type[ExpertPolicy])
-POLICIES: dict[str, type[ExpertPolicy]] = {}
-_PLUGINS_LOADED = False
 ENTRY_POINT_GROUP = "prefixlab.expert_policies"
+_REGISTRY: Registry[type[ExpertPolicy]] = Registry(
+    "expert policy", "prefixlab.experts.policies", ENTRY_POINT_GROUP
+)
+POLICIES = _REGISTRY.classes
 
 
 def register(name: str) -> Callable[[P], P]:
     """Class decorator: register an expert-cache policy under a stable name."""
-
-    def deco(cls: P) -> P:
-        if name in POLICIES and POLICIES[name] is not cls:
-            raise ConfigError(f"expert policy name '{name}' is registered twice")
-        cls.name = name
-        POLICIES[name] = cls
-        return cls
-
-    return deco
-
-
-def _load_all() -> None:
-    global _PLUGINS_LOADED
-    import prefixlab.experts.policies  # noqa: F401  (registers the built-in policies)
-
-    if not _PLUGINS_LOADED:
-        _PLUGINS_LOADED = True
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            ep.load()
+    return _REGISTRY.register(name)
 
 
 def registered() -> dict[str, type[ExpertPolicy]]:
     """Every registered expert policy, built-ins and third-party entry points, by name."""
-    _load_all()
-    return dict(sorted(POLICIES.items()))
+    return _REGISTRY.all()
 
 
 def describe(cls: type[ExpertPolicy]) -> str:

@@ -12,7 +12,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -79,25 +79,40 @@ def resolve_params(cls: type[P], params: P | None, overrides: dict[str, Any], wh
     return out
 
 
+R = TypeVar("R")
+
+
 @dataclass(frozen=True, slots=True)
-class GeneratorInfo:
+class GeneratorInfo(Generic[R]):
+    """A registered generator: its parameter dataclass, function and one-line summary."""
+
     name: str
     params: type[Any]
-    fn: Callable[..., Trace]
+    fn: Callable[..., R]
     summary: str
 
 
-GENERATORS: dict[str, GeneratorInfo] = {}
+GENERATORS: dict[str, GeneratorInfo[Trace]] = {}
+
+
+def registrar(
+    registry: dict[str, GeneratorInfo[R]], name: str, params: type[Any], summary: str
+) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Decorator: add ``fn`` to ``registry`` as the generator ``name`` (workload generators
+    here, expert-trace generators in :mod:`prefixlab.experts.generators`)."""
+
+    def deco(fn: Callable[..., R]) -> Callable[..., R]:
+        registry[name] = GeneratorInfo(name, params, fn, summary)
+        return fn
+
+    return deco
 
 
 def register_generator(
     name: str, params: type[Any], summary: str
 ) -> Callable[[Callable[..., Trace]], Callable[..., Trace]]:
-    def deco(fn: Callable[..., Trace]) -> Callable[..., Trace]:
-        GENERATORS[name] = GeneratorInfo(name, params, fn, summary)
-        return fn
-
-    return deco
+    """Decorator: register a workload generator."""
+    return registrar(GENERATORS, name, params, summary)
 
 
 def zipf_weights(n: int, exponent: float) -> npt.NDArray[np.float64]:

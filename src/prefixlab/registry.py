@@ -1,0 +1,57 @@
+"""A registry of named classes: built-ins register by decorator, plugins by entry point.
+
+Block-cache policies and expert-cache policies each keep one. A class registers in its own
+module (``@registry.register("lru")``, which also sets ``cls.name``); :meth:`Registry.all`
+imports the module that loads every built-in, then, once, the entry points of the family's
+group, so third-party packages add classes without touching prefixlab.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Generic, TypeVar
+
+from prefixlab.errors import ConfigError
+
+C = TypeVar("C", bound=type)
+T = TypeVar("T", bound=type)
+
+
+class Registry(Generic[C]):
+    """Classes of one family by name.
+
+    Args:
+        what: the family, for messages ("policy", "expert policy").
+        builtins: the module whose import registers every built-in class.
+        group: the entry-point group third-party classes are loaded from.
+    """
+
+    def __init__(self, what: str, builtins: str, group: str) -> None:
+        self.what = what
+        self.builtins = builtins
+        self.group = group
+        self.classes: dict[str, C] = {}
+        self._plugins_loaded = False
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Class decorator: register ``cls`` under a stable ``name`` (set as ``cls.name``)."""
+
+        def deco(cls: T) -> T:
+            if name in self.classes and self.classes[name] is not cls:
+                raise ConfigError(f"{self.what} name '{name}' is registered twice")
+            setattr(cls, "name", name)  # noqa: B010  (every family declares a name ClassVar)
+            self.classes[name] = cls  # type: ignore[assignment]
+            return cls
+
+        return deco
+
+    def all(self) -> dict[str, C]:
+        """Every registered class, built-ins and plugins, sorted by name."""
+        importlib.import_module(self.builtins)
+        if not self._plugins_loaded:
+            self._plugins_loaded = True
+            for ep in entry_points(group=self.group):
+                ep.load()
+        return dict(sorted(self.classes.items()))
