@@ -28,8 +28,7 @@ def test_replay_hybrid_json_and_per_request(tmp_path: Path) -> None:
                                  "--json", "--per-request", str(out)])  # fmt: skip
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
-    assert [r["policy"] for r in rows] == ["vllm+:block_tokens=32", "sglang+:chunk_tokens=0",
-                                           "marconi:alpha=1"]  # fmt: skip
+    assert [r["policy"] for r in rows] == ["vllm+", "sglang+", "marconi:alpha=1"]
     trace = GENERATORS["sessions"].fn(num_sessions=30, preset="agentic")
     for row in rows:
         assert row["structure"] == "hybrid" and row["model"] == "marconi-hybrid-7b"

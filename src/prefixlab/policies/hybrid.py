@@ -9,19 +9,33 @@ sglang+    judicious     LRU over leaves                       whole matched pat
 marconi    judicious     recency + alpha x FLOP efficiency     only the node reused
 ========== ============= ===================================== ==========================
 
-Marconi's score of a candidate is ``norm(last_access) + alpha * norm(flop_efficiency)``,
-both min-max normalised over the current candidates; the lowest is evicted, one at a time,
-until the new request fits. FLOP efficiency = FLOPs the node saves over its parent / bytes
-it holds (:meth:`ModelSpec.flop_efficiency`'s definition, with the node's actual bytes).
+Marconi's score of a candidate is ``norm(recency) + alpha * norm(flop_efficiency)``, both
+min-max normalised; the lowest is evicted, one at a time, until the new request fits. The
+defaults are the rules of Marconi's published simulator (github ruipeterpan/marconi), against
+which ``tests/test_reference_marconi.py`` checks prefixlab request by request:
 
-**Exact with less work.** The official simulator rescans every candidate for every victim
-(O(n) per victim, in Python). Here the candidates are scored once, vectorised, and evicted
-in score order; the order is recomputed only when it can change: when a candidate appears
-(a parent becomes a leaf) or changes (a merge lengthens a child's edge), or when the victim
-was the last candidate holding a min or max of recency or efficiency (the normalisation
-moves). Otherwise removing a candidate leaves every other score unchanged, so the next in
-order is exactly what a rescan would pick. Ties: lowest score, then oldest, then smallest
-node id, in both (tested against a rescanning reference).
+- ``recency=inverse-age``: ``1 / (now - last access)`` on the cache's logical clock (see
+  :class:`~prefixlab.cache.hybrid.HybridCache`); ``last-access`` is the raw access time.
+- ``efficiency=prefix``: the FLOPs the node saves over its parent (its whole prefix's
+  prefill minus the parent's) divided by one state plus the KV of the node's *whole
+  prefix*; ``node`` divides by the bytes the node itself holds (its edge's KV and state).
+- Every node with at most one child is scored, locked ones too (a running request's path
+  moves the normalisation, as in the simulator, where nothing is locked); only unlocked ones
+  are evicted. Ties go to the first node in depth-first pre-order, as the simulator's rescan.
+- A hit refreshes only the deepest fully matched node (SGLang+ and vLLM+: the whole path).
+
+The paper's Sec. 4.2 says both terms are normalised over "all nodes' ... in the radix tree"
+and that tuning keeps "the alpha that maximizes the hit rate" (``objective=hit_ratio``); the
+simulator normalises over the nodes with at most one child and maximises the FLOPs saved over
+the last 500 replayed requests (``objective=flops_saved``, ``score_window=500``, defaults).
+
+**Exact with less work.** The simulator rescans every candidate for every victim (O(n) per
+victim, in Python). Here the candidates are scored once, vectorised, and evicted in score
+order; the order is recomputed only when it can change: when a candidate appears (a parent
+becomes a leaf) or changes (a merge lengthens a child's edge), or when the victim was the last
+candidate holding a min or max of recency or efficiency (the normalisation moves). Otherwise
+removing a candidate leaves every other score unchanged, so the next in order is exactly what
+a rescan would pick (tested against a rescanning reference).
 
 On a model without SSM layers (a Transformer) there is no state to weigh against its KV,
 and admission stores the same tokens either way: ``marconi`` then behaves exactly as
@@ -29,10 +43,9 @@ and admission stores the same tokens either way: ``marconi`` then behaves exactl
 gain.
 
 ``marconi`` without ``alpha`` tunes it (see :mod:`prefixlab.runner.hybrid`): alpha = 0
-until the first eviction, then after a bootstrap window of ``bootstrap_multiplier`` x the
-requests seen so far, the window is replayed for each alpha of the grid and the best by
-``objective`` (``hit_ratio``, the paper; ``flops_saved``, the official code) is kept; ties go
-to the smallest alpha.
+until the first eviction call; the requests up to ``bootstrap_multiplier`` times those seen
+by then are replayed for each alpha of the grid (0 to 2 by 0.1, the simulator's) and the best
+by ``objective`` takes effect at once; ties go to the smallest alpha.
 """
 
 from __future__ import annotations
@@ -43,12 +56,18 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from prefixlab.errors import ConfigError
-from prefixlab.policies.base import I64, EvictionPolicy, register
+from prefixlab.policies.base import I64, EvictionPolicy, parameters, register
 
 if TYPE_CHECKING:
     from prefixlab.cache.hybrid import HybridCache, HybridMatch, Node
 
 OBJECTIVES = ("hit_ratio", "flops_saved")
+
+
+BRANCHES = ("sequence", "input")
+RECENCIES = ("inverse-age", "last-access")
+EFFICIENCIES = ("prefix", "node")
+SIZINGS = ("exact", "estimate")
 
 
 class HybridPolicy(EvictionPolicy):
@@ -58,8 +77,18 @@ class HybridPolicy(EvictionPolicy):
     admission: ClassVar[str] = "judicious"
     #: on a hit, refresh the whole matched path (SGLang) or only the node reused (Marconi)
     touch_path: ClassVar[bool] = True
+    #: a path refresh also stamps the child matched only in part (SGLang+ in the simulator)
+    touch_partial: ClassVar[bool] = False
     block_tokens: int = 32
+    #: all-blocks admission also stores a sequence's trailing partial block, with a state
+    partial_blocks: bool = False
+    #: ``exact``: evict exactly what the insertion needs; ``estimate``: vLLM+'s estimate in
+    #: Marconi's simulator (see ``HybridCache._estimate_bytes``; may exceed the budget)
+    sizing: str = "exact"
     chunk_tokens: int = 0
+    #: the branch checkpoint: where the whole sequence (input + output) leaves an edge, as
+    #: Marconi's simulator places it, or where the input does (the paper's Sec. 4.1 words)
+    branch: str = "sequence"
     #: the runner tunes alpha (marconi without a fixed alpha)
     tunes: bool = False
 
@@ -68,20 +97,34 @@ class HybridPolicy(EvictionPolicy):
     def bind_cache(self, cache: HybridCache) -> None:
         self.cache = cache
 
-    def hit(self, m: HybridMatch) -> None:
-        if self.touch_path:
-            _touch_path(self.cache.now, m)
-        elif m.reuse_node is not None:
-            m.reuse_node.last_access = self.cache.now
+    def spec(self) -> str:
+        """``name`` plus the parameters that differ from their defaults (rebuilds it)."""
+        defaults = parameters(type(self))
+        p = {k: v for k, v in self.params().items() if defaults.get(k, object()) != v}
+        if not p:
+            return self.name
+        return self.name + ":" + ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                                          for k, v in p.items())  # fmt: skip
 
-    def inserted(self, path: list[Node]) -> None:
-        """After an insertion: ``path`` is every node of the stored sequence."""
-        now = self.cache.now
+    def touched(self, m: HybridMatch) -> None:
+        """A lookup (or the speculative match of an insertion) accessed ``m``: stamp the
+        whole matched path (LRU baselines) or only the deepest fully matched node."""
+        now = self.cache.clock
         if self.touch_path:
-            for nd in path:
+            for nd in m.path:
                 nd.last_access = now
-        elif path:
-            path[-1].last_access = now  # the node holding the sequence's final state
+            if m.partial is not None and (self.touch_partial or m.reuse_node is m.partial):
+                m.partial.last_access = now
+        elif m.path:
+            m.path[-1].last_access = now
+
+    def inserted(self, m: HybridMatch) -> None:
+        """After an insertion: ``m`` matches the stored sequence. New nodes were stamped
+        when created; a path refresh stamps every node the insertion walked."""
+        if self.touch_path:
+            now = self.cache.clock
+            for nd in m.path:
+                nd.last_access = now
 
     def changed(self, nd: Node) -> None:
         """The cache changed something eviction may read of ``nd`` (children, checkpoint,
@@ -98,11 +141,10 @@ class HybridPolicy(EvictionPolicy):
         raise ConfigError(f"policy '{self.name}' applies to the hybrid structure only")
 
 
-def _touch_path(now: float, m: HybridMatch) -> None:
-    for nd in m.path:
-        nd.last_access = now
-    if m.partial is not None and m.reuse_node is m.partial:
-        m.partial.last_access = now
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    return str(value)
 
 
 @register("vanilla")
@@ -146,18 +188,35 @@ class VllmPlus(_LRULeaves):
 
     admission: ClassVar[str] = "all-blocks"
 
-    def __init__(self, block_tokens: int = 32) -> None:
+    def __init__(self, block_tokens: int = 32, partial_blocks: bool = True,
+                 sizing: str = "exact") -> None:  # fmt: skip
         if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1:
             raise ValueError(f"block_tokens must be a positive integer, got {block_tokens!r}")
+        if not isinstance(partial_blocks, bool):
+            raise ValueError(f"partial_blocks must be true or false, got {partial_blocks!r}")
         self.block_tokens = block_tokens
+        self.partial_blocks = partial_blocks
+        self.sizing = _choice("sizing", sizing, SIZINGS)
+
+    def touched(self, m: HybridMatch) -> None:
+        """The whole matched path, but not a partial block (the simulator stamps only the
+        full blocks a match walks through)."""
+        now = self.cache.clock
+        b = self.block_tokens
+        for nd in m.path:
+            if nd.end % b == 0:
+                nd.last_access = now
 
 
 @register("sglang+")
 class SglangPlus(_LRULeaves):
     """SGLang+ (Marconi's baseline): judicious admission, LRU over leaves."""
 
-    def __init__(self, chunk_tokens: int = 0) -> None:
+    touch_partial: ClassVar[bool] = True
+
+    def __init__(self, chunk_tokens: int = 0, branch: str = "sequence") -> None:
         self.chunk_tokens = _chunk(chunk_tokens)
+        self.branch = _choice("branch", branch, BRANCHES)
 
 
 def _chunk(chunk_tokens: Any) -> int:
@@ -178,7 +237,11 @@ class Marconi(HybridPolicy):
         bootstrap_multiplier: float = 5.0,
         alpha_max: float = 2.0,
         alpha_step: float = 0.1,
-        objective: str = "hit_ratio",
+        objective: str = "flops_saved",
+        score_window: int = 500,
+        recency: str = "inverse-age",
+        efficiency: str = "prefix",
+        branch: str = "sequence",
         retune_every: int = 0,
         chunk_tokens: int = 0,
         tune_jobs: int = 1,
@@ -186,20 +249,23 @@ class Marconi(HybridPolicy):
         if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, int | float)
                                   or alpha < 0):  # fmt: skip
             raise ValueError(f"alpha must be a number >= 0, got {alpha!r}")
-        if objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
         for name, v in (("bootstrap_multiplier", bootstrap_multiplier), ("alpha_max", alpha_max),
                         ("alpha_step", alpha_step)):  # fmt: skip
             if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
                 raise ValueError(f"{name} must be a positive number, got {v!r}")
-        for name, iv in (("retune_every", retune_every), ("tune_jobs", tune_jobs)):
+        for name, iv in (("retune_every", retune_every), ("tune_jobs", tune_jobs),
+                         ("score_window", score_window)):  # fmt: skip
             if isinstance(iv, bool) or not isinstance(iv, int) or iv < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {iv!r}")
         self.alpha = None if alpha is None else float(alpha)
         self.bootstrap_multiplier = float(bootstrap_multiplier)
         self.alpha_max = float(alpha_max)
         self.alpha_step = float(alpha_step)
-        self.objective = objective
+        self.objective = _choice("objective", objective, OBJECTIVES)
+        self.score_window = score_window
+        self.recency = _choice("recency", recency, RECENCIES)
+        self.efficiency_of = _choice("efficiency", efficiency, EFFICIENCIES)
+        self.branch = _choice("branch", branch, BRANCHES)
         self.retune_every = retune_every
         self.chunk_tokens = _chunk(chunk_tokens)
         self.tune_jobs = max(1, tune_jobs)
@@ -217,13 +283,14 @@ class Marconi(HybridPolicy):
     def params(self) -> dict[str, Any]:
         return {"alpha": self.alpha, "bootstrap_multiplier": self.bootstrap_multiplier,
                 "alpha_max": self.alpha_max, "alpha_step": self.alpha_step,
-                "objective": self.objective, "retune_every": self.retune_every,
+                "objective": self.objective, "score_window": self.score_window,
+                "recency": self.recency, "efficiency": self.efficiency_of,
+                "branch": self.branch, "retune_every": self.retune_every,
                 "chunk_tokens": self.chunk_tokens, "tune_jobs": self.tune_jobs}  # fmt: skip
 
-    def spec(self) -> str:
-        if self.alpha is not None:
-            return f"marconi:alpha={self.alpha:g}"
-        return "marconi"
+    def with_alpha(self, alpha: float) -> Marconi:
+        """The same policy with ``alpha`` fixed (what the tuner replays)."""
+        return Marconi(**{**self.params(), "alpha": alpha})
 
     def alpha_grid(self) -> list[float]:
         """0, step, 2 step, ..., alpha_max (rounded to the step's decimals)."""
@@ -232,44 +299,67 @@ class Marconi(HybridPolicy):
 
     # ------------------------------------------------------------------ scoring
     def efficiency(self, nd: Node) -> float:
-        """FLOPs the node saves over its parent per byte it holds (memoised per shape)."""
+        """FLOPs the node saves over its parent per byte (memoised per shape).
+
+        ``efficiency=prefix`` (Marconi's simulator) divides by one checkpoint plus the KV
+        of the node's *whole prefix*; ``node`` divides by the bytes the node itself holds
+        (its edge's KV and its checkpoint), as ``ModelSpec.flop_efficiency`` does.
+        """
         key = (nd.start, nd.end, nd.ckpt)
         hit = self._eff.get(nd.id)
         if hit is not None and hit[:3] == key:
             return hit[3]
-        model = self.cache.model
+        cache = self.cache
+        model = cache.model
         saved = model.total_prefill_flops(nd.end) - model.total_prefill_flops(nd.start)
-        held = self.cache.node_bytes(nd)
+        if self.efficiency_of == "prefix":
+            held = nd.end * cache.kv + (cache.state if nd.ckpt else 0)
+        else:
+            held = cache.node_bytes(nd)
         eff = saved / held if held else 0.0  # holds nothing (a state-less model's empty leaf)
         self._eff[nd.id] = (*key, eff)
         return eff
 
+    def recency_of(self, last_access: Any) -> Any:
+        """The recency term from raw access times: ``inverse-age`` is the simulator's
+        ``1 / (now - last access)`` on the logical clock (an eviction call ticks first, so
+        the age is at least 1); ``last-access`` is the raw time."""
+        r = np.asarray(last_access, dtype=np.float64)
+        if self.recency == "last-access":
+            return r
+        age = float(self.cache.clock) - r
+        return np.divide(1.0, age, out=np.full_like(r, np.inf), where=age > 0)
+
     def scores(self, cands: list[Node]) -> tuple[Any, Any, Any]:
         """(score, recency, efficiency) arrays of the candidates."""
-        r = np.array([nd.last_access for nd in cands], dtype=np.float64)
+        r = self.recency_of([nd.last_access for nd in cands])
         f = np.array([self.efficiency(nd) for nd in cands], dtype=np.float64)
         return normalised_score(r, f, self.current_alpha), r, f
 
-    def hit(self, m: HybridMatch) -> None:
-        if self.cache.has_state:
-            super().hit(m)
-            if m.reuse_node is not None:
-                self.changed(m.reuse_node)
-        else:  # no states to weigh: SGLang+'s recency (see free)
-            _touch_path(self.cache.now, m)
+    def touched(self, m: HybridMatch) -> None:
+        if not self.cache.has_state:  # no states to weigh: SGLang+'s recency (see free)
+            now = self.cache.clock
+            for nd in m.path:
+                nd.last_access = now
+            if m.partial is not None and m.reuse_node is m.partial:
+                m.partial.last_access = now
+            return
+        super().touched(m)
+        if m.path:
+            self.changed(m.path[-1])
 
-    def inserted(self, path: list[Node]) -> None:
-        if self.cache.has_state:
-            super().inserted(path)
-            if path:
-                self.changed(path[-1])
-        else:
-            for nd in path:
-                nd.last_access = self.cache.now
+    def inserted(self, m: HybridMatch) -> None:
+        if not self.cache.has_state:
+            now = self.cache.clock
+            for nd in m.path:
+                nd.last_access = now
 
     def changed(self, nd: Node) -> None:
-        if self.cache.has_state and self.cache.is_candidate(nd):
-            self._index.upsert(nd, nd.last_access, self.efficiency(nd))
+        cache = self.cache
+        if cache.has_state and nd.id in cache.nodes and cache.has_candidate_shape(nd):
+            # a locked node (a running request's path) stays in the normalisation, as every
+            # node with at most one child is scored in the simulator; it is not evicted
+            self._index.upsert(nd, nd.last_access, self.efficiency(nd), not nd.lock)
         else:
             self._index.drop(nd.id)
 
@@ -288,13 +378,15 @@ class Marconi(HybridPolicy):
         freed = 0
         while freed < need:
             live = ix.live()
-            if live.shape[0] == 0:
-                break
             r, f, ids = ix.r[live], ix.f[live], ix.ids[live]
-            score = normalised_score(r, f, self.current_alpha)
+            score = normalised_score(self.recency_of(r), f, self.current_alpha)
             self.num_passes += 1
             self.num_scored += int(live.shape[0])
-            order = np.lexsort((ids, r, score))
+            order = np.argsort(score, kind="stable")
+            order = order[ix.evictable[live][order]]
+            if order.shape[0] == 0:
+                break
+            order = _ties_in_tree_order(order, score, ix.node, live)
             extremes = _extreme_counts(r, f)
             for i in order.tolist():
                 v = ix.node[int(live[i])]
@@ -311,6 +403,38 @@ class Marconi(HybridPolicy):
         return freed
 
 
+def _ties_in_tree_order(order: Any, score: Any, nodes: list[Node | None], live: Any) -> Any:
+    """Reorder runs of equal score by the tree's depth-first pre-order (children in the
+    order they were added), which is how the simulator's rescan breaks ties: it takes the
+    first minimum of a list built depth first."""
+    s = score[order]
+    same = np.flatnonzero(s[1:] == s[:-1])
+    if same.shape[0] == 0:
+        return order
+    out = order.copy()
+    i = 0
+    n = out.shape[0]
+    while i < n - 1:
+        j = i
+        while j + 1 < n and s[j + 1] == s[i]:
+            j += 1
+        if j > i:
+            run = out[i : j + 1].tolist()
+            run.sort(key=lambda k: _preorder_key(nodes[int(live[k])]))
+            out[i : j + 1] = run
+        i = j + 1
+    return out
+
+
+def _preorder_key(nd: Node | None) -> tuple[int, ...]:
+    """The node's position in a depth-first pre-order walk: its child indices from the root."""
+    key: list[int] = []
+    while nd is not None and nd.parent is not None:
+        key.append(list(nd.parent.children.values()).index(nd))
+        nd = nd.parent
+    return tuple(reversed(key))
+
+
 class _CandidateIndex:
     """Marconi's candidates in slots of parallel arrays (recency, efficiency, id), kept
     up to date by the cache's ``changed`` / ``gone`` calls, so a scoring pass is a few
@@ -321,6 +445,8 @@ class _CandidateIndex:
         self.f = np.zeros(64, dtype=np.float64)
         self.ids = np.full(64, -1, dtype=np.int64)
         self.alive = np.zeros(64, dtype=bool)
+        #: False for a locked candidate: scored (it moves the normalisation), not evicted
+        self.evictable = np.zeros(64, dtype=bool)
         self.node: list[Node | None] = [None] * 64
         self.slot: dict[int, int] = {}
         self.free_slots: list[int] = []
@@ -332,7 +458,7 @@ class _CandidateIndex:
     def live(self) -> Any:
         return np.flatnonzero(self.alive[: self.used])
 
-    def upsert(self, nd: Node, r: float, f: float) -> None:
+    def upsert(self, nd: Node, r: float, f: float, evictable: bool = True) -> None:
         k = self.slot.get(nd.id)
         if k is None:
             k = self.free_slots.pop() if self.free_slots else self._grow()
@@ -341,10 +467,11 @@ class _CandidateIndex:
             self.ids[k] = nd.id
             self.alive[k] = True
             self.dirty = True
-        elif self.r[k] != r or self.f[k] != f:
+        elif self.r[k] != r or self.f[k] != f or self.evictable[k] != evictable:
             self.dirty = True
         self.r[k] = r
         self.f[k] = f
+        self.evictable[k] = evictable
 
     def drop(self, node_id: int) -> None:
         k = self.slot.pop(node_id, None)
@@ -353,13 +480,14 @@ class _CandidateIndex:
         if node_id != self.victim:
             self.dirty = True
         self.alive[k] = False
+        self.evictable[k] = False
         self.node[k] = None
         self.free_slots.append(k)
 
     def _grow(self) -> int:
         if self.used == self.r.shape[0]:
             n = 2 * self.used
-            for name in ("r", "f", "ids", "alive"):
+            for name in ("r", "f", "ids", "alive", "evictable"):
                 old = getattr(self, name)
                 new = np.zeros(n, dtype=old.dtype)
                 new[: self.used] = old

@@ -5,11 +5,21 @@ fully matched node holding a checkpoint) -> count the hit -> evict until the new
 checkpoints of input + output fit in the one byte budget -> insert them. Token hit ratio is
 over all requests, cold misses included. FLOPs saved are per layer type, from the model.
 
-``marconi`` without a fixed alpha is tuned here: alpha = 0 until the first eviction; after
-a bootstrap window of ``bootstrap_multiplier`` x the requests seen by then, the requests so
-far are replayed once per alpha of the grid (in parallel with ``tune_jobs`` > 1, or as Ray
-tasks when Ray is running) and the best alpha by the objective is kept (ties: the smallest).
-With ``retune_every = N`` it is tuned again every N requests.
+``marconi`` without a fixed alpha is tuned here, at the moments Marconi's simulator tunes:
+
+- alpha = 0 until the first eviction call, made while inserting request ``s`` (1-based,
+  counting every request looked up so far); the bootstrap window is then
+  ``W = ceil(bootstrap_multiplier x s)`` requests (the paper's Sec. 4.2: "5x the number of
+  requests seen before the first eviction");
+- as the insertion of request ``W`` starts (its hit already counted, its eviction not yet
+  made), requests ``1..W`` with their outputs are replayed from an empty cache once per
+  alpha of the grid (in parallel with ``tune_jobs`` > 1, or as Ray tasks when Ray is
+  running), each scored by the objective over its last ``score_window`` (500) requests;
+- the best alpha (ties: the smallest) takes effect at once, so request ``W``'s own eviction
+  already uses it.
+
+With ``retune_every = N`` (an extension; the paper tunes once) it is tuned again every N
+requests on every request so far.
 """
 
 from __future__ import annotations
@@ -40,6 +50,9 @@ class HybridConfig:
     capacity_bytes: int
     #: a preset name or a ModelSpec
     model: str | ModelSpec = "marconi-hybrid-7b"
+    #: what an insertion keeps while it evicts: ``path`` (its matched nodes) or ``none``
+    #: (Marconi's simulator; see :class:`HybridCache`)
+    locks: str = "path"
 
     def spec(self) -> ModelSpec:
         return get_model(self.model)
@@ -109,33 +122,27 @@ def replay_hybrid(
     values, offsets = trace.sequence_tokens()
     inputs = trace.input_length
     n = len(trace)
-    cache = HybridCache(config.capacity_bytes, spec, pol)
+    cache = HybridCache(config.capacity_bytes, spec, pol, config.locks)
     hits = np.zeros(n, dtype=np.int64)
-    history: list[tuple[int, float]] = []
-    tune_at = -1  # request count at which to tune; -1: wait for the first eviction
+    tuner = _Tuner(trace, pol, config) if isinstance(pol, Marconi) and pol.tunes else None
     peak = 0
     start = time.perf_counter()
     offs = offsets.tolist()
     inp = inputs.tolist()
     for r in range(n):
-        cache.now = float(r)
         seq = values[offs[r] : offs[r + 1]]
         m = cache.lookup(seq[: inp[r]])
         hits[r] = min(m.reusable, inp[r])
+        if tuner is not None:
+            tuner.before_insert(r)
         cache.admit(seq, inp[r], m)
+        if tuner is not None:
+            tuner.after_insert(r, cache.num_evict_calls)
         peak = max(peak, cache.used)
         if check_every and r % check_every == 0:
             cache.check()
         if on_step is not None:
             on_step(r)
-        if isinstance(pol, Marconi) and pol.tunes:
-            seen = r + 1
-            if tune_at < 0 and cache.num_evicted_nodes > 0:
-                tune_at = seen + math.ceil(pol.bootstrap_multiplier * seen)
-            if seen == tune_at:
-                pol.current_alpha = tune_alpha(trace.take(np.arange(seen)), pol, config)
-                history.append((r, pol.current_alpha))
-                tune_at = seen + pol.retune_every if pol.retune_every else n + 1
     elapsed = time.perf_counter() - start
     if check_every:
         cache.check()
@@ -157,8 +164,33 @@ def replay_hybrid(
     )
     if isinstance(pol, Marconi):
         metrics["alpha"] = pol.current_alpha
+    history = tuner.history if tuner is not None else []
     return HybridResult(pol.spec(), config.capacity_bytes, spec.name, metrics, elapsed,
                         hits, inputs, history)  # fmt: skip
+
+
+class _Tuner:
+    """When and on what Marconi's alpha is tuned (see the module docstring)."""
+
+    def __init__(self, trace: Trace, pol: Marconi, config: HybridConfig) -> None:
+        self.trace = trace
+        self.pol = pol
+        self.config = config
+        self.tune_at = -1  # 1-based request whose insertion tunes; -1: no eviction yet
+        self.history: list[tuple[int, float]] = []
+
+    def before_insert(self, r: int) -> None:
+        if r + 1 != self.tune_at:
+            return
+        self.pol.current_alpha = tune_alpha(self.trace.take(np.arange(r + 1)), self.pol,
+                                            self.config)  # fmt: skip
+        self.history.append((r, self.pol.current_alpha))
+        every = self.pol.retune_every
+        self.tune_at = r + 1 + every if every else len(self.trace) + 1
+
+    def after_insert(self, r: int, num_evict_calls: int) -> None:
+        if self.tune_at < 0 and num_evict_calls > 0:
+            self.tune_at = math.ceil(self.pol.bootstrap_multiplier * (r + 1))
 
 
 def hybrid_metrics(spec: ModelSpec, inputs: I64, hits: I64) -> dict[str, Any]:
@@ -177,19 +209,27 @@ def hybrid_metrics(spec: ModelSpec, inputs: I64, hits: I64) -> dict[str, Any]:
     return out
 
 
-def _objective(result: HybridResult, objective: str) -> float:
-    return float(result.metrics["token_hit_ratio" if objective == "hit_ratio" else "flops_saved"])
+def window_score(spec: ModelSpec, inputs: I64, hits: I64, objective: str, window: int) -> float:
+    """The tuner's objective over the last ``window`` requests (0: all of them): FLOPs saved
+    (the simulator's) or the token hit ratio (the paper's words)."""
+    if window:
+        inputs, hits = inputs[-window:], hits[-window:]
+    if objective == "hit_ratio":
+        total = int(inputs.sum())
+        return int(hits.sum()) / total if total else 0.0
+    return float(spec.flops_saved(inputs, hits)["flops_saved"])
 
 
-def _tune_one(trace: Trace, alpha: float, chunk_tokens: int, config: HybridConfig,
-              objective: str) -> float:  # fmt: skip
-    res = replay_hybrid(trace, Marconi(alpha=alpha, chunk_tokens=chunk_tokens), config)
-    return _objective(res, objective)
+def _tune_one(trace: Trace, pol: Marconi, config: HybridConfig) -> float:
+    res = replay_hybrid(trace, pol, config)
+    return window_score(config.spec(), res.input_tokens, res.hit_tokens, pol.objective,
+                        pol.score_window)  # fmt: skip
 
 
 def tune_alpha(trace: Trace, pol: Marconi, config: HybridConfig) -> float:
-    """Replay ``trace`` once per alpha of the grid; the best by the objective, ties to the
-    smallest alpha. Parallel on a process pool (``tune_jobs``), or on Ray when running."""
+    """Replay ``trace`` once per alpha of the grid (a fresh cache each); the best by the
+    objective, ties to the smallest alpha. Parallel on a process pool (``tune_jobs``), or
+    on Ray when it is running."""
     grid = pol.alpha_grid()
     scores = _map_grid(trace, grid, pol, config)
     best, best_score = grid[0], scores[0]
@@ -201,7 +241,7 @@ def tune_alpha(trace: Trace, pol: Marconi, config: HybridConfig) -> float:
 
 def _map_grid(trace: Trace, grid: Sequence[float], pol: Marconi,
               config: HybridConfig) -> list[float]:  # fmt: skip
-    args = [(trace, a, pol.chunk_tokens, config, pol.objective) for a in grid]
+    args = [(trace, pol.with_alpha(a), config) for a in grid]
     try:
         import ray
 

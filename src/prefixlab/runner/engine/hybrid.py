@@ -15,11 +15,18 @@ maps them onto one byte budget shared by the hybrid tree and the running request
 
 A hit may cover the whole input (as in the replay contract): the prefill then computes
 nothing and the first token comes at the end of the step.
+
+Tuned ``marconi`` is tuned here as in the replay runner, on the requests in the order they
+were looked up: the bootstrap window is ``ceil(bootstrap_multiplier x s)`` lookups, ``s``
+those made by the first eviction call; when a request finishes once the window is full,
+the window's requests are replayed once per alpha of the grid (the replay contract: the
+paper's "replaying the bootstrap requests") and the best alpha takes effect at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +36,7 @@ import numpy.typing as npt
 from prefixlab.cache.hybrid import HybridCache, HybridMatch, Node
 from prefixlab.errors import ConfigError
 from prefixlab.model.spec import ModelSpec
-from prefixlab.policies.hybrid import HybridPolicy
+from prefixlab.policies.hybrid import HybridPolicy, Marconi
 from prefixlab.workload.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -83,6 +90,13 @@ class HybridEngineCache:
         self.inputs = trace.input_length.tolist()
         self.reserved = 0
         self.view = _View()
+        self.trace = trace
+        self.model = model
+        #: request indices in the order they were looked up (Marconi's tuning window)
+        self.looked_up: list[int] = []
+        self.tune_at = -1
+        #: (lookups so far when it took effect, alpha) for tuned Marconi
+        self.alpha_history: list[tuple[int, float]] = []
         per_block = self.bt * self.kv
         self.capacity_blocks = (
             max(0, (capacity_bytes - self.state) // per_block) if per_block else 1 << 62
@@ -107,14 +121,13 @@ class HybridEngineCache:
         pinned = sum(self.tree.node_bytes(nd) for nd in self.tree.iter_nodes() if nd.lock)
         if pinned + self.reserved + extra > self.total:
             return False
-        self.tree.now = self.view.now
-        self.policy.free(over)
+        self.tree.evict(over)
+        self._window_set()
         return self.tree.used + self.reserved + extra <= self.total
 
     # ------------------------------------------------------------------ the protocol
     def match(self, keys: I64, lookup_end: int | None = None) -> HybridEngineMatch:
         r = self.view.request_index
-        self.tree.now = self.view.now
         m = self.tree.reuse(self._input(r))
         hit = min(m.reusable, self.inputs[r])
         return HybridEngineMatch(hit // self.bt, hit, m)
@@ -145,9 +158,8 @@ class HybridEngineCache:
                 self.policy.changed(nd)
             return None
         self.reserved += need
-        if m.num_hit_tokens:
-            self.tree.now = self.view.now
-            self.policy.hit(m.match)
+        self.tree.touch(m.match)
+        self.looked_up.append(r)
         return HybridHandle(r, need, m.match, path)
 
     def grow(self, handle: HybridHandle, num_blocks: int) -> HybridHandle | None:
@@ -164,13 +176,33 @@ class HybridEngineCache:
             return
         self._close(handle)
         r = handle.request
-        self.tree.now = self.view.now
+        self._maybe_tune()
         self.tree.capacity = self.total - self.reserved
         try:
             inp = self._input(r)
             self.tree.admit(self._seq(r), len(inp), self.tree.match(inp))
         finally:
             self.tree.capacity = self.total
+        self._window_set()
+
+    # ------------------------------------------------------------------ Marconi's alpha
+    def _window_set(self) -> None:
+        pol = self.policy
+        if (isinstance(pol, Marconi) and pol.tunes and self.tune_at < 0
+                and self.tree.num_evict_calls > 0):  # fmt: skip
+            self.tune_at = math.ceil(pol.bootstrap_multiplier * len(self.looked_up))
+
+    def _maybe_tune(self) -> None:
+        pol = self.policy
+        if not isinstance(pol, Marconi) or self.tune_at < 0 or len(self.looked_up) < self.tune_at:
+            return
+        from prefixlab.runner.hybrid import HybridConfig, tune_alpha
+
+        window = self.trace.take(np.array(self.looked_up[: self.tune_at], dtype=np.int64))
+        pol.current_alpha = tune_alpha(window, pol, HybridConfig(self.total, self.model))
+        self.alpha_history.append((len(self.looked_up), pol.current_alpha))
+        every = pol.retune_every
+        self.tune_at = len(self.looked_up) + every if every else 1 << 62
 
     def release(self, handle: HybridHandle | None) -> None:
         if handle is not None and handle.open:

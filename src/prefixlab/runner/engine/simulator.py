@@ -311,6 +311,10 @@ def _result(
     preempt = np.array(run.sched.num_preemptions, dtype=np.int64)
     metrics["num_preemptions"] = int(preempt.sum())
     metrics["num_steps"] = run.num_steps
+    history = getattr(run.sched.cache, "alpha_history", None)
+    if history is not None and hasattr(pol, "current_alpha"):  # Marconi on the hybrid tree
+        metrics["alpha"] = float(pol.current_alpha)
+        metrics["alpha_history"] = [[n, a] for n, a in history]
     metrics["by_task"] = by_task(
         trace.task,
         lambda rows: {
