@@ -149,3 +149,16 @@ def test_docs_policy_table_is_generated_from_registry() -> None:
 
     docs = (Path(__file__).resolve().parents[1] / "docs" / "policies.md").read_text()
     assert policies_markdown() in docs
+
+
+def test_replay_warns_when_min_recompute_leaves_requests_unable_to_hit() -> None:
+    # 16-token prompts in 16-token blocks: with one token recomputed no block can be looked up
+    gen = "gen:random-pool:num_requests=50,prompt_tokens=16,output_ids=false"
+    code, stdout, stderr = _run("replay", gen, "--block-tokens", "16", "--capacity-blocks", "20",
+                                "-p", "lru", "--json")  # fmt: skip
+    assert code == 0 and json.loads(stdout)[0]["num_hit_tokens"] == 0
+    flat = stderr.replace("\n", " ")
+    assert "50 of 50 requests" in flat and "min_recompute_tokens=1" in flat
+    code, stdout, stderr = _run("replay", gen, "--block-tokens", "16", "--capacity-blocks", "20",
+                                "-p", "lru", "--json", "--min-recompute-tokens", "0")  # fmt: skip
+    assert code == 0 and "warning" not in stderr and json.loads(stdout)[0]["num_hit_tokens"] > 0

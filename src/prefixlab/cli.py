@@ -36,12 +36,13 @@ from prefixlab.cli_common import (
     fail,
     make_policies,
     resolve_capacity_blocks,
+    warn,
     with_loader_options,
 )
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.policies.base import describe, parameters, registered
 from prefixlab.runner.hybrid import HybridConfig, HybridResult, replay_hybrid
-from prefixlab.runner.replay import ReplayConfig, ReplayResult, replay
+from prefixlab.runner.replay import ReplayConfig, ReplayResult, capped_warning, replay
 from prefixlab.workload.generators import GENERATORS, GeneratorInfo
 from prefixlab.workload.loaders.native import write_native
 from prefixlab.workload.loaders.parquet import write_parquet
@@ -157,6 +158,9 @@ def replay_cmd(
         )
         config.validate()
         policies = make_policies(policy, structure)
+        note = capped_warning(tr, bt, min_recompute_tokens)
+        if note:
+            warn(note)
         if per_request is not None and not per_request.parent.resolve().is_dir():
             raise ConfigError(f"--per-request: folder {per_request.parent} does not exist")
         results = each_policy(policies, lambda pol: replay(tr, pol, config), quiet)

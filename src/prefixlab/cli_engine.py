@@ -31,6 +31,7 @@ from prefixlab.model.fit import fit_csv
 from prefixlab.model.timing import GPU_PRESETS, make_timing
 from prefixlab.runner.engine import EngineConfig, simulate
 from prefixlab.runner.engine.events import Finished
+from prefixlab.runner.replay import capped_warning
 from prefixlab.workload.sources import open_trace
 
 #: the fields ``--json`` adds to the replay fields (the issue's contract), in order
@@ -118,6 +119,9 @@ def simulate_cmd(
         )
         config.validate()
         policies = make_policies(policy, structure)
+        note = None if hybrid else capped_warning(tr, bt, min_recompute_tokens)
+        if note:
+            warn(note)
         results = []
         with progress_bar("requests", quiet) as advance:
             for pol in policies:

@@ -12,6 +12,16 @@ vectorised comparison per edge::
 Nodes are the policy's entries. Only unlocked leaves are evictable; when a leaf goes, its
 parent is offered if it is now an unlocked leaf. Running requests lock their matched path
 and reserve pages for their new tokens; tree pages + reserved pages <= capacity.
+
+**Access times** follow SGLang's RadixCache (0.5.23, ``radix_cache.py``) on a logical clock
+(the cache's own counter, one tick per stamp, so a request's stamps are strictly ordered):
+a match stamps its whole matched path once; where it ends inside an edge, the edge is split
+and *both* parts carry that stamp, the new upper part then a fresh, later one (SGLang makes
+it a new node); an insertion stamps every node it walks the same way and its new leaf
+later still::
+
+    match:  path, split remainder  = t      split head = t + 1
+    insert: path, split remainder  = t + 2  split head = t + 3   new leaf = t + 4
 """
 
 from __future__ import annotations
@@ -72,11 +82,17 @@ class RadixCache:
         self.reserved_blocks = 0
         self.protected_blocks = 0  # pages in locked nodes
         self.observers = list(observers)
+        #: the logical clock of access and creation times (see the module docstring)
+        self.clock = 0.0
+        #: pages a reservation also frees (evicts) beyond what it takes: SGLang's paged
+        #: allocator evicts one spare page per request at prefill (engine runner option)
+        self.spare_blocks = 0
 
     # ------------------------------------------------------------------ lookup
     def match(self, keys: I64, block_tokens_end: int | None = None) -> MatchResult:
-        """Walk the tree along ``keys``; split the edge where the match ends inside it."""
-        i, path = self._walk(keys)
+        """Walk the tree along ``keys``; split the edge where the match ends inside it; stamp
+        what the match touched (as SGLang's ``match_prefix`` does)."""
+        i, path = self._walk(keys, stamp=True)
         n = int(keys.shape[0])
         tokens = (
             block_tokens_end
@@ -85,10 +101,17 @@ class RadixCache:
         )
         return MatchResult(i, tokens, np.array(path, dtype=np.int64))
 
-    def _walk(self, keys: I64) -> tuple[int, list[int]]:
-        """Longest matched prefix (pages) and the node path, splitting a partial edge."""
+    def _tick(self) -> float:
+        self.clock += 1.0
+        return self.clock
+
+    def _walk(self, keys: I64, stamp: bool) -> tuple[int, list[int]]:
+        """Longest matched prefix (pages) and the node path, splitting a partial edge; with
+        ``stamp``, the path and a split's remainder get one new time, a split's new upper
+        node a later one."""
         node, i, n = ROOT, 0, int(keys.shape[0])
         path: list[int] = []
+        splits: list[tuple[int, int]] = []
         while i < n:
             children = self.children[node]
             assert children is not None
@@ -101,9 +124,24 @@ class RadixCache:
             diff = np.flatnonzero(edge[:span] != keys[i : i + span])
             m = int(diff[0]) if diff.size else span
             if m < edge.shape[0]:
+                lower = child
                 child = self._split(child, m)
+                splits.append((child, lower))
             path.append(child)
             node, i = child, i + m
+        if stamp:
+            v = self.view
+            t = self._tick()
+            v.last_access[path] = t
+            for _, lower in splits:
+                v.last_access[lower] = t
+            if splits:
+                t = self._tick()
+                for upper, _ in splits:
+                    v.last_access[upper] = t
+                    v.created[upper] = t
+                # the remainders' recency changed without an access: policies re-rank them
+                self.policy.on_update(np.array([lower for _, lower in splits], dtype=np.int64))
         return i, path
 
     def num_available(self) -> int:
@@ -127,7 +165,6 @@ class RadixCache:
             return None
         if path.shape[0]:
             self.policy.on_access(path)
-            v.last_access[path] = v.now
             v.hits[path] += 1
         last = int(path[-1]) if path.shape[0] else ROOT
         self._lock(last)
@@ -156,17 +193,27 @@ class RadixCache:
                 raise AssertionError(f"policy '{self.policy.name}' found no victim")
             self._remove_leaf(int(victims[0]))
         self.reserved_blocks += need
+        if self.spare_blocks:
+            self.keep_free(self.spare_blocks)
+
+    def keep_free(self, num_blocks: int) -> None:
+        """Evict unlocked leaves until ``num_blocks`` pages are free, or none is left to
+        evict (SGLang's allocator keeps a free page per running request at each decode step
+        and one spare page per request at prefill)."""
+        while (self.capacity_blocks - self.tree_blocks - self.reserved_blocks < num_blocks
+               and self.tree_blocks > self.protected_blocks):  # fmt: skip
+            victims = self.policy.evict(1)
+            if not victims.shape[0]:
+                break
+            self._remove_leaf(int(victims[0]))
 
     def commit(self, handle: RadixHandle, keys: I64, num_hit: int) -> None:
         """Insert the request's keyed pages; its reserved pages become tree pages."""
-        v = self.view
-        i, path = self._walk(keys)
+        i, path = self._walk(keys, stamp=True)
         n = int(keys.shape[0])
         node = path[-1] if path else ROOT
         if path:
-            arr = np.array(path, dtype=np.int64)
-            self.policy.on_access(arr)
-            v.last_access[arr] = v.now
+            self.policy.on_access(np.array(path, dtype=np.int64))
         if i < n:
             grow = min(n - i, handle.reserved_blocks)
             if grow > 0:
@@ -198,8 +245,9 @@ class RadixCache:
         v.depth[node] = (
             int(v.depth[parent]) + int(edge.shape[0]) if parent != ROOT else int(edge.shape[0])
         )
-        v.created[node] = v.now
-        v.last_access[node] = v.now
+        t = self._tick()
+        v.created[node] = t
+        v.last_access[node] = t
         v.hits[node] = 0
         v.ref[node] = 0
         children = self.children[parent]

@@ -97,6 +97,27 @@ def without_lookups(layout: BlockLayout) -> BlockLayout:
     return dataclasses.replace(layout, num_lookup_blocks=zeros, lookup_end_tokens=zeros.copy())
 
 
+def capped_requests(trace: Trace, block_tokens: int, min_recompute_tokens: int) -> int:
+    """Requests whose input holds a full block that they can never hit because
+    ``min_recompute_tokens`` leaves them no block to look up (a prompt of exactly one block
+    must recompute its last token, so with the default of 1 its one block is never a hit)."""
+    full = trace.input_length // block_tokens
+    lookup = np.maximum(trace.input_length - min_recompute_tokens, 0) // block_tokens
+    return int(np.count_nonzero((full > 0) & (lookup == 0)))
+
+
+def capped_warning(trace: Trace, block_tokens: int, min_recompute_tokens: int) -> str | None:
+    """A one-line warning when :func:`capped_requests` finds any, else None."""
+    n = capped_requests(trace, block_tokens, min_recompute_tokens)
+    if not n:
+        return None
+    return (
+        f"{n:,} of {len(trace):,} requests hold a full {block_tokens}-token block of input "
+        f"but can never hit: min_recompute_tokens={min_recompute_tokens} leaves them no "
+        "block to look up (0 lets a prompt be served whole from the cache)"
+    )
+
+
 def build_cache(
     config: ReplayConfig,
     policy: EvictionPolicy,

@@ -130,6 +130,11 @@ class Scheduler:
         budget = self.budget
         self.preempted_this_step = False
         self.cache.view.now = now
+        spare = getattr(self.cache, "spare_blocks", 0)
+        if spare:  # SGLang: a free page per running request before each decode step
+            num_decoding = sum(1 for r in self.running if self.phase[r] == DECODE)
+            if num_decoding:
+                self.cache.keep_free(spare * num_decoding)
         i = 0
         while i < len(self.running) and budget > 0:
             r = self.running[i]

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab.cache.events import Observer
+from prefixlab.cache.radix import RadixCache
 from prefixlab.errors import ConfigError
 from prefixlab.metrics.latency import by_task, latency_summary
 from prefixlab.metrics.replay import ReplayMetrics
@@ -59,6 +60,10 @@ class EngineConfig:
     cache_while_running: bool = True
     #: False: no lookups, the no-prefix-caching baseline (see ReplayConfig)
     prefix_caching: bool = True
+    #: radix structure: pages kept free beyond a request's own, as SGLang's paged allocator
+    #: does (1: one spare page per request at prefill, one free page per running request at
+    #: each decode step); 0 evicts only what is needed
+    spare_blocks: int = 0
     #: the hybrid structure's byte budget (KV + states of the tree and running requests)
     capacity_bytes: int | None = None
     #: the model that sizes KV and states (hybrid structure)
@@ -92,6 +97,11 @@ class EngineConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        s = self.spare_blocks
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise ConfigError(f"spare_blocks must be an integer >= 0, got {s!r}")
+        if s and self.structure != "radix":
+            raise ConfigError("spare_blocks applies to the radix structure (SGLang's allocator)")
 
 
 @dataclass(slots=True)
@@ -163,6 +173,8 @@ def simulate(
                                   layout.block_tokens)  # fmt: skip
     else:
         cache = build_cache(config.replay_config(), pol, layout, obs)
+        if isinstance(cache, RadixCache):
+            cache.spare_blocks = config.spare_blocks
     if pol.needs_future:
         pol.prepare(layout)
     if pol.needs_trace:
