@@ -63,10 +63,10 @@ def test_replay_several_policies_one_file_each(tmp_path: Path) -> None:
     assert code == 0
     assert [r["policy"] for r in json.loads(stdout)] == [
         "vllm",
-        "s3fifo:small_ratio=0.2,move_to_main_threshold=1",
+        "s3fifo:small_ratio=0.2",
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "per.s3fifo_small_ratio-0.2_move_to_main_threshold-1.csv",
+        "per.s3fifo_small_ratio-0.2.csv",
         "per.vllm.csv",
     ]
 

@@ -38,20 +38,48 @@ def _trace(rows: list[tuple[float, str, list[int]]]) -> Trace:
     return Trace.from_requests(reqs)
 
 
-def test_max_pooling_and_latest_access() -> None:
-    """A block shared by two conversations keeps the larger probability and the later time."""
-    trace = _trace([(0.0, "a", [1, 2, 3, 4, 5]), (10.0, "b", [1, 2, 3, 4, 9]),
-                    (20.0, "a", [1, 2, 3, 4, 5, 6, 7, 8, 9])])  # fmt: skip
+def test_max_pooling_across_conversations_latest_within_one() -> None:
+    """Sec. 3.4-3.5: a block shared by conversations ranks by the largest of their latest
+    decayed predictions; one conversation's latest prediction replaces its earlier one."""
+    rows = [(0.0, "a", [1, 2, 3, 4, 5, 6]), (10.0, "b", [1, 2, 3, 4, 9]),
+            (20.0, "a", [1, 2, 3, 4, 5, 6, 7, 8, 9])]  # fmt: skip
+    cfg = ReplayConfig(capacity_blocks=64, block_tokens=2, min_recompute_tokens=0)
+    # oracle labels: a's first request continues (p=1), b's only one does not (p=0), a's
+    # second is its last (p=0)
     pol = make_policy("lpc-oracle", "block")
-    res = replay(trace, pol, ReplayConfig(capacity_blocks=64, block_tokens=2,
-                                          min_recompute_tokens=0))  # fmt: skip
-    # block [1,2] (and [3,4]) was stored by a (p=1: a continues) and reused by b (p=0: b ends)
-    # at t=10, then by a again at t=20: max(1, 0) = 1, latest access 20
-    key_entries = np.flatnonzero(pol.p > 0)
-    assert res.metrics["num_hit_tokens"] == 4 + 4
-    assert set(pol.t[key_entries].tolist()) <= {0.0, 10.0, 20.0}
+    seen: list[list[tuple[float, float, list[int]]]] = []
+
+    def after(r: int) -> None:
+        if r == 1:
+            hit = [e for e in range(pol.p.shape[0]) if pol.view.hits[e] >= 1]
+            seen.append([(pol.p[e], pol.t[e], sorted(pol.shared.get(e, {}))) for e in hit])
+
+    res = replay(_trace(rows), pol, cfg, on_step=after)
+    # after b: [1,2] and [3,4], stored by a (1 at t=0), reused by b (0 at t=10): a's stands
+    assert seen[0][:2] == [(1.0, 0.0, [0, 1]), (1.0, 0.0, [0, 1])]
+    assert res.metrics["num_hit_tokens"] == 4 + 6
+    # a came back with 0 at t=20: both conversations now predict 0; the latest one ranks
     shared = [e for e in range(pol.p.shape[0]) if pol.view.hits[e] >= 2]
-    assert shared and all(pol.p[e] == 1.0 and pol.t[e] == 20.0 for e in shared)
+    assert len(shared) == 2 and all((pol.p[e], pol.t[e]) == (0.0, 20.0) for e in shared)
+    # a's own block [5,6] (only a uses it): its latest prediction (0) replaced the first (1)
+    own = [e for e in range(pol.p.shape[0]) if pol.owner[e] == 0 and pol.view.hits[e] == 1]
+    assert own and all((pol.p[e], pol.t[e]) == (0.0, 20.0) for e in own)
+
+
+def test_shared_block_keeps_the_largest_decayed_prediction() -> None:
+    """Two conversations with moderate predictions: the one whose decayed probability is
+    larger now stays larger later (odds shrink alike), so it is the block's."""
+    pol = make_policy("lpc-oracle:scale=0.01", "block")
+    # a p=0.9 at t=0 (odds 9); b p=0.6 at t=100 (odds 1.5): decayed to t=100, a's odds are
+    # 9 e^-1 = 3.31 > 1.5, so a's (0.9, 0) stands; c p=0.8 at t=300 (odds 4): a's odds at
+    # 300 are 9 e^-3 = 0.45 < 4, so c's (0.8, 300) takes over
+    from prefixlab.policies.lpc import _rank
+
+    assert _rank(0.9, 0.0, 0.01) > _rank(0.6, 100.0, 0.01)
+    assert _rank(0.8, 300.0, 0.01) > _rank(0.9, 0.0, 0.01)
+    assert float(decayed(0.9, 100.0, 0.01)) > 0.6
+    assert float(decayed(0.9, 300.0, 0.01)) < 0.8
+    assert pol.scale == 0.01
 
 
 def test_hand_computed_victims() -> None:
@@ -71,10 +99,36 @@ def test_hand_computed_victims() -> None:
 
 def test_lpc_needs_a_model_and_text(tmp_path: Path) -> None:
     trace = GENERATORS["lpc"].fn(num_conversations=20)
+    cfg = ReplayConfig(capacity_blocks=500, block_tokens=16, model="qwen3-32b")
     with pytest.raises(ConfigError, match="needs model=PATH"):
-        replay(trace, "lpc", ReplayConfig(capacity_blocks=500, block_tokens=16))
+        replay(trace, "lpc", cfg)
     with pytest.raises(ConfigError, match="no LPC model here"):
-        replay(trace, f"lpc:model={tmp_path / 'none'}", ReplayConfig(500, block_tokens=16))
+        replay(trace, f"lpc:model={tmp_path / 'none'}", cfg)
+    # the predictor's memory is deducted from the cache: that needs the served model
+    with pytest.raises(ConfigError, match="give the model"):
+        replay(trace, "lpc:model=x", ReplayConfig(capacity_blocks=500, block_tokens=16))
+
+
+def test_predictor_memory_is_deducted_from_the_cache() -> None:
+    """1 GiB on Qwen3-32B (256 KiB of KV per token) is 4,096 tokens: 256 blocks of 16."""
+    from prefixlab.model import get_model
+    from prefixlab.runner.replay import reserved_blocks
+
+    assert get_model("qwen3-32b").kv_bytes_per_token == 2 * 64 * 8 * 128 * 2
+    assert reserved_blocks(make_policy("lpc:model=x"), "qwen3-32b", 16) == 256
+    assert reserved_blocks(make_policy("lpc-oracle"), None, 16) == 0  # the oracle: none
+    assert reserved_blocks(make_policy("lpc-oracle:predictor_bytes=1"), "qwen3-32b", 16) == 1
+    trace = GENERATORS["lpc"].fn(num_conversations=300, seed=2)
+    full = replay(trace, "lpc-oracle", ReplayConfig(600, block_tokens=16))
+    less = replay(trace, f"lpc-oracle:predictor_bytes={2**30}",
+                  ReplayConfig(600, block_tokens=16, model="qwen3-32b"))  # fmt: skip
+    same = replay(trace, "lpc-oracle", ReplayConfig(600 - 256, block_tokens=16))
+    assert less.metrics["num_reserved_blocks"] == 256 and less.capacity_blocks == 344
+    assert np.array_equal(less.hit_tokens, same.hit_tokens)
+    assert less.metrics["num_hit_tokens"] < full.metrics["num_hit_tokens"]
+    with pytest.raises(ConfigError, match="whole capacity"):
+        replay(trace, f"lpc-oracle:predictor_bytes={2**30}",
+               ReplayConfig(256, block_tokens=16, model="qwen3-32b"))  # fmt: skip
     with pytest.raises(ConfigError, match="scale must be a finite number"):
         make_policy("lpc-oracle:scale=-1")
 
@@ -91,12 +145,14 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def test_lpc_beats_lru_and_oracle_bounds_it(model: str) -> None:
     """The LPC workload (lambda_chat 100 s, N_conv 200) on a different seed than training:
-    at five cache sizes, lpc > lru and lpc-oracle >= lpc."""
+    at five cache sizes, lpc > lru and lpc-oracle >= lpc (the predictor's memory left out:
+    no model is named here, predictor_bytes=0)."""
     trace = GENERATORS["lpc"].fn(num_conversations=800, seed=7)
     ws = trace.block_layout(16).num_distinct_keys
     for frac in (0.05, 0.1, 0.2, 0.3, 0.4):
         cfg = ReplayConfig(capacity_blocks=int(frac * ws), block_tokens=16)
-        hit = {p.split(":")[0]: replay(trace, p, cfg).metrics["token_hit_ratio"]
+        hit = {p.split(":")[0]: replay(trace, p + ",predictor_bytes=0" if p.startswith("lpc:") else p,
+                                       cfg).metrics["token_hit_ratio"]
                for p in ("lru", f"lpc:model={model}", "lpc-oracle")}  # fmt: skip
         assert hit["lpc"] > hit["lru"], (frac, hit)
         assert hit["lpc-oracle"] >= hit["lpc"], (frac, hit)
@@ -107,11 +163,12 @@ def test_lpc_is_deterministic_and_runs_in_the_engine(model: str) -> None:
     from prefixlab.runner.engine import EngineConfig, simulate
 
     trace = GENERATORS["lpc"].fn(num_conversations=150, seed=3)
-    cfg = ReplayConfig(capacity_blocks=800, block_tokens=16)
+    cfg = ReplayConfig(capacity_blocks=800, block_tokens=16, model="llama-3.1-8b")
     a = replay(trace, f"lpc:model={model}", cfg, check_every=5)
     b = replay(trace, f"lpc:model={model}", cfg)
     assert np.array_equal(a.hit_tokens, b.hit_tokens)
     timing = make_timing(["power:preset=llama-3.1-8b-h100", "tpot:s=0.02"])
-    eng = simulate(trace, f"lpc:model={model}", EngineConfig(800, block_tokens=16), timing,
+    eng = simulate(trace, f"lpc:model={model}",
+                   EngineConfig(800, block_tokens=16, model="llama-3.1-8b"), timing,
                    check_every=10)  # fmt: skip
     assert eng.metrics["token_hit_ratio"] > 0

@@ -266,7 +266,7 @@ def test_minilm_embeds_meaning_deterministically(tmp_path: Path) -> None:
 def test_minilm_trains_a_predictor_that_learns_content(tmp_path: Path) -> None:
     require_st()
     pytest.importorskip("sklearn")
-    trace = GENERATORS["lpc"].fn(num_conversations=300, seed=0)
+    trace = GENERATORS["lpc"].fn(num_conversations=300, seed=0, cue="templates")
     pred, mask = train(trace, TrainConfig(embedder="minilm", epochs=8))
     ev = evaluate(pred, trace, mask)
     assert ev.mcc >= 0.3 and ev.mcc > ev.turns_only_mcc + 0.1, ev
@@ -293,7 +293,7 @@ def test_lmsys_file_through_train_and_replay(tmp_path: Path) -> None:
 
     from prefixlab.cli import app
 
-    source = GENERATORS["lpc"].fn(num_conversations=400, seed=6)
+    source = GENERATORS["lpc"].fn(num_conversations=400, seed=6, cue="templates")
     convs: dict[str, list[dict[str, str]]] = {}
     for s, text in zip(source.session_id, source.prompt_text, strict=True):
         convs.setdefault(str(s), []).extend(
@@ -310,8 +310,9 @@ def test_lmsys_file_through_train_and_replay(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["mcc"] >= 0.3
     res = runner.invoke(app, ["replay", str(path), "--format", "sharegpt", "--block-tokens", "16",
-                              "--capacity-blocks", "400", "-p", f"lpc:model={model}", "-p",
-                              "lpc-oracle", "--json"])  # fmt: skip
+                              "--capacity-blocks", "400", "-p",
+                              f"lpc:model={model},predictor_bytes=0", "-p", "lpc-oracle",
+                              "--json"])  # fmt: skip
     assert res.exit_code == 0, res.output
     rows = {r["policy"].split(":")[0]: r for r in json.loads(res.stdout)}
     n = sum(len(v) // 2 for v in convs.values())

@@ -23,6 +23,7 @@ from prefixlab import (
     cli_experts,
     cli_lpc,
     cli_report,
+    cli_reproduce,
 )
 from prefixlab.analysis import trace_stats
 from prefixlab.cli_common import (
@@ -155,6 +156,7 @@ def replay_cmd(
             max_free_blocks=max_free_blocks,
             cache_partial=cache_partial,
             min_recompute_tokens=min_recompute_tokens,
+            model=model,
         )
         config.validate()
         policies = make_policies(policy, structure)
@@ -431,6 +433,7 @@ cli_report.register(app)
 cli_lpc.register(app)
 cli_analyze.register(app)
 cli_experts.register(app)
+cli_reproduce.register(app)
 
 
 def main() -> None:

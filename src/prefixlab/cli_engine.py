@@ -108,7 +108,7 @@ def simulate_cmd(
             if hybrid
             else resolve_capacity_blocks(capacity_blocks, capacity_bytes, model, bt),
             capacity_bytes=capacity_bytes if hybrid else None,
-            model=model if hybrid else None,
+            model=model,
             structure=structure,
             block_tokens=block_tokens,
             max_num_seqs=max_num_seqs,

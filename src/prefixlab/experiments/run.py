@@ -284,6 +284,7 @@ def _run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool, start: float) -> 
             capacity_blocks=blocks, structure=cfg.cache.structure, block_tokens=bt,
             max_free_blocks=cfg.cache.max_free_blocks, cache_partial=cfg.cache.cache_partial,
             min_recompute_tokens=cfg.cache.min_recompute_tokens, prefix_caching=r.prefix_caching,
+            model=cfg.model.name,
         )  # fmt: skip
         res = replay(trace, policy, rc)
         hit_tokens = res.hit_tokens
@@ -298,7 +299,7 @@ def _run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool, start: float) -> 
             max_num_seqs=r.max_num_seqs, max_num_batched_tokens=r.max_num_batched_tokens,
             chunked_prefill=r.chunked_prefill, closed_loop=r.closed_loop,
             prefix_caching=r.prefix_caching, max_free_blocks=cfg.cache.max_free_blocks,
-            min_recompute_tokens=cfg.cache.min_recompute_tokens,
+            min_recompute_tokens=cfg.cache.min_recompute_tokens, model=cfg.model.name,
         )  # fmt: skip
         eres = simulate(trace, policy, ec, timing)
         hit_tokens = eres.hit_tokens

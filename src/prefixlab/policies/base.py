@@ -106,6 +106,9 @@ class EvictionPolicy:
     requires_engine: ClassVar[bool] = False
     #: reads the trace itself (``prepare_trace``): LPC's prompts and arrival times
     needs_trace: ClassVar[bool] = False
+    #: GPU memory the policy itself takes from the KV cache (LPC's predictor); the runners
+    #: deduct it from the capacity, in blocks of the configured model
+    reserved_bytes: int = 0
 
     view: EntryView
     _arrival: F64 = np.zeros(0)  # set by prepare_trace (read-only here)
@@ -165,11 +168,17 @@ class EvictionPolicy:
         return type(self)(**self.params())
 
     def spec(self) -> str:
-        """The spec string that rebuilds this policy (``name:k=v,...``)."""
-        p = self.params()
+        """The spec string that rebuilds this policy: ``name:k=v,...`` with the parameters
+        that differ from their defaults (two policies that differ have different specs)."""
+        defaults = parameters(type(self))
+        p = {k: v for k, v in self.params().items() if k not in defaults or defaults[k] != v}
         if not p:
             return self.name
-        return self.name + ":" + ",".join(f"{k}={v}" for k, v in p.items())
+        return (
+            self.name
+            + ":"
+            + ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.items())
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec()!r})"

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from prefixlab.errors import ConfigError
-from prefixlab.policies.base import I64, EvictionPolicy, parameters, register
+from prefixlab.policies.base import I64, EvictionPolicy, register
 
 if TYPE_CHECKING:
     from prefixlab.cache.hybrid import HybridCache, HybridMatch, Node
@@ -96,15 +96,6 @@ class HybridPolicy(EvictionPolicy):
 
     def bind_cache(self, cache: HybridCache) -> None:
         self.cache = cache
-
-    def spec(self) -> str:
-        """``name`` plus the parameters that differ from their defaults (rebuilds it)."""
-        defaults = parameters(type(self))
-        p = {k: v for k, v in self.params().items() if defaults.get(k, object()) != v}
-        if not p:
-            return self.name
-        return self.name + ":" + ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                                          for k, v in p.items())  # fmt: skip
 
     def touched(self, m: HybridMatch) -> None:
         """A lookup (or the speculative match of an insertion) accessed ``m``: stamp the

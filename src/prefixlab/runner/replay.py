@@ -46,6 +46,8 @@ class ReplayConfig:
     #: False: requests never look the cache up (vLLM's --no-enable-prefix-caching); their
     #: blocks are still allocated and freed, so memory behaves as without prefix caching
     prefix_caching: bool = True
+    #: the served model (a preset name): sizes the memory a policy reserves for itself
+    model: str | None = None
 
     def validate(self) -> None:
         if self.structure not in STRUCTURES:
@@ -95,6 +97,23 @@ def without_lookups(layout: BlockLayout) -> BlockLayout:
     """The layout with prefix caching off: no request looks up any block."""
     zeros = np.zeros_like(layout.num_lookup_blocks)
     return dataclasses.replace(layout, num_lookup_blocks=zeros, lookup_end_tokens=zeros.copy())
+
+
+def reserved_blocks(policy: EvictionPolicy, model: str | None, block_tokens: int) -> int:
+    """Blocks of the capacity a policy takes for itself (LPC's predictor), rounded up."""
+    need = int(policy.reserved_bytes)
+    if need <= 0:
+        return 0
+    if model is None:
+        raise ConfigError(
+            f"policy '{policy.spec()}' reserves {need:,} bytes of GPU memory for itself (LPC's "
+            "predictor, deducted from its cache as in the paper): give the model (--model, "
+            "model.name) so they can be counted in blocks, or set predictor_bytes=0"
+        )
+    from prefixlab.model.spec import get_model
+
+    per_block = get_model(model).kv_bytes_per_block(block_tokens)
+    return -(-need // per_block)
 
 
 def capped_requests(trace: Trace, block_tokens: int, min_recompute_tokens: int) -> int:
@@ -179,8 +198,16 @@ def replay(
     if not config.prefix_caching:
         layout = without_lookups(layout)
     n = len(trace)
+    reserved = reserved_blocks(pol, config.model, layout.block_tokens)
+    if reserved:
+        if reserved >= config.capacity_blocks:
+            raise ConfigError(f"policy '{pol.spec()}' reserves {reserved:,} blocks, the whole "
+                              f"capacity of {config.capacity_blocks:,}")  # fmt: skip
+        config = dataclasses.replace(config, capacity_blocks=config.capacity_blocks - reserved)
     if fast and _fast_applies(pol, config, observers, check_every, on_step):
-        return _replay_fast(trace, pol, config, layout)
+        res = _replay_fast(trace, pol, config, layout)
+        res.metrics["num_reserved_blocks"] = reserved
+        return res
     metrics = ReplayMetrics(n)
     all_obs: list[Observer] = [metrics, *observers]
     cache = build_cache(config, pol, layout, all_obs)
@@ -216,7 +243,9 @@ def replay(
     elapsed = time.perf_counter() - start
     if check_every:
         cache.check()
-    return _result(trace, pol, config, layout, metrics, elapsed)
+    res = _result(trace, pol, config, layout, metrics, elapsed)
+    res.metrics["num_reserved_blocks"] = reserved
+    return res
 
 
 def _result(

@@ -15,6 +15,7 @@ starts the next step, so a request arriving exactly when a step ends joins the n
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -34,7 +35,7 @@ from prefixlab.policies.base import EvictionPolicy, make_policy
 from prefixlab.runner.engine.events import Arrived, Finished, StepDone
 from prefixlab.runner.engine.loop import EventLoop
 from prefixlab.runner.engine.scheduler import Batch, Scheduler
-from prefixlab.runner.replay import ReplayConfig, build_cache, without_lookups
+from prefixlab.runner.replay import ReplayConfig, build_cache, reserved_blocks, without_lookups
 from prefixlab.workload.trace import Trace
 
 F64 = npt.NDArray[np.float64]
@@ -66,7 +67,8 @@ class EngineConfig:
     spare_blocks: int = 0
     #: the hybrid structure's byte budget (KV + states of the tree and running requests)
     capacity_bytes: int | None = None
-    #: the model that sizes KV and states (hybrid structure)
+    #: the model that sizes KV and states (hybrid structure), and the memory a policy
+    #: reserves for itself (LPC's predictor)
     model: str | None = None
 
     def replay_config(self) -> ReplayConfig:
@@ -77,6 +79,7 @@ class EngineConfig:
             max_free_blocks=self.max_free_blocks,
             min_recompute_tokens=self.min_recompute_tokens,
             prefix_caching=self.prefix_caching,
+            model=self.model,
         )
 
     def validate(self) -> None:
@@ -172,7 +175,13 @@ def simulate(
         cache = HybridEngineCache(config.capacity_bytes, get_model(config.model), pol, trace,
                                   layout.block_tokens)  # fmt: skip
     else:
-        cache = build_cache(config.replay_config(), pol, layout, obs)
+        rc = config.replay_config()
+        reserved = reserved_blocks(pol, config.model, layout.block_tokens)
+        if reserved >= rc.capacity_blocks:
+            raise ConfigError(f"policy '{pol.spec()}' reserves {reserved:,} blocks, the whole "
+                              f"capacity of {rc.capacity_blocks:,}")  # fmt: skip
+        rc = dataclasses.replace(rc, capacity_blocks=rc.capacity_blocks - reserved)
+        cache = build_cache(rc, pol, layout, obs)
         if isinstance(cache, RadixCache):
             cache.spare_blocks = config.spare_blocks
     if pol.needs_future:

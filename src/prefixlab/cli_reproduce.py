@@ -1,0 +1,73 @@
+"""CLI command ``reproduce``: list the papers' reproductions, or run one."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from prefixlab.cli_common import console, err, fail
+from prefixlab.errors import PrefixlabError
+from prefixlab.reproduce import check_scale, get_reproduction, reproductions, write_outcome
+
+
+def reproduce_cmd(
+    name: Annotated[
+        str | None, typer.Argument(help="The reproduction to run; none lists them all.")
+    ] = None,
+    scale: Annotated[
+        str, typer.Option(help="ci (seconds; checked in CI) or paper (the paper's size).")
+    ] = "ci",
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Folder for <name>/table, claims, figure.")
+    ] = Path("reproductions"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Rerun a paper's table or figure with its setup; write ours beside the paper's."""
+    known = reproductions()
+    if name is None:
+        rows = [{"name": n, "paper": c.paper, "target": c.target, "title": c.title}
+                for n, c in known.items()]  # fmt: skip
+        if as_json:
+            sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+            return
+        table = Table(title="reproductions (prefixlab reproduce NAME --scale ci|paper)")
+        for col in ("name", "paper", "target", "title"):
+            table.add_column(col, overflow="fold")
+        for row in rows:
+            table.add_row(*(row[c] for c in ("name", "paper", "target", "title")))
+        console().print(table)
+        return
+    try:
+        sc = check_scale(scale)
+        rep = get_reproduction(name)
+        err.print(f"reproduce {name} ({rep.paper}, {rep.target}) at {sc} scale")
+        outcome = rep.run(sc)
+        written = write_outcome(rep, outcome, sc, out)
+    except PrefixlabError as exc:
+        fail(str(exc))
+        return
+    if as_json:
+        doc = {"name": name, "scale": sc, "table": outcome.table,
+               "claims": [c.__dict__ if hasattr(c, "__dict__") else {
+                   f: getattr(c, f) for f in c.__slots__} for c in outcome.claims],
+               "files": [str(p) for p in written]}  # fmt: skip
+        sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+        return
+    cons = console()
+    claims = Table(title=f"{rep.title}: the paper beside ours ({sc} scale)")
+    for col in ("what", "where", "paper", "ours", "verdict"):
+        claims.add_column(col, overflow="fold")
+    for c in outcome.claims:
+        claims.add_row(c.what, c.where, c.paper, c.ours, c.verdict)
+    cons.print(claims)
+    for path in written:
+        cons.print(f"wrote {path}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("reproduce")(reproduce_cmd)

@@ -1,0 +1,3 @@
+"""Importing this module registers every built-in reproduction."""
+
+from prefixlab.reproduce import lpc  # noqa: F401
