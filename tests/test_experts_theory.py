@@ -138,20 +138,26 @@ def test_llru_is_close_to_lru_on_random_traces() -> None:
     assert float(np.mean(ratios)) <= 0.95, float(np.mean(ratios))
 
 
-@pytest.mark.parametrize(("model", "n"), [("llama-moe", 16), ("mixtral", 8)])
+@pytest.mark.parametrize(("model", "n", "top_k"), [("llama-moe", 16, 4), ("mixtral", 8, 2)])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_llru_beats_lru_and_lru_dist_on_moe_like_traces(model: str, n: int, seed: int) -> None:
-    # l = 32 layers, k = 200, 2000 tokens; the library's zipf generator with classic Zipf
-    # popularity (a = 1, b = 0: p_j ~ 1/j) and temporal reuse r = 0.5. Measured over seeds
-    # 0-9: LLRU / LRU-dist 0.984-0.995 (llama-moe) and 0.953-0.991 (mixtral), LLRU < LRU
-    # on every seed. With the flatter b = 1 the llama-moe case is a tie instead (LLRU /
-    # LRU-dist 0.996-1.007, LLRU worse on 7 of 10 seeds): docs/experts.md reports both.
+def test_llru_against_lru_and_lru_dist_on_moe_like_traces(
+    model: str, n: int, top_k: int, seed: int
+) -> None:
+    # The paper's shapes (Sec. 5.1): l = 32 layers; Llama-MoE 16 experts top-4, Mixtral 8
+    # top-2 (k rounds per token, one per rank); k = 200, 2000 tokens, classic Zipf (a = 1,
+    # b = 0) with temporal reuse r = 0.5. Measured over seeds 0-3: LLRU / LRU 0.970-0.971
+    # (llama-moe) and 0.979-0.982 (mixtral); LLRU / LRU-dist 0.999-1.002 (llama-moe: a tie
+    # on this symmetric routing, where the paper's real traces gave about 7% fewer faults)
+    # and 0.972-0.993 (mixtral).
     layers = 32
     trace = generate("zipf", num_layers=layers, num_experts=n, num_tokens=2000, a=1.0, b=0.0,
-                     r=0.5, seed=seed)  # fmt: skip
+                     r=0.5, top_k=top_k, seed=seed)  # fmt: skip
     pages = trace.pages
     f = {p: sim(pages, layers, n, 200, p).num_faults for p in ("llru", "lru", "lru-dist", "opt",
                                                            "opt-dist")}  # fmt: skip
-    assert f["llru"] < f["lru"], f
-    assert f["llru"] < f["lru-dist"], f
+    assert f["llru"] < 0.99 * f["lru"], f
+    if model == "mixtral":
+        assert f["llru"] < f["lru-dist"], f
+    else:
+        assert abs(f["llru"] / f["lru-dist"] - 1) < 0.01, f
     assert f["opt"] < f["opt-dist"] < f["llru"], f

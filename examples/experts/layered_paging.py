@@ -1,7 +1,7 @@
 """Expert caching as l-layer paging: the checks and figures of docs/experts.md.
 
 1. The theorems on their adversarial sequences (Theorem 3.3's cycle, Theorem 3.1's instance).
-2. Llama-MoE-like (n=16 experts, l=32 layers, top-1) and Mixtral-like (n=8, l=32, top-2)
+2. Llama-MoE-like (n=16 experts, l=32 layers, top-4) and Mixtral-like (n=8, l=32, top-2)
    synthetic traces at k = 200: faults of every policy, mean over 5 seeds; with b = 1 (the
    setting chosen first) and with classic Zipf, b = 0 (added afterwards, see docs).
 3. Faults / OPT against the Zipf exponent a (Llama-MoE-like, k = 200).
@@ -66,9 +66,9 @@ def mean_faults(params: dict[str, float | int], capacity: int) -> dict[str, floa
 def models() -> None:
     print("\n2. k = 200, mean faults over 5 seeds (2,000 tokens)")
     print(f"{'':>27} " + " ".join(f"{p:>9}" for p in POLICIES) + "  llru/lru  llru/dist")
-    llama = {"num_experts": 16, "num_layers": 32}
+    llama = {"num_experts": 16, "num_layers": 32, "top_k": 4}
     mixtral = {"num_experts": 8, "num_layers": 32, "top_k": 2}
-    shapes = (("Llama-MoE (16x32, top1)", llama), ("Mixtral (8x32, top2)", mixtral))
+    shapes = (("Llama-MoE (16x32, top4)", llama), ("Mixtral (8x32, top2)", mixtral))
     for b in (1.0, 0.0):
         for name, shape in shapes:
             f = mean_faults({**BASE, "b": b, **shape}, 200)
@@ -81,7 +81,7 @@ def zipf_sweep() -> None:
     print("\n3. Faults / OPT against Zipf a (Llama-MoE-like, k = 200, mean over 5 seeds)")
     print(f"{'a':>6} " + " ".join(f"{p:>9}" for p in POLICIES))
     for a in (0.5, 0.8, 1.0, 1.2, 1.5, 2.0):
-        f = mean_faults({**BASE, "a": a, "num_experts": 16, "num_layers": 32}, 200)
+        f = mean_faults({**BASE, "a": a, "num_experts": 16, "num_layers": 32, "top_k": 4}, 200)
         print(f"{a:>6} " + " ".join(f"{f[p] / f['opt']:>9.3f}" for p in POLICIES))
 
 
@@ -89,7 +89,7 @@ def heterogeneity() -> None:
     print("\n5. Layers unlike each other (k = 200, b = 1, mean over 5 seeds): layer j's Zipf")
     print("   exponent is 1 + a_spread * u_j, u_j uniform in [-1, 1] (clipped at 0)")
     print(f"{'':>27} {'opt-dist/opt':>12} {'llru/lru':>9} {'llru/dist':>10} {'lru-dist/lru':>12}")
-    shapes = (("Llama-MoE", {"num_experts": 16, "num_layers": 32}),
+    shapes = (("Llama-MoE", {"num_experts": 16, "num_layers": 32, "top_k": 4}),
               ("Mixtral", {"num_experts": 8, "num_layers": 32, "top_k": 2}))  # fmt: skip
     for name, shape in shapes:
         for spread in (0.0, 0.5, 1.0, 2.0, 4.0):

@@ -1,7 +1,7 @@
 """Mixture-of-Experts expert caching: layered paging traces, policies and the simulator.
 
 The model is the l-layer paging problem of Angelopoulos, Marchal, Obrecht and Simon, "Cache
-Management for Mixture-of-Experts LLMs" (Euro-Par 2025, arXiv 2509.02408): l layers of n
+Management for Mixture-of-Experts LLMs" (extended version; ``../shared/papers/``): l layers of n
 experts each, a page is one (layer, expert), request i belongs to layer i mod l, and a cache
 of k pages faults when the requested expert is not resident.
 

@@ -221,8 +221,11 @@ def _further_choices(q: ZipfParams, popularity: F64, layout: I64, first: I64) ->
 def generate_zipf(params: ZipfParams | None = None, **overrides: object) -> ExpertTrace:
     """Synthetic MoE routing with per-layer Zipf expert popularity.
 
-    Model (the issue's definition; the paper's experiment section was not available to us,
-    so the reuse and correlation mechanisms below are our choices, stated here):
+    Model. The paper's synthetic traces (Sec. 5.1, used for its Fig. 6) are i.i.d. Zipf with
+    ``p_j ~ 1/(j+b)^a`` and the same law in every layer: ``r = c = a_spread = 0`` here. The
+    paper publishes no statistic of real routing (per-layer skew, reuse between tokens,
+    cross-layer correlation); the reuse, correlation and heterogeneity mechanisms below are
+    prefixlab's own choices, stated here:
 
     * popularity: in each layer, popularity rank j = 1..n has probability
       ``p_j ∝ 1/(j+b)^a``; ``shuffle`` gives each layer its own seeded rank-to-expert order.
@@ -326,9 +329,10 @@ def generate_thm33(params: Thm33Params | None = None, **overrides: object) -> Ex
 
         k = 7, l = 4, n = 2:  pages 0 2 4 6 | 1 3 5 7 | 0 2 4 6 | 1 3 5 7 ...
 
-    Statement (as the issue gives it): with a cache of k pages, LRU faults on every request
-    (the page requested is always the one it evicted longest ago), while OPT (Belady) faults
-    at most once per k requests after the cold start, so LRU's ratio approaches k.
+    Theorem 3.3 of the paper: "For any l and k such that l divides k+1, Cr(LRU) >= k": with a
+    cache of k pages LRU faults on every request (the page requested is always the one it
+    evicted longest ago), while OPT (Belady) faults at most once per k requests after the
+    cold start, so LRU's ratio approaches k.
     """
     q = resolve_params(Thm33Params, params, overrides, "thm33")
     n = (q.k + 1) // q.l

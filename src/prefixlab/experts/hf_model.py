@@ -132,15 +132,30 @@ def _router_logits(m: Any, out: Any) -> list[Any]:
     return layers
 
 
+def new_kv_cache(m: Any) -> Any:
+    """An empty KV cache object for ``m`` (transformers' ``DynamicCache``): the decode loop
+    passes it to every forward call, which fills it in place. It is never read back from
+    the outputs, whose ``past_key_values`` field is deprecated (renamed ``cache`` in 5.x)."""
+    from transformers import DynamicCache
+
+    try:
+        return DynamicCache(config=m.config)
+    except TypeError:  # transformers before the config argument
+        return DynamicCache()
+
+
 def _forward(m: Any, ids: Any, *, mask: Any = None, past: Any = None, cache: bool) -> Any:
     kwargs: dict[str, Any] = {"output_router_logits": True, "use_cache": cache}
     if mask is not None:
         kwargs["attention_mask"] = mask
+    params = inspect.signature(m.forward).parameters
     if past is not None:
-        kwargs["past_key_values"] = past
+        # transformers 5.x names the argument ``cache`` (``past_key_values`` is deprecated,
+        # to be removed in 5.40); earlier releases only know ``past_key_values``
+        kwargs["cache" if "cache" in params else "past_key_values"] = past
     # Only the last position's logits are needed (greedy decode); a full [B, T, vocab]
     # tensor would dwarf the model on long prompts.
-    if "logits_to_keep" in inspect.signature(m.forward).parameters:
+    if "logits_to_keep" in params:
         kwargs["logits_to_keep"] = 1
     return m(input_ids=ids, **kwargs)
 

@@ -16,7 +16,8 @@ of ``softmax(router_logits)``: exactly the routing of the softmax top-k routers 
 Prompt tokens are run in right-padded batches (padding never reaches a real token under the
 causal mask, and padded positions are dropped). With ``max_new_tokens > 0`` each prompt runs
 alone: one prefill, then a greedy loop feeding each new token through ``forward`` with the
-KV cache (``past_key_values``), recording that token's routing. ``generate`` is not used: it
+KV cache (one ``DynamicCache`` made up front and passed to every call, filled in place),
+recording that token's routing. ``generate`` is not used: it
 does not return router logits, and the models' auxiliary loss breaks on a padded decode batch.
 torch and transformers are optional and imported lazily, inside the functions.
 """
@@ -41,6 +42,7 @@ from prefixlab.experts.hf_model import (
     check_dtype,
     load_model,
     model_vocab_size,
+    new_kv_cache,
     probe_router,
 )
 
@@ -139,13 +141,14 @@ def _prefill_and_decode(
     prompt and its greedy continuation: each new token is fed through ``forward`` with the
     KV cache, so the last one's routing is recorded too."""
     ids = torch.tensor([prompt], dtype=torch.long, device=m.device)
-    out = _forward(m, ids, cache=True)
+    kv = new_kv_cache(m)
+    out = _forward(m, ids, past=kv, cache=True)
     steps = [_stack(torch, m, _router_logits(m, out), 1, len(prompt))[0]]
     token_ids = list(prompt)
     for _ in range(max_new_tokens):
         next_id = out.logits[:, -1, :].argmax(dim=-1, keepdim=True)
         token_ids.append(int(next_id.item()))
-        out = _forward(m, next_id, past=out.past_key_values, cache=True)
+        out = _forward(m, next_id, past=kv, cache=True)
         steps.append(_stack(torch, m, _router_logits(m, out), 1, 1)[0])
     return token_ids, torch.cat(steps, dim=0).cpu()
 

@@ -1,6 +1,6 @@
 """Expert-cache simulator: demand paging of (layer, expert) pages under one policy.
 
-The model is the l-layer paging problem (Angelopoulos et al., arXiv 2509.02408): a trace is
+The model is the l-layer paging problem (Angelopoulos et al., Sec. 2): a trace is
 a sequence of rounds, each round one page per layer in layer order, so request t belongs
 to layer t mod l; page = layer * n + expert. The cache holds ``capacity`` pages and starts
 empty. A fault is a request whose page is not resident; the page is then brought in, and
@@ -10,7 +10,7 @@ resident victim first. Nothing is ever prefetched or evicted without a fault::
     t:        0    1    2    3    4    5      l = 2, n = 3
     page:     0    3    1    3    0    4      layer 0: pages 0..2, layer 1: pages 3..5
 
-Sources (arXiv 2509.02408, paraphrased from its problem statement): there are l layers of n
+Sources (the paper's Sec. 2, ``../shared/papers/moe-expert-caching.md``): there are l layers of n
 experts each, and the cache stores k pages; the i-th request of the sequence is a page of
 layer ((i - 1) mod l) + 1 (1-based), a round being l consecutive requests, one per layer;
 a hit costs nothing, a miss costs one and, with a full cache, the algorithm evicts a page

@@ -114,6 +114,13 @@ def get_reproduction(name: str) -> Reproduction:
     return known[name]()
 
 
+def num(value: Cell) -> float:
+    """A numeric table cell as a float (a missing or text cell is a bug here)."""
+    if value is None or isinstance(value, str):
+        raise TypeError(f"expected a number, got {value!r}")
+    return float(value)
+
+
 def check_scale(scale: str) -> Scale:
     if scale not in SCALES:
         raise ConfigError(f"scale must be one of {', '.join(SCALES)}, got '{scale}'")

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from prefixlab.reproduce.base import Claim, Outcome, Reproduction, Row, Scale, register
+from prefixlab.reproduce.base import Claim, Outcome, Reproduction, Row, Scale, num, register
 
 MODEL = "qwen3-32b"
 BLOCK = 16
@@ -235,8 +235,7 @@ def _pct(span: tuple[float, float] | None) -> str:
 def _savings_claims(rows: list[Row]) -> list[Claim]:
     saved, gain, gap = _span(rows, "cache_saved"), _span(rows, "hit_gain_over_lru"), _span(
         rows, "gap_closed")  # fmt: skip
-    cost = [float(r["lpc_without_its_memory"]) / float(r["lpc"]) - 1  # type: ignore[arg-type]
-            for r in rows if r["lpc"]]  # fmt: skip
+    cost = [num(r["lpc_without_its_memory"]) / num(r["lpc"]) - 1 for r in rows if r["lpc"]]
     why = ("the conversations are synthetic (the paper's LMSys, ShareGPT and Chatbot-Arena "
            "traces are not available offline). Measured here: the predictor is of the paper's "
            "quality (MCC about 0.3, lpc-predictor), the oracle has the headroom (its hit "
@@ -284,10 +283,10 @@ def _savings_notes(s: Setup, trace: object) -> list[str]:
 
 def _draw_savings(fig: Figure, rows: list[Row]) -> None:
     ax = fig.subplots()
-    x = [int(r["capacity_tokens"]) / 1000 for r in rows]  # type: ignore[arg-type]
+    x = [num(r["capacity_tokens"]) / 1000 for r in rows]
     for key, label, style in (("lru", "LRU", "o-"), ("lpc", "LPC", "s-"),
                               ("oracle", "Oracle", "^--")):  # fmt: skip
-        ax.plot(x, [float(r[key]) for r in rows], style, label=label)  # type: ignore[arg-type]
+        ax.plot(x, [num(r[key]) for r in rows], style, label=label)
     ax.set_xlabel("cache capacity (K tokens, Qwen3-32B)")
     ax.set_ylabel("token hit ratio")
     ax.set_title("Hit ratio vs cache size (lambda_chat = 100 s; the paper's Fig. 4)")

@@ -1,20 +1,24 @@
 """LLRU (layered LRU), the policy the paper proposes for l-layer paging.
 
-Definitions followed (Angelopoulos, Marchal, Obrecht, Simon, arXiv 2509.02408, as given in
-the issue and the paper's summary; paraphrased):
-
-* requests come in rounds, one page per layer in layer order, so request t belongs to
-  layer t mod l;
-* on a miss at time t, LLRU evicts the resident page with the largest last-round index
-  R = floor((t - tau) / l), tau being the time of the page's last request;
-* ties are broken by the largest relative layer distance D = (tau - t) mod l.
+Definition 2 of Angelopoulos, Marchal, Obrecht, Simon, "Cache Management for
+Mixture-of-Experts LLMs" (extended version, Sec. 4; ``../shared/papers/moe-expert-caching.md``):
+"Given a page p in the cache at the current time t, let tau(p,t) denote the last time that p
+was requested. We define the last-round index of p ... R(p,t) = floor((t - tau(p,t)) / l),
+as the number of rounds between tau(p,t) and t. We also define the relative layer distance
+of p, noted D(p,t) = tau(p,t) - t mod l, as the number of requests needed before reaching
+the layer in which p belongs. ... LLRU ... on a cache miss at time t, evicts the page p with
+largest index R(p,t), and in the event of ties evicts the page with largest index D(p,t)."
+Requests come in rounds, one page per layer in layer order (request t belongs to layer
+t mod l).
 
 For D = 1 .. l-1 the largest D is the page whose layer is requested again furthest in the
 future (the layer requested at t - 1 comes back at t + l - 1). D = 0 is a page of the layer
-being requested now; by the formula as the issue gives it, it goes *last*, although its
-layer's next request after this one is at t + l. We keep the formula as given; ranking
-that page first instead (D' = (tau - t - 1) mod l) changes faults by -0.7% to +0.1% on
-the Llama-MoE-like and Mixtral-like traces of docs/experts.md.
+being requested now: read as (tau - t) mod l, the formula puts it *last*, although its
+layer's next request after this one is at t + l, and Sec. 4's prose ("a more reasonable
+choice is to evict a page of layer i-1 or even i") points the other way. Fig. 3, which
+would settle it, did not survive the paper's conversion. We keep the formula; ranking that
+page first instead (D' = (tau - t - 1) mod l) changes faults by -0.7% to +0.1% on the
+Llama-MoE-like and Mixtral-like traces of docs/experts.md.
 
 Request times are distinct, so pages with the largest R have tau in the window
 (t - (R+1) l, t - R l], at most l of them, and their D values are distinct: no further tie

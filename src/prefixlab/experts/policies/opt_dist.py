@@ -1,7 +1,10 @@
-"""OPT-dist: Belady's optimum inside each layer's fixed share (the paper's ``OPT-dist``).
+"""OPT-dist: Belady's optimum inside each layer's even share (the paper's ``Opt-Dist``).
 
-The best any fixed per-layer partition can do; compared with OPT it measures the price of
-partitioning. Shares as in ``lru-dist``.
+The paper's Dist construction applied to Opt (Sec. 5.1: "on each layer with a specific cache
+of size k/l per layer"): Belady runs independently in every layer's share of ``k / l``
+pages, rounded as in ``lru-dist``. Compared with OPT it measures what an even split costs
+(Sec. 5.3, Fig. 6). It is not the best fixed partition: unequal shares can do better when
+layers differ (the shares are not optimised here).
 """
 
 from __future__ import annotations
