@@ -293,6 +293,30 @@ def test_closed_loop_next_turn_waits_for_completion_plus_think() -> None:
     assert res_open.arrival_s[1] == 1.0
 
 
+def test_gated_turn_arrives_at_its_time_but_not_before_its_predecessor_finishes() -> None:
+    """The trace above, gated: turn 1's trace time (1.0) is before turn 0 finishes (11), so
+    it arrives at 11; with a trace time of 20 it arrives at 20 (think times are ignored).
+    Arriving at 11 it hits turn 0's 2 full prompt blocks (the 2-token reply fills no
+    block): 4 new tokens, first token at 11 + 4 = 15."""
+    a = list(range(1, 9))
+
+    def trace(t1: float) -> Trace:
+        return Trace.from_requests([
+            _req(0.0, a, 2, sid="s", turn=0),
+            _req(t1, [*a, 900, 901, 30, 31], 1, sid="s", turn=1, think=5.0),
+            _req(2.0, [50, 51], 1),
+        ])  # fmt: skip
+
+    cfg = EngineConfig(capacity_blocks=64, block_tokens=4, gated=True)
+    early = simulate(trace(1.0), "lru", cfg, LINEAR)
+    assert early.arrival_s.tolist() == [0.0, 11.0, 2.0]
+    assert early.hit_tokens[1] == 8 and early.first_token_s[1] == 15.0
+    late = simulate(trace(20.0), "lru", cfg, LINEAR)
+    assert late.arrival_s.tolist() == [0.0, 20.0, 2.0]
+    with pytest.raises(ConfigError, match="two arrival modes"):
+        simulate(trace(1.0), "lru", dataclasses.replace(cfg, closed_loop=True), LINEAR)
+
+
 # ------------------------------------------------------------------ lookahead
 class Lookahead(LRU):
     name = "lookahead-test"

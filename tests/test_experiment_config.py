@@ -4,12 +4,15 @@ capacity resolution (blocks, fraction of the working set, UniCache's fraction A)
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from prefixlab.errors import ConfigError
 from prefixlab.experiments import load_config, parse_config, resolve_capacity
+from prefixlab.experiments.config import available_kv_bytes
 from prefixlab.model import get_model
 from prefixlab.model.timing import get_gpu
 
@@ -112,6 +115,14 @@ def _base() -> dict[str, object]:
             "cache.cache_partial applies to",
         ),
         ({"runner": {"closed_loop": True}}, "apply to kind = 'engine'"),
+        ({"runner": {"gated": True}}, "apply to kind = 'engine'"),
+        (
+            {
+                "runner": {"kind": "engine", "gated": True, "closed_loop": True},
+                "model": {"timing": ["tpot:s=0.02"]},
+            },
+            "two arrival modes",
+        ),
     ],
 )
 def test_bad_configs_name_the_key(patch: dict[str, object], message: str) -> None:
@@ -142,6 +153,36 @@ def test_capacity_resolution() -> None:
     got = resolve_capacity("0.7A", working_set_blocks=1, block_tokens=16,
                            model="llama-3.1-8b", gpu="h100")  # fmt: skip
     assert got == want == 23_311
-    with pytest.raises(ConfigError, match="weights do not leave KV room"):
+    # UniCache's Table 4 (Llama-3.2-3B on an A100: 63 GB of KV) with 0.9 utilisation and 3 GiB
+    # reserved: 0.9 x 85,899,345,920 - 3,212,574,720 x 2 - 3 x 2^30 = 67,663,036,416 B
+    # (63.02 GiB); / (16 x 114,688 B) = 36,873.9 -> 36,873 blocks, 0.9A -> 33,186.
+    assert available_kv_bytes("llama-3.2-3b", "a100", 0.9, 3.0) == 67_663_036_416
+    kw: dict[str, Any] = {
+        "working_set_blocks": 1,
+        "block_tokens": 16,
+        "model": "llama-3.2-3b",
+        "gpu": "a100",
+        "memory_utilization": 0.9,
+        "reserve_gib": 3.0,
+    }
+    assert resolve_capacity("1A", **kw) == 36_873 and resolve_capacity("0.9A", **kw) == 33_186
+    cfg = parse_config(
+        {
+            **_base(),
+            "model": {
+                "name": "llama-3.2-3b",
+                "gpu": "a100",
+                "memory_utilization": 0.9,
+                "reserve_gib": 3,
+            },
+        }
+    )
+    assert (cfg.model.memory_utilization, cfg.model.reserve_gib) == (0.9, 3.0)
+    for bad, msg in (({"memory_utilization": 0}, "in (0, 1]"), ({"reserve_gib": -1}, ">= 0")):
+        with pytest.raises(ConfigError, match=re.escape(f"model.{next(iter(bad))}: expected")):
+            parse_config({**_base(), "model": {"name": "llama-3.2-3b", **bad}})
+        with pytest.raises(ConfigError, match=re.escape(msg)):
+            parse_config({**_base(), "model": {"name": "llama-3.2-3b", **bad}})
+    with pytest.raises(ConfigError, match="weights"):
         resolve_capacity("0.5A", working_set_blocks=1, block_tokens=16,
                          model="mixtral-8x7b", gpu="a6000")  # fmt: skip

@@ -223,7 +223,8 @@ GOLDEN_INPUT_TOKENS = 898_614
 # ARC and LeCaR were re-pinned when they started adapting on the miss, before the
 # request's victims are chosen (as their papers do), instead of one request late; ARC again
 # when a key re-inserted while another holder of it had just become a ghost stopped adapting
-# p a second time.
+# p a second time. wa (per-category LRU) with one category (every request is chat) evicts
+# as vllm does: LRU, a released request's tail first.
 GOLDEN_HIT_TOKENS: dict[int, dict[str, int]] = {
     488: {
         "arc": 250_800,
@@ -239,7 +240,8 @@ GOLDEN_HIT_TOKENS: dict[int, dict[str, int]] = {
         "sieve": 271_520,
         "unicache": 245_280,
         "vllm": 245_280,
-        "wa": 243_568,
+        "wa": 245_280,
+        "wa-atc25": 243_568,
     },
     976: {
         "arc": 349_536,
@@ -255,7 +257,8 @@ GOLDEN_HIT_TOKENS: dict[int, dict[str, int]] = {
         "sieve": 369_792,
         "unicache": 367_056,
         "vllm": 367_056,
-        "wa": 369_936,
+        "wa": 367_056,
+        "wa-atc25": 369_936,
     },
     3211: {
         "arc": 677_728,
@@ -271,7 +274,8 @@ GOLDEN_HIT_TOKENS: dict[int, dict[str, int]] = {
         "sieve": 581_200,
         "unicache": 703_488,
         "vllm": 703_488,
-        "wa": 709_648,
+        "wa": 703_488,
+        "wa-atc25": 709_648,
     },
 }
 

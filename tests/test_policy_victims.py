@@ -120,6 +120,7 @@ def test_every_registered_policy_has_a_scenario() -> None:
         "unicache-opt",
         "vllm",
         "wa",
+        "wa-atc25",
     }
 
 
@@ -443,7 +444,7 @@ def test_unicache_opt_keeps_blocks_the_waiting_queue_needs() -> None:
 
 
 def test_wa_lowest_reuse_probability_first() -> None:
-    d = Driver("wa:window_s=1", 8)
+    d = Driver("wa-atc25:window_s=1", 8)
     trace = labelled([("chat", "a", 8, 0), ("programming", None, 12, 0), ("chat", "a", 4, 1)])
     d.policy.prepare(trace.block_layout(BT))
     d.policy.prepare_trace(trace, "view")
@@ -462,6 +463,27 @@ def test_wa_lowest_reuse_probability_first() -> None:
     # (idle 1): 0.9 (e^-0.1 - e^-0.2) = 0.0775. Chat's blocks go first (same score, the tail
     # was pushed first), then programming's, tail first.
     assert d.evict(8) == [1, 0, 4, 3, 2]
+
+
+def test_wa_per_category_lru_evicts_from_the_category_most_over_its_share() -> None:
+    d = Driver("wa", 8)
+    trace = labelled([("chat", "a", 8, 0), ("programming", None, 12, 0), ("chat", "a", 4, 1)])
+    d.policy.prepare(trace.block_layout(BT))
+    d.policy.prepare_trace(trace, "view")
+    wa = d.policy
+    assert wa.names == ["chat", "programming"]  # type: ignore[attr-defined]
+    wa.share = np.array([0.3, 0.7])  # type: ignore[attr-defined]
+    for e in (0, 1):
+        d.insert(e, 0, depth=e, release=False)
+    d.release(1, 0)
+    for e in (2, 3, 4):
+        d.insert(e, 1, depth=e - 2, release=False)
+    d.release(4, 3, 2)
+    d._clock(2)
+    # held (chat, programming), held fraction - share: (2, 3): chat over by 0.1 -> its LRU
+    # head, the tail 1; (1, 3): programming over by 0.05 -> 4 (tail first); (1, 2): chat
+    # over by 1/30 -> 0; chat is empty: 3, 2. (Global LRU would take 1 0 first.)
+    assert d.evict(8) == [1, 4, 0, 3, 2]
 
 
 def test_opt_online_unneeded_lru_first_then_farthest_waiting() -> None:

@@ -68,3 +68,13 @@ def test_tables_are_written_to_fixed_digits() -> None:
         Claim("x", "Sec. 1", "1", "2", "differ")
     with pytest.raises(ConfigError, match="unknown reproduction"):
         get_reproduction("nope")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_paper_scale_outputs_are_checked_in_and_documented(name: str) -> None:
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    folder = docs / "reproductions" / name
+    for fname in ("table.csv", "table.md", "claims.csv", "claims.md"):
+        assert (folder / fname).is_file(), f"{name}: run it at --scale paper into docs/"
+    assert "scale `paper`" in (folder / "table.md").read_text()
+    assert f"**`{name}`**" in (docs / "reproductions.md").read_text()

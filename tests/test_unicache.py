@@ -41,7 +41,12 @@ from prefixlab.policies.unicache import (
     parse_tasks,
     update_weights,
 )
-from prefixlab.policies.workload_aware import WorkloadAware, categories, fit_categories
+from prefixlab.policies.workload_aware import (
+    PerCategoryLRU,
+    WorkloadAware,
+    categories,
+    fit_categories,
+)
 from prefixlab.runner.engine import EngineConfig, EngineResult, simulate
 from prefixlab.runner.replay import ReplayConfig, ReplayResult, replay
 from prefixlab.workload.arrivals import GAP_PRESETS
@@ -186,16 +191,19 @@ def test_parse_tasks_defaults_overrides_and_errors() -> None:
     ("spec", "match"),
     [
         ("unicache:fit=offline", "fit must be"),
-        ("unicache:offset=block", "offset must be"),
+        ("unicache:offset=block", "offset must be one of global, cached, request"),
+        ("unicache:alg2=exact", "alg2 must be 'paper' or 'clip-ehat'"),
+        ("unicache:hits=all", "hits must be 'window' or 'cumulative'"),
         ("unicache:update_every=0", "update_every must be"),
         ("unicache:temperature=0", "temperature must be > 0"),
         ("unicache:beta=1.5", "beta must be in"),
         ("unicache:stage2=1", "stage2 must be"),
         ("unicache-opt:min_gaps=0", "min_gaps must be"),
-        ("wa:mode=lru", "mode must be"),
-        ("wa:profile=0", "profile must be"),
-        ("wa:window_s=-1", "window_s must be"),
         ("wa:max_turn=0", "max_turn must be"),
+        ("wa:profile=0", "profile must be"),
+        ("wa:window_s=60", "policy 'wa' has no parameter 'window_s'"),
+        ("wa-atc25:window_s=-1", "window_s must be"),
+        ("wa-atc25:min_samples=0", "min_samples must be"),
     ],
 )
 def test_bad_parameters_are_config_errors(spec: str, match: str) -> None:
@@ -209,7 +217,7 @@ def test_unlabelled_and_mapped_tasks_choose_the_queue() -> None:
         row(1, None),  # unlabelled single turn: templated-like
         row(2, "mystery", "s2"),  # unknown label: the same fallback
         row(3, "mystery"),
-        row(4, "toolbench", "t"),  # a default label of the agentic queue
+        row(4, "tool-agent", "t"),  # a default label of the agentic queue (ToolBench chains)
         row(5, "programming"),
         row(6, "chat", "c"),
     ]
@@ -432,6 +440,27 @@ def test_offset_global_versus_request() -> None:
     assert orders == {"global": [3, 2, 6, 1, 5, 0, 4], "request": [3, 6, 2, 5, 1, 0, 4]}
 
 
+def test_offset_cached_shrinks_with_the_deepest_cached_block() -> None:
+    """offset=cached: max_offset is the deepest structural block cached now. The direct
+    scenario, alpha = 1: 9 11 10 (evict queue), then structural 8 (offset 3 of 3: s 0); now
+    the deepest is 7 (offset 2 of 2: s 0 < agentic 0.159), then 6 (1 of 1), then 5 alone
+    (offset 0, scale 1: s 1) comes last; agentic 13 12, chat 4..0 (0.5), chat 15 14 (0.756)
+    between. A block that leaves the queue by a hit (8 joins chat) no longer counts."""
+    pol = UniCache(update_every=10**9, offset="cached", **GIVEN)
+    d = _stored(pol)
+    now = pol.now()
+    assert [pol.local_priority(e, STRUCT, now) for e in (8, 7, 6, 5)] == pytest.approx(
+        [0.0, 1 / 3, 2 / 3, 1.0]
+    )
+    assert d.evict(20) == [9, 11, 10, 8, 7, 6, 13, 12, 4, 3, 2, 1, 0, 15, 14, 5]
+    pol = UniCache(update_every=10**9, offset="cached", **GIVEN)
+    d = _stored(pol)
+    d.hit(5, 8)
+    assert queues_of(pol, [8]) == [C]
+    assert pol.local_priority(7, STRUCT, pol.now()) == 0.0  # 7 is the deepest left (2 of 2)
+    assert pol.max_offset == 3  # the global reading keeps 3
+
+
 def test_stage2_off_splits_victims_in_proportion() -> None:
     """stage2=false: the evict queue still goes first (entry 6, no credit used); then each
     call adds held_q / total to each non-empty queue's credit and the largest credit (ties to
@@ -469,8 +498,8 @@ def test_stage2_off_splits_victims_in_proportion() -> None:
 
 
 # ----------------------------------------------------------------------------- Algorithm 2
-def test_update_weights_one_step_with_the_policy_defaults() -> None:
-    """T = 0.2, beta = 0.9, eps = 1e-3; hits (2, 1, 0) on (4, 4, 4) held blocks.
+def test_update_weights_clip_ehat_one_step() -> None:
+    """alg2=clip-ehat (E^ clipped before the EMA). T = 0.2, beta = 0.9, eps = 1e-3; hits (2, 1, 0) on (4, 4, 4) held blocks.
 
     E = hits / 4.001 = (0.49988, 0.24994, 0); mean 0.24994; E / mean = (2, 1, 0);
     E^ = (E / mean + eps) ^ 5 = (2.001^5, 1.001^5, 0.001^5) = (32.080, 1.005010, 1e-15);
@@ -479,13 +508,14 @@ def test_update_weights_one_step_with_the_policy_defaults() -> None:
     alpha = 0.9 * 1 + 0.1 * E^ = (1.9, 1.000501, 0.9001).
     """
     alpha = np.ones(3)
-    new = update_weights(alpha, np.array([2.0, 1.0, 0.0]), np.full(3, 4.0), 0.2, 0.9, 1e-3)
+    new = update_weights(alpha, np.array([2.0, 1.0, 0.0]), np.full(3, 4.0), 0.2, 0.9, 1e-3,
+                         "clip-ehat")  # fmt: skip
     assert new.tolist() == pytest.approx([1.9, 0.9 + 0.1 * 1.001**5, 0.9001], rel=1e-12)
     assert alpha.tolist() == [1.0, 1.0, 1.0]  # the input is not changed
 
 
-def test_update_weights_two_sigma_clipping() -> None:
-    """Three queues can never reach 2 sigma (|z| <= sqrt(2)); six can (|z| <= sqrt(5)).
+def test_update_weights_clip_ehat_two_sigma_clipping() -> None:
+    """alg2=clip-ehat. Three queues can never reach 2 sigma (|z| <= sqrt(2)); six can (|z| <= sqrt(5)).
     T = 1, beta = 0.5, eps = 0, one block held each.
 
     Upper: hits (6, 0, 0, 0, 0, 0): E^ = E / mean = (6, 0, ...); mu = 1, sigma = sqrt(5);
@@ -500,11 +530,11 @@ def test_update_weights_two_sigma_clipping() -> None:
     alpha (beta 0.9) = (0.9 + 1, 0.9001, 0.9001).
     """
     ones = np.ones(6)
-    up = update_weights(ones, np.array([6.0, 0, 0, 0, 0, 0]), ones, 1.0, 0.5, 0.0)
+    up = update_weights(ones, np.array([6.0, 0, 0, 0, 0, 0]), ones, 1.0, 0.5, 0.0, "clip-ehat")
     assert up.tolist() == pytest.approx([1 + math.sqrt(5)] + [0.5005] * 5, rel=1e-12)
-    low = update_weights(ones, np.array([0.0, 6, 6, 6, 6, 6]), ones, 1.0, 0.5, 0.0)
+    low = update_weights(ones, np.array([0.0, 6, 6, 6, 6, 6]), ones, 1.0, 0.5, 0.0, "clip-ehat")
     assert low.tolist() == pytest.approx([1 - math.sqrt(0.2)] + [1.1] * 5, rel=1e-12)
-    cap = update_weights(np.ones(3), np.array([1.0, 0, 0]), np.ones(3), 0.2, 0.9, 0.0)
+    cap = update_weights(np.ones(3), np.array([1.0, 0, 0]), np.ones(3), 0.2, 0.9, 0.0, "clip-ehat")
     assert cap.tolist() == pytest.approx([1.9, 0.9001, 0.9001], rel=1e-12)
 
 
@@ -514,12 +544,54 @@ def test_update_weights_empty_queues_and_no_hits() -> None:
     [0.001, 3]: (2, 0.001); beta 0.5: (0.25 + 1, 0.5 + 0.0005)."""
     alpha = np.array([0.5, 2.0, 1.0])
     new = update_weights(alpha, np.array([2.0, 5.0, 0.0]), np.array([4.0, 0.0, 4.0]),
-                         1.0, 0.5, 0.0)  # fmt: skip
+                         1.0, 0.5, 0.0, "clip-ehat")  # fmt: skip
     assert new.tolist() == pytest.approx([1.25, 2.0, 0.5005], rel=1e-12)
     # no hits anywhere, or nothing held: unchanged (a copy)
     for hits, held in (([0.0, 0.0, 0.0], [4.0, 1.0, 2.0]), ([3.0, 1.0, 0.0], [0.0, 0.0, 0.0])):
         same = update_weights(alpha, np.array(hits), np.array(held), 0.2, 0.9, 1e-3)
         assert same.tolist() == alpha.tolist() and same is not alpha
+        for order in ("paper", "clip-ehat"):
+            same = update_weights(alpha, np.array(hits), np.array(held), 0.2, 0.9, 1e-3, order)
+            assert same.tolist() == alpha.tolist() and same is not alpha
+
+
+def test_update_weights_paper_order_one_step() -> None:
+    """Algorithm 2 as printed, T = 0.2, beta = 0.9, eps = 1e-3; hits (2, 1, 0) on shares
+    (0.25, 0.25, 0.25) of the capacity.
+
+    E = hits / 0.251 = (7.968, 3.984, 0); E_bar = mean + eps = 3.98506;
+    E^ = (E / E_bar)^5 = (1.99950^5, 0.99975^5, 0) = (31.960, 0.998745, 0);
+    mu = 10.986, sigma = 14.832 -> [L, U] = [0.001, 10];
+    raw = 0.9 + 0.1 E^ = (4.0960, 0.99987, 0.9) -> clamp: (4.0960, 0.99987, 0.9).
+    """
+    e = np.array([2.0, 1.0, 0.0]) / 0.251
+    e_hat = (e / (e.mean() + 1e-3)) ** 5
+    want = 0.9 + 0.1 * e_hat
+    assert want[0] == pytest.approx(4.0960, abs=1e-3) and want[2] == 0.9
+    new = update_weights(np.ones(3), np.array([2.0, 1.0, 0.0]), np.full(3, 0.25), 0.2, 0.9,
+                         1e-3)  # fmt: skip
+    assert new.tolist() == pytest.approx(want.tolist(), rel=1e-12)
+
+
+def test_update_weights_paper_order_clamps_the_weight() -> None:
+    """The clamp binds on alpha, after the EMA (lines 21-22). T = 1, beta = 0.5, eps = 0.
+
+    From alpha (9, 1, 1), hits (1, 1, 1) on equal shares: E^ = (1, 1, 1), sigma = 0, so
+    [L, U] = [1, 1] and every weight becomes 1 (raw (5, 1, 1) clamped) -- the clip-ehat
+    order would keep (5, 1, 1).
+    From alpha (1, 1, 1), hits (3, 0, 0): E^ = (3, 0, 0), mu = 1, sigma = sqrt 2:
+    [L, U] = [0.001, 1 + 2 sqrt 2 = 3.828]; raw = (2, 0.5, 0.5), inside: unchanged.
+    From alpha (8, 1, 1), the same hits: raw = (5.5, 0.5, 0.5) -> 5.5 clamped to 3.828.
+    """
+    ones = np.ones(3)
+    eq = update_weights(np.array([9.0, 1, 1]), np.ones(3), ones, 1.0, 0.5, 0.0)
+    assert eq.tolist() == [1.0, 1.0, 1.0]
+    old = update_weights(np.array([9.0, 1, 1]), np.ones(3), ones, 1.0, 0.5, 0.0, "clip-ehat")
+    assert old.tolist() == [5.0, 1.0, 1.0]
+    inside = update_weights(ones, np.array([3.0, 0, 0]), ones, 1.0, 0.5, 0.0)
+    assert inside.tolist() == pytest.approx([2.0, 0.5, 0.5], rel=1e-12)
+    top = update_weights(np.array([8.0, 1, 1]), np.array([3.0, 0, 0]), ones, 1.0, 0.5, 0.0)
+    assert top.tolist() == pytest.approx([1 + 2 * math.sqrt(2), 0.5, 0.5], rel=1e-12)
 
 
 def _weights_trace(n: int) -> Trace:
@@ -543,16 +615,31 @@ def test_weights_update_every_n_requests(update_every: int, ats: list[int]) -> N
 
 def test_first_window_rewards_the_only_queue_with_hits() -> None:
     """update_every=10: the update at request 9 sees r3's 2 hits on chat blocks only, while
-    chat, agentic and structural all hold blocks: E / mean = (3, 0, 0); E^ = (3.001^5 =
-    243.4, 1e-15, 1e-15) -> clipped (10, 0.001, 0.001); alpha = (1.9, 0.9001, 0.9001). The
-    second window (requests 9-18) has no hit at all: unchanged."""
-    pol = UniCache(update_every=10)
+    chat, agentic and structural all hold blocks. Paper order: E = (2 / (C + eps), 0, 0),
+    E^ = (E / (E / 3 + eps))^5 ~ 3^5 = 243, 0, 0; mu ~ 81, sigma ~ 114.6 -> [0.001, 10];
+    raw = (0.9 + 24.3, 0.9, 0.9) -> alpha = (10, 0.9, 0.9). clip-ehat: E / mean = (3, 0, 0);
+    E^ = (3.001^5, 1e-15, 1e-15) -> clipped (10, 0.001, 0.001); alpha = (1.9, 0.9001,
+    0.9001). The second window (requests 9-18) has no hit at all: unchanged."""
+    for alg2, want in (("paper", [10.0, 0.9, 0.9]), ("clip-ehat", [1.9, 0.9001, 0.9001])):
+        pol = UniCache(update_every=10, alg2=alg2)
+        replay(_weights_trace(25), pol, ReplayConfig(capacity_blocks=64, block_tokens=BT))
+        (at1, w1), (at2, w2) = pol.weight_history
+        assert (at1, at2) == (9, 19)
+        assert w1 == pytest.approx(want, rel=1e-12)
+        assert w2 == w1
+        assert pol.alpha.tolist() == pytest.approx([1.0, *want], rel=1e-12)
+
+
+def test_cumulative_hits_keep_counting_across_updates() -> None:
+    """hits=cumulative (Algorithm 2's "cumulative hit-token counts"): the second update sees
+    r3's 2 chat hits again: raw = (0.9 x 10 + 24.3, 0.9 x 0.9, 0.9 x 0.9) -> (10, 0.81,
+    0.81) after the clamp; with hits=window it had nothing to learn from."""
+    pol = UniCache(update_every=10, hits="cumulative")
     replay(_weights_trace(25), pol, ReplayConfig(capacity_blocks=64, block_tokens=BT))
-    (at1, w1), (at2, w2) = pol.weight_history
-    assert (at1, at2) == (9, 19)
-    assert w1 == pytest.approx([1.9, 0.9001, 0.9001], rel=1e-12)
-    assert w2 == w1
-    assert pol.alpha.tolist() == pytest.approx([1.0, 1.9, 0.9001, 0.9001], rel=1e-12)
+    (_, w1), (_, w2) = pol.weight_history
+    assert w1 == pytest.approx([10.0, 0.9, 0.9], rel=1e-12)
+    assert w2 == pytest.approx([10.0, 0.81, 0.81], rel=1e-12)
+    assert pol.hits[CHAT] == 2.0
 
 
 # ----------------------------------------------------------------------------- online gap fit
@@ -691,8 +778,8 @@ def test_wa_categories() -> None:
     # turn + 1 < 4 keeps its own label; turns 3 and 9 (4th and 10th) merge as "4+"
     assert names == ["chat_1", "chat_2", "chat_3", "chat_4+", "(none)_1", "programming_1"]
     assert cat.tolist() == [0, 1, 2, 3, 3, 4, 5, 0]
-    names, cat = categories(trace, 1)
-    assert names == ["chat_1+", "(none)_1+", "programming_1+"]
+    names, cat = categories(trace, 1)  # the task alone (the UniCache paper's WA)
+    assert names == ["chat", "(none)", "programming"]
     assert cat.tolist() == [0, 0, 0, 0, 0, 1, 2, 0]
 
 
@@ -777,7 +864,7 @@ WA_ROWS = [row(0, "chat", "a"), row(5, "programming", n_in=8), row(20, "chat", "
 def _wa_stored(mode: str) -> Drive:
     """Category 0 (chat_1): entries 0, 1 at t 0; category 1 (programming_1): 2 3 4 at t 5 and
     5 (offset 3) pinned. Evictions at t 20 (clock = the view's time)."""
-    pol = WorkloadAware(window_s=10.0, mode=mode)
+    pol = WorkloadAware(window_s=10.0) if mode == "wa" else PerCategoryLRU(max_turn=4)
     d = Drive(pol, WA_ROWS, clock="view")
     assert pol.names == ["chat_1", "programming_1", "chat_2"]
     d.store(0, [0, 1])
@@ -834,8 +921,11 @@ class RefUniCache:
     MAP = {"chat": CHAT, "agentic": AGENTIC, "programming": STRUCT, "tool-use": STRUCT,
            "untemplated": EVICT}  # fmt: skip
 
-    def __init__(self, trace: Trace, view: EntryView, alpha: list[float]) -> None:
+    def __init__(
+        self, trace: Trace, view: EntryView, alpha: list[float], offset: str = "global"
+    ) -> None:
         self.view = view
+        self.offset = offset
         self.alpha = [1.0, *alpha]
         self.models = {CHAT: GAP_PRESETS["chat"], AGENTIC: GAP_PRESETS["agentic"]}
         self.base = [
@@ -878,7 +968,11 @@ class RefUniCache:
     def s(self, e: int) -> float:
         q = self.queue[e]
         if q == STRUCT:
-            return 1.0 - float(self.view.depth[e]) / self.max_offset
+            scale = self.max_offset
+            if self.offset == "cached":  # the deepest structural block cached now
+                scale = max([int(self.view.depth[x]) for x, qx in self.queue.items()
+                             if qx == STRUCT] + [1])  # fmt: skip
+            return 1.0 - float(self.view.depth[e]) / scale
         mu, sigma = self.models[q]
         gap = self.now() - self.t_last[e]
         cdf = 0.0 if gap <= 0 else 0.5 * (1 + math.erf((math.log(gap) - mu) / (sigma * 2**0.5)))
@@ -903,15 +997,21 @@ class RefUniCache:
                     heads.append((self.alpha[q] * self.s(h), q, h))
                 e = min(heads)[2]
             del self.order[e]
+            del self.queue[e]
             out.append(e)
         return out
+
+    def on_remove(self, entries: I64) -> None:
+        for e in entries.tolist():
+            self.queue.pop(e, None)
+            self.order.pop(e, None)
 
 
 class TwinUniCache(UniCache):
     """UniCache that replays every hook into the reference and compares the victims."""
 
-    def __init__(self, alpha: list[float]) -> None:
-        super().__init__(update_every=10**9, fit="given")
+    def __init__(self, alpha: list[float], offset: str = "global") -> None:
+        super().__init__(update_every=10**9, fit="given", offset=offset)
         self._alpha0 = alpha
         self.num_victims = 0
 
@@ -921,7 +1021,7 @@ class TwinUniCache(UniCache):
 
     def prepare_trace(self, trace: Any, clock: str) -> None:
         super().prepare_trace(trace, clock)
-        self.ref = RefUniCache(trace, self.view, self._alpha0)
+        self.ref = RefUniCache(trace, self.view, self._alpha0, self.offset)
 
     def on_insert(self, entries: I64) -> None:
         super().on_insert(entries)
@@ -938,6 +1038,10 @@ class TwinUniCache(UniCache):
     def on_pinned(self, entries: I64) -> None:
         super().on_pinned(entries)
         self.ref.on_pinned(entries)
+
+    def on_remove(self, entries: I64) -> None:
+        super().on_remove(entries)
+        self.ref.on_remove(entries)
 
     def evict(self, n: int) -> I64:
         got = super().evict(n)
@@ -1074,12 +1178,13 @@ def drive_window(trace: Trace, policy: EvictionPolicy, capacity: int, window: in
     slack=st.integers(0, 6),
     window=st.integers(1, 2),
     alpha=st.lists(st.sampled_from([0.25, 1.0, 3.0]), min_size=3, max_size=3),
+    offset=st.sampled_from(["global", "cached"]),
 )
 def test_unicache_matches_a_naive_reference(
-    trace: Trace, slack: int, window: int, alpha: list[float]
+    trace: Trace, slack: int, window: int, alpha: list[float], offset: str
 ) -> None:
     held = int(trace.block_layout(BT).num_blocks_held.max())
-    pol = TwinUniCache(alpha)
+    pol = TwinUniCache(alpha, offset)
     drive_window(trace, pol, held + slack, window, 0)
 
 
@@ -1222,8 +1327,7 @@ def test_engine_only_clone_and_pickle(name: str) -> None:
 
 # ----------------------------------------------------------------------------- determinism
 @pytest.mark.parametrize(
-    "spec", ["unicache", "unicache:stage2=false,offset=request", "wa",
-             "wa:mode=per-category-lru"],
+    "spec", ["unicache", "unicache:stage2=false,offset=request", "wa-atc25", "wa"],
 )  # fmt: skip
 def test_replay_determinism_on_the_mix(mix: Trace, spec: str) -> None:
     cfg = ReplayConfig(capacity_blocks=230, block_tokens=64)
@@ -1241,7 +1345,7 @@ def test_replay_determinism_on_the_mix(mix: Trace, spec: str) -> None:
 
 def test_unicache_and_wa_run_under_the_engine(mix: Trace) -> None:
     """The view clock: both run checked and give the same results twice."""
-    for spec in ("unicache", "wa"):
+    for spec in ("unicache", "wa", "wa-atc25"):
         a = simulate(mix, spec, ENGINE, TIMING, check_every=200)
         _same(a, simulate(mix, spec, ENGINE, TIMING))
         assert a.metrics["token_hit_ratio"] > 0

@@ -2,9 +2,10 @@
 
 Workloads: the ``mix`` generator, 1,000 requests each (trace #1 ~80% multi-turn chat and
 agentic sessions, #2 50%, #3 ~20%; the rest single-turn untemplated, programming, tool-use
-and document-QA tasks). 16-token blocks; capacities 10%, 20% of each trace's
-distinct blocks. Policies: LRU, LFU, FIFO, ARC, LeCaR, WA and WA's per-category LRU,
-UniCache and UniCache without stage 2 (each queue evicts in proportion), and offline OPT.
+and document-QA tasks). 16-token blocks; capacities 10%, 30% of each trace's
+distinct blocks. Policies: LRU, LFU, FIFO, ARC, LeCaR, WA (the UniCache paper's: LRU
+within each task) and the ATC'25 WA, UniCache and UniCache without stage 2 (each queue
+evicts in proportion), and offline OPT.
 
 For each trace and capacity the table gives the token hit ratio of every policy, then
 UniCache's margin over the best online baseline and its distance to OPT. Then the block-size
@@ -20,10 +21,9 @@ from prefixlab.runner.replay import ReplayConfig, replay
 from prefixlab.workload.generators import GENERATORS
 from prefixlab.workload.trace import Trace
 
-BASELINES = ["lru", "lfu", "fifo", "arc", "lecar", "wa", "wa:mode=per-category-lru"]
+BASELINES = ["lru", "lfu", "fifo", "arc", "lecar", "wa", "wa-atc25"]
 OURS = ["unicache", "unicache:stage2=false"]
-SHORT = {"wa:mode=per-category-lru": "wa-pclru", "unicache:stage2=false": "uc-nostage2",
-         "unicache": "unicache"}  # fmt: skip
+SHORT = {"unicache:stage2=false": "uc-nostage2", "unicache": "unicache"}
 FRACTIONS = [0.1, 0.3]
 
 

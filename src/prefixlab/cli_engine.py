@@ -76,6 +76,13 @@ def simulate_cmd(
     closed_loop: Annotated[
         bool, typer.Option(help="Next turn arrives a think time after the previous finishes.")
     ] = False,
+    gated: Annotated[
+        bool,
+        typer.Option(
+            help="A session's turn arrives at its trace time, but not before the previous "
+            "turn finishes (UniCache's simulator)."
+        ),
+    ] = False,
     min_recompute_tokens: Annotated[int, typer.Option(help="Prompt tokens always run.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON list.")] = False,
     by_task: Annotated[bool, typer.Option(help="Also print a per-task table.")] = False,
@@ -115,6 +122,7 @@ def simulate_cmd(
             max_num_batched_tokens=max_num_batched_tokens,
             chunked_prefill=chunked_prefill,
             closed_loop=closed_loop,
+            gated=gated,
             min_recompute_tokens=min_recompute_tokens,
         )
         config.validate()

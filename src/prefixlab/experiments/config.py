@@ -30,6 +30,7 @@ filled in) can be written beside the results as JSON.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from dataclasses import asdict, dataclass, field, fields
@@ -73,6 +74,11 @@ class ModelConfig:
     name: str | None = None
     gpu: str | None = None
     timing: list[str] = field(default_factory=list)
+    #: the 'A' of a capacity 'f A': memory_utilization x GPU memory - weights - reserve_gib
+    #: (1.0 and 0: all memory after the weights; vLLM's default gpu_memory_utilization is
+    #: 0.9, and its profiled activation peak is the reserve)
+    memory_utilization: float = 1.0
+    reserve_gib: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +100,8 @@ class RunnerConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     closed_loop: bool = False
+    #: a session's turn waits for its previous turn to finish (UniCache's Algorithm 3)
+    gated: bool = False
     chunked_prefill: bool = True
     #: False: nothing is ever looked up (vLLM's --no-enable-prefix-caching), the baseline
     prefix_caching: bool = True
@@ -147,6 +155,16 @@ def _int(d: dict[str, Any], key: str, where: str, default: int, low: int = 1) ->
     if isinstance(v, bool) or not isinstance(v, int) or v < low:
         raise ConfigError(f"{where}.{key}: expected an integer >= {low}, got {v!r}")
     return v
+
+
+def _float(d: dict[str, Any], key: str, where: str, default: float, low: float,
+           high: float = math.inf, low_open: bool = False) -> float:  # fmt: skip
+    v = d.get(key, default)
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    if not ok or v > high or v < low or (low_open and v == low):
+        bound = f"in ({low:g}, {high:g}]" if low_open else f">= {low:g}"
+        raise ConfigError(f"{where}.{key}: expected a number {bound}, got {v!r}")
+    return float(v)
 
 
 def _bool(d: dict[str, Any], key: str, where: str, default: bool) -> bool:
@@ -225,9 +243,11 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
     workload = WorkloadConfig(source, fmt, dict(params), {k: list(v) for k, v in vary.items()})
     _check_workload(workload)
     m = _table(top.get("model", {}), "model")
-    _keys(m, "model", {"name", "gpu", "timing"})
+    _keys(m, "model", {"name", "gpu", "timing", "memory_utilization", "reserve_gib"})
     model = ModelConfig(_str(m, "name", "model"), _str(m, "gpu", "model"),
-                        _str_list(m, "timing", "model."))  # fmt: skip
+                        _str_list(m, "timing", "model."),
+                        _float(m, "memory_utilization", "model", 1.0, 0.0, 1.0, low_open=True),
+                        _float(m, "reserve_gib", "model", 0.0, 0.0))  # fmt: skip
     if "cache" not in top:
         raise ConfigError("config key 'cache' missing (a table with capacities = [...])")
     c = _table(top["cache"], "cache")
@@ -252,11 +272,12 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
                         mfb, _int(c, "min_recompute_tokens", "cache", 1, low=0))  # fmt: skip
     r = _table(top.get("runner", {}), "runner")
     _keys(r, "runner", {"kind", "max_num_seqs", "max_num_batched_tokens", "closed_loop",
-                        "chunked_prefill", "prefix_caching"})  # fmt: skip
+                        "gated", "chunked_prefill", "prefix_caching"})  # fmt: skip
     kind = _str(r, "kind", "runner", "replay") or "replay"
     if kind not in RUNNERS:
         raise ConfigError(f"runner.kind: {kind!r} unknown; known: {', '.join(RUNNERS)}")
-    defaults = (("closed_loop", False), ("chunked_prefill", True), ("prefix_caching", True))
+    defaults = (("closed_loop", False), ("gated", False), ("chunked_prefill", True),
+                ("prefix_caching", True))  # fmt: skip
     flags = {k: _bool(r, k, "runner", d) for k, d in defaults}
     runner = RunnerConfig(kind, _int(r, "max_num_seqs", "runner", 256),
                           _int(r, "max_num_batched_tokens", "runner", 8192), **flags)  # fmt: skip
@@ -271,8 +292,11 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
     if kind == "engine" and cache.cache_partial:
         raise ConfigError("cache.cache_partial applies to runner.kind = 'replay' (vLLM and "
                           "SGLang cache full blocks only)")  # fmt: skip
-    if kind == "replay" and (runner.closed_loop or not runner.chunked_prefill):
-        raise ConfigError("runner.closed_loop and runner.chunked_prefill apply to kind = 'engine'")
+    if kind == "replay" and (runner.closed_loop or runner.gated or not runner.chunked_prefill):
+        raise ConfigError("runner.closed_loop, runner.gated and runner.chunked_prefill apply "
+                          "to kind = 'engine'")  # fmt: skip
+    if runner.closed_loop and runner.gated:
+        raise ConfigError("runner.closed_loop and runner.gated are two arrival modes: choose one")
     if kind == "engine" and not model.timing and not (model.name and model.gpu):
         raise ConfigError("runner.kind = 'engine' needs model.timing, or model.name and model.gpu")
     if any(isinstance(x, str) and x.endswith("A") for x in capacities) and not (
@@ -400,7 +424,28 @@ def parse_config_text(text: str, *, yaml: bool = False, where: str = "config") -
 
 
 # ------------------------------------------------------------------ capacities
-def resolve_capacity_bytes(capacity: int | str, model: str, gpu: str | None = None) -> int:
+def available_kv_bytes(
+    model: str, gpu: str, memory_utilization: float = 1.0, reserve_gib: float = 0.0
+) -> int:
+    """UniCache's ``A`` (Sec. 6.2: "the available GPU memory A after loading model weights"):
+    ``memory_utilization x memory - weights - reserve``. Table 4 (Llama-3.2-3B: A6000 35 GB,
+    A100 63, H200 117) fits vLLM's ``gpu_memory_utilization = 0.9`` with 2.2-3.0 GiB
+    reserved for activations; the paper names neither."""
+    from prefixlab.model.spec import get_model
+    from prefixlab.model.timing import get_gpu
+
+    spec, g = get_model(model), get_gpu(gpu)
+    free = memory_utilization * g.mem_bytes - spec.num_parameters * spec.dtype_bytes
+    return int(free - reserve_gib * 2**30)
+
+
+def resolve_capacity_bytes(
+    capacity: int | str,
+    model: str,
+    gpu: str | None = None,
+    memory_utilization: float = 1.0,
+    reserve_gib: float = 0.0,
+) -> int:
     """Bytes for a hybrid-cache capacity: bytes as given, ``"40GB"``, or ``f A``."""
     if isinstance(capacity, int):
         return capacity
@@ -410,15 +455,13 @@ def resolve_capacity_bytes(capacity: int | str, model: str, gpu: str | None = No
     m = _CAPACITY.match(capacity)
     if m is None or m.group("unit") != "A":
         raise ConfigError(f"capacity {capacity!r} is not bytes, a size or 'f A'")
-    from prefixlab.model.spec import get_model
-    from prefixlab.model.timing import get_gpu
 
     if gpu is None:
         raise ConfigError(f"capacity {capacity!r} needs model.gpu")
-    spec, g = get_model(model), get_gpu(gpu)
-    free = g.mem_bytes - spec.num_parameters * spec.dtype_bytes
+    free = available_kv_bytes(model, gpu, memory_utilization, reserve_gib)
     if free <= 0:
-        raise ConfigError(f"capacity {capacity!r}: {spec.name}'s weights fill {g.name}")
+        raise ConfigError(f"capacity {capacity!r}: {model}'s weights (and the reserve) fill "
+                          f"{gpu}")  # fmt: skip
     return int(float(m.group("f")) * free)
 
 
@@ -429,9 +472,11 @@ def resolve_capacity(
     block_tokens: int,
     model: str | None = None,
     gpu: str | None = None,
+    memory_utilization: float = 1.0,
+    reserve_gib: float = 0.0,
 ) -> int:
     """Blocks for a capacity: blocks as given; ``f ws`` = f x the trace's distinct blocks;
-    ``f A`` = f x (GPU memory - weights) / KV bytes per block (UniCache's 0.5A-0.9A)."""
+    ``f A`` = f x :func:`available_kv_bytes` / KV bytes per block (UniCache's 0.5A-0.9A)."""
     if isinstance(capacity, int):
         return capacity
     size = parse_bytes(capacity)
@@ -453,10 +498,9 @@ def resolve_capacity(
     if model is None or gpu is None:
         raise ConfigError(f"capacity {capacity!r} needs a model and a GPU")
     spec, g = get_model(model), get_gpu(gpu)
-    free = g.mem_bytes - spec.num_parameters * spec.dtype_bytes
+    free = available_kv_bytes(model, gpu, memory_utilization, reserve_gib)
     per_block = spec.kv_bytes_per_block(block_tokens)
     if free <= 0 or per_block <= 0:
-        raise ConfigError(
-            f"capacity {capacity!r}: {spec.name}'s weights do not leave KV room on {g.name}"
-        )
+        raise ConfigError(f"capacity {capacity!r}: {spec.name}'s weights (and the reserve) do "
+                          f"not leave KV room on {g.name}")  # fmt: skip
     return max(1, int(f * free // per_block))

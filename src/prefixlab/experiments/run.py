@@ -84,14 +84,23 @@ class CellResult:
     worker: str = ""
 
 
+#: settings added after stores existed: left out of the fingerprint at their defaults, so
+#: the cells of older configs keep their ids
+_LATER_DEFAULTS = {"memory_utilization": 1.0, "reserve_gib": 0.0, "gated": False}
+
+
+def _without_later_defaults(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if not (k in _LATER_DEFAULTS and v == _LATER_DEFAULTS[k])}
+
+
 def fingerprint(cfg: ExperimentConfig) -> dict[str, Any]:
     """The parts of a config that decide a cell's result (not its name, not the lists)."""
     d = asdict(cfg)
     return {
         "workload": {k: d["workload"][k] for k in ("source", "format", "params")},
-        "model": d["model"],
+        "model": _without_later_defaults(d["model"]),
         "cache": {k: v for k, v in d["cache"].items() if k != "capacities"},
-        "runner": d["runner"],
+        "runner": _without_later_defaults(d["runner"]),
     }
 
 
@@ -177,8 +186,10 @@ def capacity_blocks(cfg: ExperimentConfig, cell: Cell, trace: Trace) -> tuple[in
     layout = trace.block_layout(bt, None, c.cache_partial, c.min_recompute_tokens)
     ws = int(layout.num_distinct_keys)
     where = f"cache.capacities[{cell.capacity_index}] = {cell.capacity!r}"
+    m = cfg.model
     blocks = resolve_capacity(cell.capacity, working_set_blocks=ws, block_tokens=bt,
-                              model=cfg.model.name, gpu=cfg.model.gpu)  # fmt: skip
+                              model=m.name, gpu=m.gpu, memory_utilization=m.memory_utilization,
+                              reserve_gib=m.reserve_gib)  # fmt: skip
     need = int(layout.num_blocks_held.max()) if len(trace) else 0
     if blocks < need:
         r = int(np.argmax(layout.num_blocks_held))
@@ -199,15 +210,24 @@ def run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool = False) -> CellRes
         raise type(exc)(f"{cell.label()}: {exc}") from None
 
 
+def _cell_bytes(cfg: ExperimentConfig, cell: Cell) -> int:
+    """A hybrid cell's capacity in bytes (the config check requires a model name)."""
+    from prefixlab.experiments.config import resolve_capacity_bytes
+
+    m = cfg.model
+    assert m.name is not None
+    return resolve_capacity_bytes(cell.capacity, m.name, m.gpu, m.memory_utilization,
+                                  m.reserve_gib)  # fmt: skip
+
+
 def _run_hybrid_cell(
     cfg: ExperimentConfig, cell: Cell, detail: bool, start: float, trace: Trace
 ) -> CellResult:
     """A hybrid-cache cell (Marconi's replay contract; capacity in bytes)."""
-    from prefixlab.experiments.config import resolve_capacity_bytes
     from prefixlab.runner.hybrid import HybridConfig, replay_hybrid
 
     assert cfg.model.name is not None  # the config check requires it
-    size = resolve_capacity_bytes(cell.capacity, cfg.model.name, cfg.model.gpu)
+    size = _cell_bytes(cfg, cell)
     spec = policy_spec(cell.policy, cell.seed)
     row: dict[str, Any] = dict.fromkeys(COLUMNS, math.nan)
     row.update(
@@ -233,7 +253,7 @@ def _run_hybrid_cell(
             capacity_blocks=1, structure="hybrid", capacity_bytes=size, model=cfg.model.name,
             block_tokens=cfg.cache.block_tokens, max_num_seqs=r.max_num_seqs,
             max_num_batched_tokens=r.max_num_batched_tokens, chunked_prefill=r.chunked_prefill,
-            closed_loop=r.closed_loop,
+            closed_loop=r.closed_loop, gated=r.gated,
         )  # fmt: skip
         eres = simulate(trace, spec, ec, timing)
         metrics = {k: v for k, v in eres.metrics.items() if k not in ("by_task", "elapsed_s")}
@@ -297,7 +317,7 @@ def _run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool, start: float) -> 
         ec = EngineConfig(
             capacity_blocks=blocks, structure=cfg.cache.structure, block_tokens=bt,
             max_num_seqs=r.max_num_seqs, max_num_batched_tokens=r.max_num_batched_tokens,
-            chunked_prefill=r.chunked_prefill, closed_loop=r.closed_loop,
+            chunked_prefill=r.chunked_prefill, closed_loop=r.closed_loop, gated=r.gated,
             prefix_caching=r.prefix_caching, max_free_blocks=cfg.cache.max_free_blocks,
             min_recompute_tokens=cfg.cache.min_recompute_tokens, model=cfg.model.name,
         )  # fmt: skip
@@ -440,10 +460,7 @@ def check_cells(cfg: ExperimentConfig, cells: list[Cell]) -> None:
         seen.add(key)
         trace = build_trace(cfg, cell.variant, cell.seed)
         if cfg.cache.structure == "hybrid":
-            from prefixlab.experiments.config import resolve_capacity_bytes
-
-            assert cfg.model.name is not None
-            size = resolve_capacity_bytes(cell.capacity, cfg.model.name, cfg.model.gpu)
+            size = _cell_bytes(cfg, cell)
             _check_hybrid_size(cfg, cell, size)
             if trace.input_tokens is None:
                 raise ConfigError(f"{trace.name}: the hybrid structure needs token ids")

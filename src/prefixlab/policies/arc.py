@@ -7,9 +7,7 @@ it. ``c`` is the structure's entry capacity. Pinned entries are skipped by the v
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
-from prefixlab.policies._ordered import GhostList, oldest_where
+from prefixlab.policies._ordered import FreeQueue, GhostList
 from prefixlab.policies.base import I64, EntryView, PerEntryPolicy, register
 
 
@@ -21,11 +19,11 @@ class ARC(PerEntryPolicy):
         super().bind(view)
         self.c = view.num_entries
         self.p = 0.0
-        self.t1: OrderedDict[int, None] = OrderedDict()
-        self.t2: OrderedDict[int, None] = OrderedDict()
+        self._free: set[int] = set()
+        self.t1 = FreeQueue(self._free)
+        self.t2 = FreeQueue(self._free)
         self.b1 = GhostList(self.c)
         self.b2 = GhostList(2 * self.c)
-        self._free: set[int] = set()
         self._to_t2: set[int] = set()  # missed keys found in a ghost list, adapted already
         self._miss_in_b2 = False
         self._no_ghost = False  # case IV with T1 full: its LRU page leaves no ghost
@@ -69,41 +67,39 @@ class ARC(PerEntryPolicy):
         key = int(self.view.key[e])
         if key in self._to_t2:
             self._to_t2.discard(key)
-            self.t2[e] = None
+            self.t2.append(e)
         elif key in self._announced:
             # on_miss already handled it. A ghost created since (another holder of the key
             # evicted for this request) must not adapt p a second time.
             self._announced.discard(key)
             self.b1.pop(key)
             self.b2.pop(key)
-            self.t1[e] = None
+            self.t1.append(e)
         elif self._adapt(key):  # no on_miss came first (hooks driven directly)
-            self.t2[e] = None
+            self.t2.append(e)
         else:
-            self.t1[e] = None
+            self.t1.append(e)
 
     def access(self, e: int) -> None:
-        if e in self.t1:
-            del self.t1[e]
-        else:
-            self.t2.pop(e, None)
-        self.t2[e] = None
+        self.t1.discard(e)
+        self.t2.append(e)
 
     def evictable(self, e: int) -> None:
         self._free.add(e)
+        self.t1.freed(e)
+        self.t2.freed(e)
 
     def pinned(self, e: int) -> None:
         self._free.discard(e)
 
     def remove(self, e: int) -> None:
         self._free.discard(e)
-        self.t1.pop(e, None)
-        self.t2.pop(e, None)
+        self.t1.discard(e)
+        self.t2.discard(e)
 
     def pop_victim(self) -> int:
-        free = self._free.__contains__
-        from_t1 = oldest_where(self.t1, free)
-        from_t2 = oldest_where(self.t2, free)
+        from_t1 = self.t1.oldest_free()
+        from_t2 = self.t2.oldest_free()
         t1_over = len(self.t1) > self.p or (self._miss_in_b2 and len(self.t1) == self.p)
         if from_t1 >= 0 and (t1_over or from_t2 < 0):
             victim, queue, ghost = from_t1, self.t1, self.b1
@@ -111,7 +107,7 @@ class ARC(PerEntryPolicy):
             victim, queue, ghost = from_t2, self.t2, self.b2
         else:
             return -1
-        del queue[victim]
+        queue.discard(victim)
         self._free.discard(victim)
         if queue is self.t1 and self._no_ghost:
             self._no_ghost = False

@@ -13,7 +13,7 @@ from prefixlab.policies.base import I64, PriorityPolicy, register
 
 @register("hashtable")
 class HashTable(PriorityPolicy):
-    """Oldest last access first, ties to the longest prefix (the hash-table report)."""
+    """Oldest last access first, ties to the longest prefix (the hash-table report, Sec. 1)."""
 
     def priority(self, e: int) -> tuple[float, int]:
         v = self.view

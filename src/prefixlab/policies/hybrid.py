@@ -175,7 +175,7 @@ class _LRULeaves(HybridPolicy):
 
 @register("vllm+")
 class VllmPlus(_LRULeaves):
-    """vLLM+ (Marconi's baseline): a state checkpoint every block, LRU eviction."""
+    """vLLM+ (Marconi's baseline, Sec. 5.1): a state checkpoint every block, LRU eviction."""
 
     admission: ClassVar[str] = "all-blocks"
 
@@ -201,7 +201,7 @@ class VllmPlus(_LRULeaves):
 
 @register("sglang+")
 class SglangPlus(_LRULeaves):
-    """SGLang+ (Marconi's baseline): judicious admission, LRU over leaves."""
+    """SGLang+ (Marconi's baseline, Sec. 5.1): judicious admission, LRU over leaves."""
 
     touch_partial: ClassVar[bool] = True
 
@@ -218,7 +218,7 @@ def _chunk(chunk_tokens: Any) -> int:
 
 @register("marconi")
 class Marconi(HybridPolicy):
-    """Marconi: judicious admission, FLOP-aware eviction (recency + alpha x efficiency)."""
+    """Marconi (Sec. 4.1-4.2): judicious admission, FLOP-aware eviction (recency + alpha x eff.)."""
 
     touch_path: ClassVar[bool] = False
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import OrderedDict
 
 import numpy as np
 
-from prefixlab.policies._ordered import GhostList, oldest_where
+from prefixlab.policies._ordered import FreeQueue, GhostList
 from prefixlab.policies.base import I64, EntryView, PerEntryPolicy, register
 
 
@@ -40,7 +39,6 @@ class LeCaR(PerEntryPolicy):
         self.discount = 0.005 ** (1.0 / cap)
         self.w_lru = 0.5
         self.rng = np.random.default_rng(self.seed)
-        self.recency: OrderedDict[int, None] = OrderedDict()
         self.freq: dict[int, int] = {}
         self.lfu_heap: list[tuple[int, int, int]] = []
         self.hist_lru = GhostList(cap)
@@ -48,12 +46,12 @@ class LeCaR(PerEntryPolicy):
         self.time = 0
         self._stamp: dict[int, int] = {}
         self._free: set[int] = set()
+        self.recency = FreeQueue(self._free)
 
     def _touch(self, e: int) -> None:
         self.time += 1
-        self.recency.pop(e, None)
-        self.recency[e] = None
         self._stamp[e] = self.time
+        self.recency.append(e)
         heapq.heappush(self.lfu_heap, (self.freq[e], self.time, e))
 
     def on_miss(self, keys: I64) -> None:
@@ -85,41 +83,35 @@ class LeCaR(PerEntryPolicy):
 
     def evictable(self, e: int) -> None:
         self._free.add(e)
+        self.recency.freed(e)
+        if e in self._stamp:  # its LFU item may have been dropped while it was pinned
+            heapq.heappush(self.lfu_heap, (self.freq[e], self._stamp[e], e))
 
     def pinned(self, e: int) -> None:
         self._free.discard(e)
 
     def remove(self, e: int) -> None:
         self._free.discard(e)
-        self.recency.pop(e, None)
+        self.recency.discard(e)
         self.freq.pop(e, None)
         self._stamp.pop(e, None)
 
     def _lfu_victim(self) -> int:
-        skipped: list[tuple[int, int, int]] = []
-        victim = -1
-        while self.lfu_heap:
-            item = heapq.heappop(self.lfu_heap)
-            _f, t, e = item
-            if self._stamp.get(e) != t:
-                continue  # stale
-            if e in self._free:
-                victim = e
-                skipped.append(item)  # removal below drops the stamp, so it becomes stale
-                break
-            skipped.append(item)
-        for item in skipped:
-            heapq.heappush(self.lfu_heap, item)
-        return victim
+        """Fewest hits, then oldest stamp, among free entries. Stale items and pinned
+        entries' items are dropped (``evictable`` pushes a pinned entry back)."""
+        heap = self.lfu_heap
+        while heap:
+            _f, t, e = heap[0]
+            if self._stamp.get(e) == t and e in self._free:
+                return e
+            heapq.heappop(heap)
+        return -1
 
     def pop_victim(self) -> int:
         if not self._free:
             return -1
         use_lru = self.rng.random() < self.w_lru
-        if use_lru:
-            victim = oldest_where(self.recency, self._free.__contains__)
-        else:
-            victim = self._lfu_victim()
+        victim = self.recency.oldest_free() if use_lru else self._lfu_victim()
         hist = self.hist_lru if use_lru else self.hist_lfu
         hist.add(int(self.view.key[victim]), float(self.time))
         self.remove(victim)

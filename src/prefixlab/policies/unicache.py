@@ -13,19 +13,28 @@ that last stored or reused it (``tasks`` maps labels to queues) and from its pha
   the requests seen so far (maximum likelihood on log gaps; the presets until
   ``min_gaps`` gaps are in).
 - ``structural`` (structural reuse): templated single-turn tasks, whose shared templates sit
-  at the head of the prompt. ``s = 1 - offset / max_offset``: deeper blocks go first.
+  at the head of the prompt. ``s = 1 - offset / max_offset``: deeper blocks go first. The
+  paper's ``max_offset`` is "the maximum offset among all blocks" (Sec. 5.2); ``offset``
+  picks the reading: the deepest structural block ever seen (``global``, the default), the
+  deepest cached now (``cached``), or the block's own prompt (``request``, not the paper's).
+  The score has no time term, in the paper as here.
 
 Stage 2 (global choice): among each queue's lowest-``s`` candidate, evict the one with the
-lowest ``G_q = alpha_q * s_q``. The weights follow the hit efficiency of each queue,
-updated every ``update_every`` requests (Algorithm 2; 10, as in the authors' code):
+lowest ``G_q = alpha_q * s_q`` (Algorithm 1). The weights follow the hit efficiency of each
+queue, updated every ``update_every`` requests by Algorithm 2 (:func:`update_weights`):
 ``E_q = H_q / (C_q + eps)``, with ``H_q`` the hits on the queue's blocks since the last
-update and ``C_q`` the blocks it holds;
-``E^_q = (E_q / mean(E) + eps) ^ (1 / T)``, clipped to ``[max(0.001, mu - 2 sigma),
-min(10, mu + 2 sigma)]`` (mean and standard deviation of the ``E^``); then
-``alpha_q <- beta alpha_q + (1 - beta) E^_q``. Queues that hold nothing keep their weight.
-Defaults follow the authors' code: ``T = 0.2``, smoothing 0.1 on the new value
-(``beta = 0.9``). The log-normal presets are the ones this project's generators draw gaps
-from (``prefixlab.workload.arrivals.GAP_PRESETS``).
+update and ``C_q`` the share of the capacity it holds; ``E^_q = (E_q / (mean(E) + eps)) ^
+(1 / T)``; ``alpha_q <- clamp(beta alpha_q + (1 - beta) E^_q, L, U)`` with ``[L, U] =
+[max(0.001, mu - 2 sigma), min(10, mu + 2 sigma)]`` of the ``E^`` (``alg2=paper``, the
+printed order; ``alg2=clip-ehat`` clips ``E^`` before the EMA, this project's earlier
+reading). ``H_q`` counts the hits since the last update (``hits=window``: Sec. 5.3's "over a
+recent time window") or since the start (``hits=cumulative``: Algorithm 2's "cumulative
+hit-token counts"). Queues that hold nothing keep their weight. The paper gives no value for ``T``,
+``beta``, ``eps`` or the update period: ``T = 0.2``, ``beta = 0.9`` and every 10 requests
+are this project's choice, reported to follow the authors' code (which we could not
+reach). The log-normal presets are the paper's fits (Sec. 6.1: chat 4.15 / 0.971, agentic
+1.81 / 1.092; ``prefixlab.workload.arrivals.GAP_PRESETS``); the paper fits them offline
+on history, which is ``fit=given``.
 
 ``stage2=false`` is the ablation: each queue evicts independently, the victims shared among
 the queues in proportion to the evictable blocks each holds.
@@ -56,6 +65,9 @@ from prefixlab.workload.arrivals import GAP_PRESETS, lognormal_cdf, previous_tur
 F64 = npt.NDArray[np.float64]
 
 QUEUES = ("evict", "chat", "agentic", "structural")
+#: the structural score's ``max_offset``: the deepest structural block ever seen, the deepest
+#: cached now, or (not the paper's) the prompt length of the block's own request
+OFFSETS = ("global", "cached", "request")
 EVICT, CHAT, AGENTIC, STRUCT = range(4)
 WEIGHTED = (CHAT, AGENTIC, STRUCT)
 #: task label -> queue, for the labels of the bundled generators and loaders
@@ -64,7 +76,7 @@ DEFAULT_TASKS = {
     "agentic": "agentic",
     "agent": "agentic",
     "swe-agent": "agentic",
-    "toolbench": "agentic",
+    "tool-agent": "agentic",
     "untemplated": "evict",
     "programming": "structural",
     "tool-use": "structural",
@@ -88,18 +100,40 @@ def parse_tasks(spec: str) -> dict[str, int]:
 
 
 def update_weights(
-    alpha: F64, hits: F64, held: F64, temperature: float, beta: float, eps: float
+    alpha: F64,
+    hits: F64,
+    held: F64,
+    temperature: float,
+    beta: float,
+    eps: float,
+    order: str = "paper",
 ) -> F64:
-    """One step of Algorithm 2 over the queues that hold blocks (the others keep theirs)."""
+    """One step of Algorithm 2 over the queues that hold blocks (the others keep theirs).
+
+    ``order="paper"`` is Algorithm 2 as printed: ``E_q = H_q / (C_q + eps)``,
+    ``E_bar = mean(E) + eps`` (line 12), ``E^_q = (E_q / E_bar) ^ (1 / T)`` (line 15),
+    bounds ``[max(0.001, mu - 2 sigma), min(10, mu + 2 sigma)]`` of the ``E^`` (line 18),
+    then ``alpha_q = clamp(beta alpha_q + (1 - beta) E^_q, L, U)`` (lines 21-22): the EMA
+    first, the clamp on the weight. ``order="clip-ehat"`` is this project's earlier
+    reading: ``E^_q = (E_q / mean(E) + eps) ^ (1 / T)`` clipped to the bounds, then the EMA
+    (with three queues no ``E^`` is ever 2 sigma from the mean, so only the constants bind).
+    Sigma is the population standard deviation (the paper does not say which). A window
+    without a hit anywhere changes nothing (the paper's bounds would cross).
+    """
     out: F64 = alpha.copy()
     live = held > 0
     if not live.any():
         return out
     e = hits[live] / (held[live] + eps)
-    mean = float(e.mean())
-    if mean <= 0.0:
+    if float(e.max()) <= 0.0:
         return out  # no hits anywhere in the window: nothing to learn from
-    e_hat = (e / mean + eps) ** (1.0 / temperature)
+    if order == "paper":
+        e_hat = (e / (float(e.mean()) + eps)) ** (1.0 / temperature)
+        mu, sd = float(e_hat.mean()), float(e_hat.std())
+        raw = beta * alpha[live] + (1.0 - beta) * e_hat
+        out[live] = np.minimum(np.maximum(raw, max(0.001, mu - 2.0 * sd)), min(10.0, mu + 2.0 * sd))
+        return out
+    e_hat = (e / float(e.mean()) + eps) ** (1.0 / temperature)
     mu, sd = float(e_hat.mean()), float(e_hat.std())
     e_hat = np.clip(e_hat, max(0.001, mu - 2.0 * sd), min(10.0, mu + 2.0 * sd))
     out[live] = beta * alpha[live] + (1.0 - beta) * e_hat
@@ -128,6 +162,8 @@ class UniCache(EvictionPolicy):
         stage2: bool = True,
         tasks: str = "",
         offset: str = "global",
+        alg2: str = "paper",
+        hits: str = "window",
     ) -> None:
         for name, v, low in (("temperature", temperature, 0.0), ("eps", eps, 0.0),
                              ("chat_sigma", chat_sigma, 0.0),
@@ -148,8 +184,12 @@ class UniCache(EvictionPolicy):
                 raise ValueError(f"{name} must be an integer >= 1, got {iv!r}")
         if not isinstance(stage2, bool):
             raise ValueError(f"stage2 must be true or false, got {stage2!r}")
-        if offset not in ("global", "request"):
-            raise ValueError(f"offset must be 'global' or 'request', got {offset!r}")
+        if offset not in OFFSETS:
+            raise ValueError(f"offset must be one of {', '.join(OFFSETS)}, got {offset!r}")
+        if alg2 not in ("paper", "clip-ehat"):
+            raise ValueError(f"alg2 must be 'paper' or 'clip-ehat', got {alg2!r}")
+        if hits not in ("window", "cumulative"):
+            raise ValueError(f"hits must be 'window' or 'cumulative', got {hits!r}")
         if not isinstance(tasks, str):
             raise ValueError(f"tasks must be a string of TASK:QUEUE items, got {tasks!r}")
         self.update_every = update_every
@@ -163,6 +203,8 @@ class UniCache(EvictionPolicy):
         self.stage2 = stage2
         self.tasks = tasks
         self.offset = offset
+        self.alg2 = alg2
+        self.hit_count = hits
         self._task_queue = parse_tasks(tasks)
         # per-trace state (prepare_trace)
         self._req_queue: I64 = np.zeros(0, dtype=np.int64)
@@ -185,7 +227,11 @@ class UniCache(EvictionPolicy):
         self.held = np.zeros(len(QUEUES), dtype=np.float64)
         self.hits = np.zeros(len(QUEUES), dtype=np.float64)
         self.alpha = np.ones(len(QUEUES), dtype=np.float64)
-        self.max_offset = 1
+        self.max_offset = 1  # the deepest structural block ever seen (offset=global)
+        # offset=cached: structural blocks cached per depth, and a max-heap of depths
+        self._depth_count = np.zeros(64, dtype=np.int64)
+        self._depth_listed = np.zeros(64, dtype=bool)
+        self._depths: list[int] = []
         self._credit = np.zeros(len(QUEUES), dtype=np.float64)
         self._since_update = 0
         self._seen = -1  # requests up to here have had their gap counted
@@ -239,12 +285,21 @@ class UniCache(EvictionPolicy):
     def local_priority(self, e: int, q: int, now: float) -> float:
         """``s`` of entry ``e`` in queue ``q`` (lower goes first)."""
         if q == STRUCT:
-            scale = self.max_offset if self.offset == "global" else float(self.span[e])
-            return 1.0 - float(self.view.depth[e]) / scale
+            return 1.0 - float(self.view.depth[e]) / self._offset_scale(e)
         if q == EVICT:
             return 0.0
         mu, sigma = self.gap_params(q)
         return 1.0 - float(lognormal_cdf(now - float(self.t_last[e]), mu, sigma))
+
+    def _offset_scale(self, e: int) -> float:
+        if self.offset == "global":
+            return float(self.max_offset)
+        if self.offset == "request":
+            return float(self.span[e])
+        listed, count = self._depths, self._depth_count
+        while listed and count[-listed[0]] == 0:
+            self._depth_listed[-heapq.heappop(listed)] = False
+        return float(max(-listed[0], 1)) if listed else 1.0
 
     def _item(self, e: int, q: int, tok: int) -> tuple[Any, int, int, int]:
         return (self._heap_key(e, q), int(self._order[e]), tok, e)
@@ -266,16 +321,49 @@ class UniCache(EvictionPolicy):
         if base in (EVICT, STRUCT):  # single-turn: decode blocks are never reused
             decode = (v.depth[entries] + 1) * v.size[entries] > self._req_input[r]
             q[decode] = EVICT
-        old = self.queue[entries]
-        np.subtract.at(self.held, old[old >= 0], 1.0)
-        np.add.at(self.held, q, 1.0)
-        self.queue[entries] = q
+        self._move(entries, q)
         self.span[entries] = (
             max(self._req_input[r] // int(v.size[entries[0]]), 1) if entries.shape[0] else 1
         )
         s = entries[q == STRUCT]
         if s.shape[0]:
             self.max_offset = max(self.max_offset, int(v.depth[s].max()))
+
+    def _move(self, entries: I64, q: I64) -> None:
+        """Set the queue of ``entries`` (-1: none), keeping the counts."""
+        old = self.queue[entries]
+        np.subtract.at(self.held, old[old >= 0], 1.0)
+        np.add.at(self.held, q[q >= 0], 1.0)
+        self.queue[entries] = q
+        if self.offset == "cached":
+            depth = self.view.depth
+            np.subtract.at(self._depth_count, depth[entries[old == STRUCT]], 1)
+            d = depth[entries[q == STRUCT]]
+            if d.shape[0]:
+                top = int(d.max())
+                if top >= self._depth_count.shape[0]:
+                    grow = max(self._depth_count.shape[0], top + 1 - self._depth_count.shape[0])
+                    self._depth_count = np.concatenate(
+                        [self._depth_count, np.zeros(grow, dtype=np.int64)]
+                    )
+                    self._depth_listed = np.concatenate(
+                        [self._depth_listed, np.zeros(grow, dtype=bool)]
+                    )
+                np.add.at(self._depth_count, d, 1)
+                for x in np.unique(d).tolist():
+                    if not self._depth_listed[x]:
+                        self._depth_listed[x] = True
+                        heapq.heappush(self._depths, -x)
+
+    def _drop(self, e: int) -> None:
+        """Entry ``e`` leaves the cache (evicted)."""
+        q = int(self.queue[e])
+        self._token[e] = -1
+        self._evictable[q] -= 1
+        self.held[q] -= 1.0
+        self.queue[e] = -1
+        if q == STRUCT and self.offset == "cached":
+            self._depth_count[int(self.view.depth[e])] -= 1
 
     def on_insert(self, entries: I64) -> None:
         r = self._request()
@@ -304,9 +392,7 @@ class UniCache(EvictionPolicy):
 
     def on_remove(self, entries: I64) -> None:
         self._unlist(entries)
-        q = self.queue[entries]
-        np.subtract.at(self.held, q[q >= 0], 1.0)
-        self.queue[entries] = -1
+        self._move(entries, np.full(entries.shape[0], -1, dtype=np.int64))
 
     def _unlist(self, entries: I64) -> I64:
         """Take entries out of the heaps (lazily); returns those that were evictable."""
@@ -335,21 +421,21 @@ class UniCache(EvictionPolicy):
         return -1
 
     def _take(self, e: int) -> None:
-        q = int(self.queue[e])
-        heapq.heappop(self._heaps[q])
-        self._token[e] = -1
-        self._evictable[q] -= 1
-        self.held[q] -= 1.0
-        self.queue[e] = -1
+        heapq.heappop(self._heaps[int(self.queue[e])])
+        self._drop(e)
 
     def update_weights(self, at: int) -> None:
         """Algorithm 2 over the weighted queues (at request ``at``); the hit window restarts."""
         idx = list(WEIGHTED)
-        new = update_weights(self.alpha[idx], self.hits[idx], self.held[idx],
-                             self.temperature, self.beta, self.eps)  # fmt: skip
+        held = self.held[idx]
+        if self.alg2 == "paper":  # C_q: the share of the capacity the queue holds
+            held = held / max(self.view.num_entries, 1)
+        new = update_weights(self.alpha[idx], self.hits[idx], held, self.temperature,
+                             self.beta, self.eps, self.alg2)  # fmt: skip
         self.alpha[idx] = new
         self.weight_history.append((at, [float(a) for a in new]))
-        self.hits[:] = 0.0
+        if self.hit_count == "window":
+            self.hits[:] = 0.0
 
     def choose(self, now: float, skip: Any = None) -> int:
         """The next victim (not yet taken), or -1: evict-first, then stage 2 (or the
@@ -393,7 +479,8 @@ class UniCache(EvictionPolicy):
     def params(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in (
             "update_every", "temperature", "beta", "eps", "fit", "min_gaps", "chat_mu",
-            "chat_sigma", "agentic_mu", "agentic_sigma", "stage2", "tasks", "offset")}  # fmt: skip
+            "chat_sigma", "agentic_mu", "agentic_sigma", "stage2", "tasks", "offset",
+            "alg2")} | {"hits": self.hit_count}  # fmt: skip
 
 
 @register("unicache-opt")
@@ -432,10 +519,7 @@ class UniCacheOPT(UniCache):
         for e in aside:
             q = int(self.queue[e])
             if len(out) < n:
-                self._token[e] = -1
-                self._evictable[q] -= 1
-                self.held[q] -= 1.0
-                self.queue[e] = -1
+                self._drop(e)
                 out.append(e)
             else:
                 heapq.heappush(self._heaps[q], self._item(e, q, int(self._token[e])))

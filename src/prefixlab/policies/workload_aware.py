@@ -1,5 +1,5 @@
-"""WA: workload-aware eviction ("KVCache Cache in the Wild", Wang et al., USENIX ATC'25,
-arXiv 2506.02634).
+"""Workload-aware eviction: ``wa-atc25`` ("KVCache Cache in the Wild", Wang et al., USENIX
+ATC'25, arXiv 2506.02634) and ``wa``, the per-category LRU the UniCache paper compares with.
 
 The paper observes that, within one request *category* (request type and turn), the time
 to a block's next reuse is predictable and roughly exponential, and that head blocks of a
@@ -24,10 +24,13 @@ serves the next), replayed like the rest; a reuse is the next request that touch
 key (looks it up or stores it) inside the window; categories with fewer than
 ``min_samples`` touches use the fit over all categories.
 
-``mode=per-category-lru`` is the simpler baseline of the UniCache paper (workload
-partitions, LRU inside each): the capacity is shared among the categories in proportion to
-their reuses in the profiling window, and the category most over its share evicts its
-least recently used block.
+``wa`` is the baseline as the UniCache paper defines it: "A workload-aware cache eviction
+policy that applies LRU within each workload" (Sec. 6.1; Sec. 1: it "classifies requests by
+task category (e.g., multi-turn or single-turn) and applies LRU within each category
+separately"). A category is the task label (``max_turn=1``; larger values split by turn as
+above). The paper does not say how the categories share the capacity; ours: in proportion
+to their reuses in the profiling window, the category most over its share evicting its least
+recently used block.
 
 Time: the engine runner's simulated clock; under the replay runner, the arrival time of the
 request being processed.
@@ -50,12 +53,15 @@ F64 = npt.NDArray[np.float64]
 
 
 def categories(trace: Any, max_turn: int) -> tuple[list[str], I64]:
-    """The category names and each request's category index (task label and turn)."""
+    """The category names and each request's category index (task label, and the turn
+    unless ``max_turn`` is 1)."""
     names: dict[str, int] = {}
     out = np.zeros(len(trace), dtype=np.int64)
     for i, (task, turn) in enumerate(zip(trace.task, trace.turn.tolist(), strict=True)):
         t = int(turn) + 1
-        label = f"{task or '(none)'}_{t if t < max_turn else f'{max_turn}+'}"
+        label = task or "(none)"
+        if max_turn > 1:
+            label = f"{label}_{t if t < max_turn else f'{max_turn}+'}"
         out[i] = names.setdefault(label, len(names))
     return list(names), out
 
@@ -87,13 +93,15 @@ def fit_categories(
     return p.astype(np.float64), rate.astype(np.float64), reused
 
 
-@register("wa")
+@register("wa-atc25")
 class WorkloadAware(EvictionPolicy):
     """WA (ATC'25): per-category reuse probability and exponential reuse time; tail first."""
 
     structures: ClassVar[frozenset[str]] = frozenset({"block"})
     needs_trace: ClassVar[bool] = True
     needs_future: ClassVar[bool] = True  # the profiling window's block keys (its past only)
+    #: "wa": ATC'25's reuse probability; "per-category-lru": the UniCache paper's WA
+    mode: ClassVar[str] = "wa"
 
     def __init__(
         self,
@@ -101,7 +109,6 @@ class WorkloadAware(EvictionPolicy):
         window_s: float = 60.0,
         max_turn: int = 4,
         min_samples: int = 50,
-        mode: str = "wa",
     ) -> None:
         if (
             isinstance(profile, bool)
@@ -115,13 +122,10 @@ class WorkloadAware(EvictionPolicy):
         for name, v in (("max_turn", max_turn), ("min_samples", min_samples)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        if mode not in ("wa", "per-category-lru"):
-            raise ValueError(f"mode must be 'wa' or 'per-category-lru', got {mode!r}")
         self.profile = float(profile)
         self.window_s = float(window_s)
         self.max_turn = max_turn
         self.min_samples = min_samples
-        self.mode = mode
         self._layout: BlockLayout | None = None
         self._req_cat: I64 = np.zeros(0, dtype=np.int64)
         self.names: list[str] = []
@@ -131,7 +135,7 @@ class WorkloadAware(EvictionPolicy):
 
     def params(self) -> dict[str, Any]:
         return {"profile": self.profile, "window_s": self.window_s, "max_turn": self.max_turn,
-                "min_samples": self.min_samples, "mode": self.mode}  # fmt: skip
+                "min_samples": self.min_samples}  # fmt: skip
 
     # ------------------------------------------------------------------ set-up
     def bind(self, view: EntryView) -> None:
@@ -150,7 +154,9 @@ class WorkloadAware(EvictionPolicy):
 
     def prepare_trace(self, trace: Any, clock: str) -> None:
         if self._layout is None:
-            raise ConfigError("policy 'wa' needs the block layout (run it through a runner)")
+            raise ConfigError(
+                f"policy '{self.name}' needs the block layout (run it through a runner)"
+            )
         self.names, self._req_cat = categories(trace, self.max_turn)
         super().prepare_trace(trace, clock)
         upto = max(1, math.ceil(self.profile * len(trace)))
@@ -254,3 +260,16 @@ class WorkloadAware(EvictionPolicy):
             self.cat[best] = -1
             out.append(best)
         return np.array(out, dtype=np.int64)
+
+
+@register("wa")
+class PerCategoryLRU(WorkloadAware):
+    """WA as the UniCache paper defines it (Sec. 6.1): LRU within each task category."""
+
+    mode: ClassVar[str] = "per-category-lru"
+
+    def __init__(self, profile: float = 0.2, max_turn: int = 1) -> None:
+        super().__init__(profile=profile, max_turn=max_turn)
+
+    def params(self) -> dict[str, Any]:
+        return {"profile": self.profile, "max_turn": self.max_turn}

@@ -4,12 +4,12 @@ gap to the oracle it closes, B.4, Fig. 9; the cost of its own memory, A.2, Fig. 
 
 The paper's setup, and what stands in for what is not available offline:
 
-- **Workload** (Sec. 4.2): conversations start so that at most ``N_conv = 200`` are active;
-  a turn follows the previous reply after an exponential gap of mean ``lambda_chat = 100`` s;
-  the run lasts 20 minutes. The paper's LMSys, ShareGPT and Chatbot-Arena conversations are
-  not available offline: the ``lpc`` generator's synthetic conversations stand in, with a
-  hidden per-conversation engagement that the prompts reflect noisily (its docstring), and
-  open-loop turns (the replay runner).
+- **Workload** (A4, experimental setup: workload generation): conversations start so that at
+  most ``N_conv = 200`` are active; a turn follows the previous reply after an exponential gap
+  of mean ``lambda_chat = 100`` s; the run lasts 20 minutes. The paper's LMSys, ShareGPT and
+  Chatbot-Arena conversations are not available offline: the ``lpc`` generator's synthetic
+  conversations stand in, with a hidden per-conversation engagement that the prompts reflect
+  noisily (its docstring), and open-loop turns (the replay runner).
 - **Predictor** (Sec. 3.2-3.3): the user prompts of the turn and the 4 before, 512 tokens
   split evenly, embedded into 384 dimensions, plus the turn count, into an MLP with hidden
   layers of 128, trained on half of the conversations (class-weighted cross-entropy, Adam
@@ -19,10 +19,10 @@ The paper's setup, and what stands in for what is not available offline:
   are measured with the predictor whose MCC falls in the paper's range (hashed, about 0.3;
   MiniLM reaches less on these conversations, whose cue is a short clause in a five-prompt
   window) and, at paper scale, with MiniLM's as well.
-- **Cache** (Sec. 4.1, 4.3): Qwen3-32B (256 KiB of KV per token), 16-token blocks, total
-  capacities of 64K to 160K tokens (16 to 40 GiB); LPC's predictor takes 1 GiB of it ("for a
-  fair comparison with LRU, LPC's available prefix-cache size is reduced by this 1 GB"): 256
-  blocks. The oracle is not charged (the paper does not say).
+- **Cache** (A4, cache configuration; Sec. 4.3): Qwen3-32B (256 KiB of KV per token), 16-token
+  blocks, total capacities of 64K to 160K tokens (16 to 40 GiB); LPC's predictor takes 1 GiB of
+  it ("for a fair comparison with LRU, LPC's available prefix-cache size is reduced by this 1
+  GB"): 256 blocks. The oracle is not charged (the paper does not say).
 """
 
 from __future__ import annotations

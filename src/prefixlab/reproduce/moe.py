@@ -116,8 +116,8 @@ def _fig4_claims(table: list[Row]) -> list[Claim]:
             Claim(f"largest gap of an online policy to OPT ({model})", "Sec. 5.2, Fig. 4",
                   "up to x2.5", f"x{worst:.2f}",
                   "agree" if abs(worst / 2.5 - 1) <= 0.15 else "differ",
-                  PAPER_NOTE + "; the gap depends on the routing's reuse and skew (the paper's "
-                  "own Fig. 5(b) reaches 3.6x OPT at k = 200 on Mixtral traces)"),
+                  PAPER_NOTE + "; the gap depends on the routing's reuse and skew (the axis of "
+                  "the paper's Fig. 5(b), Mixtral at k = 200, reaches 3.6x OPT)"),
             Claim(f"LLRU the lowest online faults ({model})", "Sec. 5.2, Fig. 4",
                   "LLRU achieves the lowest number of faults across online strategies",
                   f"lowest at {llru_best} of {len(best)} sizes k >= l; at most {excess:.1%} "
@@ -277,9 +277,9 @@ class OptDist(Reproduction):
             table.append({"panel": "b", "n": 8, "l": 32, "k": 64, "zipf_a": a,
                           "ratio": _opt_dist_ratio(8, 32, 64, a, f)})  # fmt: skip
         return Outcome(table, _fig6_claims(table), _draw_fig6, [
-            "the paper's synthetic model: i.i.d. Zipf, p_j ~ 1/(j+b)^a with b = 0, the same law "
-            f"in every layer; {f.tokens:,} tokens, mean of the ratio over seeds "
-            f"{', '.join(map(str, f.seeds))} (the paper gives neither).",
+            "the paper's synthetic model (Sec. 5.1): i.i.d. Zipf, p_j ~ 1/(j+b)^a, the same law "
+            f"in every layer; b = 0, {f.tokens:,} tokens, mean of the ratio over seeds "
+            f"{', '.join(map(str, f.seeds))} (ours: Fig. 6 gives none of them).",
             "even shares of k/l: floor for every layer, the remainder one page each to the "
             "first layers (the paper does not say how k/l is rounded).",
         ])  # fmt: skip

@@ -2,7 +2,8 @@
 
 ::
 
-    arrivals (open loop: trace times; closed loop: previous turn's finish + think time)
+    arrivals (open loop: trace times; closed loop: previous turn's finish + think time;
+              gated: the later of the trace time and the previous turn's finish)
         |
         v
     Scheduler.schedule(now) --> Batch --> TimingModel.step_s --> step ends at now + d
@@ -53,6 +54,10 @@ class EngineConfig:
     max_num_batched_tokens: int = 8192
     chunked_prefill: bool = True
     closed_loop: bool = False
+    #: a session's turn arrives at its trace time or when its previous turn finishes,
+    #: whichever is later (UniCache's simulator, Algorithm 3 lines 21-24: the next turn is
+    #: queued when the previous completes, admitted once its timestamp is reached)
+    gated: bool = False
     min_recompute_tokens: int = 1
     max_free_blocks: int | None = None
     #: cache a prompt's full blocks as soon as they are computed (vLLM v1, SGLang), so
@@ -93,13 +98,15 @@ class EngineConfig:
                 raise ConfigError("for the hybrid structure without caching use -p vanilla")
         else:
             self.replay_config().validate()
-        for name in ("chunked_prefill", "closed_loop", "cache_while_running"):
+        for name in ("chunked_prefill", "closed_loop", "gated", "cache_while_running"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("max_num_seqs", "max_num_batched_tokens"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        if self.closed_loop and self.gated:
+            raise ConfigError("closed_loop and gated are two arrival modes: choose one")
         s = self.spare_blocks
         if isinstance(s, bool) or not isinstance(s, int) or s < 0:
             raise ConfigError(f"spare_blocks must be an integer >= 0, got {s!r}")
@@ -197,7 +204,7 @@ def simulate(
         # the hybrid tree takes a sequence when it finishes (states exist only there)
         cache_while_running=config.cache_while_running and not hybrid,
     )  # fmt: skip
-    run = _Run(trace, sched, timing, obs, config.closed_loop, check_every)
+    run = _Run(trace, sched, timing, obs, config.closed_loop, config.gated, check_every)
     start = time.perf_counter()
     run.go()
     result = _result(trace, pol, config, timing, run, hits)
@@ -215,6 +222,7 @@ class _Run:
         timing: TimingModel,
         observers: list[Observer],
         closed_loop: bool,
+        gated: bool,
         check_every: int,
     ) -> None:
         n = len(trace)
@@ -232,7 +240,8 @@ class _Run:
         self.trace_arrival = trace.arrival_s
         self.busy = False
         self.num_steps = 0
-        self._schedule_arrivals(trace, closed_loop)
+        self.gated = gated
+        self._schedule_arrivals(trace, closed_loop or gated)
 
     def _schedule_arrivals(self, trace: Trace, closed_loop: bool) -> None:
         if not closed_loop:
@@ -240,7 +249,8 @@ class _Run:
                 self.loop.schedule(t, (ARRIVE, r), ARRIVE)
             return
         # Closed loop: a session's first request arrives at its trace time; each later one
-        # a think time after its predecessor finishes.
+        # a think time after its predecessor finishes (gated: at its trace time, but not
+        # before its predecessor finishes).
         last: dict[str, int] = {}
         order = np.lexsort((trace.turn, trace.arrival_s))
         for r in order.tolist():
@@ -252,7 +262,9 @@ class _Run:
             if sid is not None:
                 last[sid] = r
 
-    def _think(self, prev: int, r: int) -> float:
+    def _think(self, prev: int, r: int, now: float) -> float:
+        if self.gated:
+            return max(float(self.trace_arrival[r]) - now, 0.0)
         t = float(self.think_s[r])
         if math.isnan(t):
             t = max(float(self.trace_arrival[r] - self.trace_arrival[prev]), 0.0)
@@ -310,7 +322,7 @@ class _Run:
             self._emit(Finished(r, now))
             nxt = self.next_turn.get(r)
             if nxt is not None:
-                self.loop.schedule(now + self._think(r, nxt), (ARRIVE, nxt), ARRIVE)
+                self.loop.schedule(now + self._think(r, nxt, now), (ARRIVE, nxt), ARRIVE)
         if self.check_every and self.num_steps % self.check_every == 0:
             self.sched.check()
 

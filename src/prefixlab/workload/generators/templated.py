@@ -52,6 +52,9 @@ class TemplatedParams:
     request_rate_per_s: float = param(4.0, 0, "Poisson arrival rate.", strict=True)
     task_weights: str = param("", help="Weights of untemplated,programming,tool-use,document-qa.")
     system_tokens: int = param(512, 1, "Tokens of each task's system prompt.")
+    system_tokens_per_task: str = param(
+        "", help="Per-task system prompt tokens, e.g. 'untemplated:8,tool-use:300' (0: none)."
+    )
     templates_per_task: int = param(50, 1, "Template pool size of each templated task.")
     template_zipf: float = param(1.0, 0, "Zipf exponent of template popularity.")
     query_tokens: int = param(64, 1, "Mean tokens of the unique query.")
@@ -81,8 +84,22 @@ class TemplatedParams:
         out: npt.NDArray[np.float64] = w / w.sum()
         return out
 
+    def system_lengths(self) -> dict[str, int]:
+        """Each task's system prompt length: ``system_tokens`` unless overridden."""
+        out = dict.fromkeys(TASKS, self.system_tokens)
+        for item in filter(None, (x.strip() for x in self.system_tokens_per_task.split(","))):
+            task, sep, n = (part.strip() for part in item.partition(":"))
+            if not sep or task not in out or not n.isdigit():
+                raise ConfigError(
+                    f"system_tokens_per_task: expected TASK:TOKENS items separated by ',' "
+                    f"(TASK one of {', '.join(TASKS)}, TOKENS >= 0), got {item!r}"
+                )
+            out[task] = int(n)
+        return out
+
     def validate(self) -> None:
         self.weights()
+        self.system_lengths()
 
 
 class TemplatedTasks:
@@ -91,7 +108,7 @@ class TemplatedTasks:
     def __init__(self, p: TemplatedParams, tokens: TokenSource) -> None:
         self.p = p
         self.tokens = tokens
-        self.system = {t: tokens.draw(p.system_tokens) for t in TASKS}
+        self.system = {t: tokens.draw(n) for t, n in p.system_lengths().items()}
         means = {
             "programming": p.program_tokens,
             "tool-use": p.tool_tokens,
