@@ -22,12 +22,13 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal
-
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from prefixlab.errors import ConfigError
 from prefixlab.registry import Registry
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 Scale = Literal["ci", "paper"]
 SCALES: tuple[Scale, ...] = ("ci", "paper")
@@ -186,6 +187,8 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 def figure_png(draw: Callable[[Figure, list[Row]], None], rows: list[Row]) -> bytes:
     """The figure as PNG bytes (fixed size and dpi, no software stamp: same bytes each run)."""
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(8.0, 4.5), dpi=100, layout="constrained")
     draw(fig, rows)
     buf = io.BytesIO()

@@ -13,10 +13,14 @@ cache, 16 output tokens.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from matplotlib.figure import Figure
 
 from prefixlab.reproduce.base import Claim, Outcome, Reproduction, Row, Scale, num, register
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 P_VALUES = tuple(round(0.1 * i, 1) for i in range(1, 11))
 

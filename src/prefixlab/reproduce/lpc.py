@@ -32,11 +32,14 @@ import math
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from prefixlab.reproduce.base import Claim, Outcome, Reproduction, Row, Scale, num, register
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 MODEL = "qwen3-32b"
 BLOCK = 16

@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from prefixlab.reproduce.base import Claim, Outcome, Reproduction, Row, Scale, num, register
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 GB = 10**9
 MODEL = "marconi-hybrid-7b"

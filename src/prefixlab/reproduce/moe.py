@@ -32,9 +32,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from prefixlab.reproduce.base import Claim, Outcome, Reproduction, Row, Scale, num, register
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 if TYPE_CHECKING:
     from prefixlab.experts.trace import ExpertTrace

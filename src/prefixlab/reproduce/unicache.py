@@ -38,11 +38,14 @@ import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from prefixlab.reproduce.base import Claim, Outcome, Reproduction, Row, Scale, num, register
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 GPU = "a100"
 MEMORY_UTILIZATION, RESERVE_GIB = 0.9, 3.0

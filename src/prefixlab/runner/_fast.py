@@ -15,17 +15,14 @@ path's per-request hits and eviction counts. It is used only when numba is insta
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-try:
-    from numba import njit
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - exercised where numba is absent
-    HAVE_NUMBA = False
+#: numba is imported (and the kernel compiled or loaded from its cache) on first use only
+HAVE_NUMBA = importlib.util.find_spec("numba") is not None
 
 I64 = npt.NDArray[np.int64]
 POLICY_CODES = {"vllm": 0, "lru": 1, "fifo": 2}
@@ -211,16 +208,21 @@ def _kernel(
     out[0] = evictions
 
 
-_compiled: Any
-if HAVE_NUMBA:
-    _list_remove = njit(cache=True, inline="always")(_list_remove)
-    _list_append = njit(cache=True, inline="always")(_list_append)
-    _q_push = njit(cache=True, inline="always")(_q_push)
-    _q_pop_unpinned = njit(cache=True, inline="always")(_q_pop_unpinned)
-    _evict_one = njit(cache=True, inline="always")(_evict_one)
-    _compiled = njit(cache=True)(_kernel)
-else:  # pragma: no cover
-    _compiled = None
+_compiled: Any = None
+
+
+def _kernel_compiled() -> Any:
+    """The jitted kernel. Its helpers are jitted in place first: numba resolves the
+    kernel's globals when it compiles, on the first call."""
+    global _compiled
+    if _compiled is None:
+        from numba import njit
+
+        g = globals()
+        for name in ("_list_remove", "_list_append", "_q_push", "_q_pop_unpinned", "_evict_one"):
+            g[name] = njit(cache=True, inline="always")(g[name])
+        _compiled = njit(cache=True)(_kernel)
+    return _compiled
 
 
 def replay_fast(
@@ -236,12 +238,12 @@ def replay_fast(
     max_free_blocks: int | None,
 ) -> tuple[I64, I64, int, int]:
     """Run the kernel; returns (hit_tokens, hit_blocks, num_evictions, failed_request)."""
-    assert _compiled is not None
+    kernel = _kernel_compiled()
     n = int(key_offsets.shape[0]) - 1
     hit_tokens = np.zeros(n, np.int64)
     hit_blocks = np.zeros(n, np.int64)
     out = np.zeros(2, np.int64)
-    _compiled(
+    kernel(
         keys, key_offsets, num_lookup, lookup_end, held, capacity, max(num_keys, 1),
         block_tokens, POLICY_CODES[policy], -1 if max_free_blocks is None else max_free_blocks,
         hit_tokens, hit_blocks, out,

@@ -133,6 +133,7 @@ class Trace:
         #: per-request think time (NaN: none, the request arrives at ``arrival_s``)
         self.think_s: F64 = think_s if think_s is not None else np.full(n, np.nan)
         self._layouts: dict[tuple[int, str, bool, int], BlockLayout] = {}
+        self._sequence: tuple[I64, I64] | None = None
         self._check_consistent()
 
     def _check_consistent(self) -> None:
@@ -280,7 +281,12 @@ class Trace:
         in_vals, in_offs = self.input_tokens
         if self.output_tokens is None:
             return in_vals, in_offs
-        return _concat_ragged(in_vals, in_offs, *self.output_tokens)
+        if self._sequence is None:  # computed once: the runners ask for it per request
+            vals, offs = _concat_ragged(in_vals, in_offs, *self.output_tokens)
+            vals.setflags(write=False)
+            offs.setflags(write=False)
+            self._sequence = vals, offs
+        return self._sequence
 
     def block_layout(
         self,
@@ -360,14 +366,7 @@ class Trace:
         self, bt: int, extra_key: int | str | None, cache_partial: bool, min_recompute: int
     ) -> BlockLayout:
         raw, key_offs, lookable = self._sequence_keys(bt, extra_key, cache_partial)
-        _check_distinct_per_request(raw, key_offs)
-        if raw.shape[0]:
-            _, dense = np.unique(raw, return_inverse=True)
-            dense = dense.astype(np.int64).reshape(-1)
-            num_distinct = int(dense.max()) + 1
-        else:
-            dense = np.zeros(0, dtype=np.int64)
-            num_distinct = 0
+        dense, num_distinct = _dense_keys(raw, key_offs)
         # Cap: hit tokens <= input_length - min_recompute_tokens, block-aligned, except a
         # cached trailing partial block which hits as a whole (ends at input_length).
         cap_full = np.maximum(self.input_length - min_recompute, 0) // bt
@@ -389,17 +388,30 @@ class Trace:
         )
 
 
-def _check_distinct_per_request(raw: U64, key_offs: I64) -> None:
-    """A key names a whole prefix, so one sequence cannot hold the same key twice."""
-    if raw.shape[0] < 2:
-        return
-    req = np.repeat(np.arange(key_offs.shape[0] - 1), np.diff(key_offs))
-    order = np.lexsort((raw, req))
-    same = (req[order][1:] == req[order][:-1]) & (raw[order][1:] == raw[order][:-1])
+def _dense_keys(raw: U64, key_offs: I64) -> tuple[I64, int]:
+    """Dense ids of the raw keys (their rank among the distinct keys, as ``np.unique``
+    numbers them) and how many there are, from one stable sort that also checks that no
+    sequence holds a key twice (a key names a whole prefix)."""
+    n = raw.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    order = np.argsort(raw, kind="stable")
+    ranked = raw[order]
+    new = np.empty(n, dtype=np.bool_)
+    new[0] = True
+    np.not_equal(ranked[1:], ranked[:-1], out=new[1:])
+    # Equal keys sit together in position order, so a repeat within one sequence is an
+    # equal neighbour from the same request.
+    req = np.repeat(np.arange(key_offs.shape[0] - 1), np.diff(key_offs))[order]
+    same = ~new[1:] & (req[1:] == req[:-1])
     if same.any():
-        r = int(req[order][1:][same][0])
-        key = int(raw[order][1:][same][0])
-        raise ConfigError(f"request {r}: block id {key} appears twice in one sequence")
+        dup = np.flatnonzero(same) + 1  # report the first request's smallest repeated key
+        i = int(dup[np.lexsort((ranked[dup], req[dup]))[0]])
+        raise ConfigError(f"request {int(req[i])}: block id {int(ranked[i])} appears twice in one "
+                          "sequence")  # fmt: skip
+    dense = np.empty(n, dtype=np.int64)
+    dense[order] = np.cumsum(new) - 1
+    return dense, int(np.count_nonzero(new))
 
 
 def _starts(counts: I64) -> I64:
