@@ -9,9 +9,7 @@ drained while it holds at least ``small_ratio`` of the capacity. Pinned entries 
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
-from prefixlab.policies._ordered import GhostList
+from prefixlab.policies._ordered import FreeQueue, GhostList
 from prefixlab.policies.base import EntryView, PerEntryPolicy, register
 
 
@@ -39,20 +37,20 @@ class S3FIFO(PerEntryPolicy):
         super().bind(view)
         cap = view.num_entries
         self.small_target = max(1, round(self.small_ratio * cap))
-        self.small: OrderedDict[int, None] = OrderedDict()
-        self.main: OrderedDict[int, None] = OrderedDict()
+        self._free: set[int] = set()
+        self.small = FreeQueue(self._free)
+        self.main = FreeQueue(self._free)
         self.ghost = GhostList(max(1, cap - self.small_target))
         self.freq: dict[int, int] = {}
-        self._free: set[int] = set()
 
     def insert(self, e: int) -> None:
         key = int(self.view.key[e])
         self.freq[e] = 0
         if key in self.ghost:
             self.ghost.pop(key)
-            self.main[e] = None
+            self.main.append(e)
         else:
-            self.small[e] = None
+            self.small.append(e)
 
     def access(self, e: int) -> None:
         if e in self.freq:
@@ -60,25 +58,24 @@ class S3FIFO(PerEntryPolicy):
 
     def evictable(self, e: int) -> None:
         self._free.add(e)
+        self.small.freed(e)
+        self.main.freed(e)
 
     def pinned(self, e: int) -> None:
         self._free.discard(e)
 
     def remove(self, e: int) -> None:
         self._free.discard(e)
-        self.small.pop(e, None)
-        self.main.pop(e, None)
+        self.small.discard(e)
+        self.main.discard(e)
         self.freq.pop(e, None)
 
-    def _first_free(self, queue: OrderedDict[int, None]) -> int:
-        return next((e for e in queue if e in self._free), -1)
-
     def _evict_small(self) -> int:
-        while (e := self._first_free(self.small)) >= 0:
-            del self.small[e]
+        while (e := self.small.oldest_free()) >= 0:
+            self.small.discard(e)
             if self.freq[e] >= self.move_to_main_threshold:
                 self.freq[e] = 0
-                self.main[e] = None
+                self.main.append(e)
                 continue
             self.ghost.add(int(self.view.key[e]))
             return e
@@ -86,12 +83,12 @@ class S3FIFO(PerEntryPolicy):
 
     def _evict_main(self) -> int:
         # Every pass over a free entry decrements its counter (<= 3), so this terminates.
-        while (e := self._first_free(self.main)) >= 0:
+        while (e := self.main.oldest_free()) >= 0:
             if self.freq[e] > 0:
                 self.freq[e] -= 1
-                self.main.move_to_end(e)
+                self.main.append(e)
                 continue
-            del self.main[e]
+            self.main.discard(e)
             return e
         return -1
 
