@@ -44,3 +44,17 @@ def test_free_queue_drops_stale_items_so_its_heap_stays_bounded() -> None:
         q.append(i % 4)
     assert len(q) == 4 and q.oldest_free() == 0
     assert len(q._heap) <= 2 * len(q) + 64
+
+
+def test_free_queue_holds_one_live_item_per_member_however_often_it_is_freed() -> None:
+    free: set[int] = set()
+    q = FreeQueue(free)
+    for e in range(5):
+        q.append(e)
+    for _ in range(100):  # released again and again (every request end does this)
+        for e in range(5):
+            free.add(e)
+            q.freed(e)
+    live = [(p, e) for p, e in q._heap if q._pos.get(e) == p]
+    assert sorted(live) == [(e + 1, e) for e in range(5)]
+    assert q.oldest_free() == 0

@@ -23,6 +23,7 @@ import dataclasses
 
 from prefixlab.model import get_model
 from prefixlab.model.spec import ModelSpec
+from prefixlab.reproduce.marconi import fig12_shapes
 from prefixlab.runner.hybrid import HybridConfig, replay_hybrid
 from prefixlab.workload.generators import GENERATORS
 from prefixlab.workload.trace import Trace
@@ -78,15 +79,7 @@ def part2(traces: dict[str, Trace]) -> None:
 
 def part3(trace: Trace) -> None:
     print("\n3. Tuned Marconi against SGLang+ and vLLM+ on the mixed workload at 10 GB")
-    for label, model in (
-        ("attention:SSM 1:2", dataclasses.replace(HYBRID, num_attention_layers=12)),
-        ("attention:SSM 1:4", dataclasses.replace(HYBRID, num_attention_layers=6)),
-        ("attention:SSM 1:8", dataclasses.replace(HYBRID, num_attention_layers=3)),
-        ("state dim N=16", dataclasses.replace(HYBRID, ssm_d_state=16)),
-        ("state dim N=32", dataclasses.replace(HYBRID, ssm_d_state=32)),
-        ("state dim N=64", dataclasses.replace(HYBRID, ssm_d_state=64)),
-        ("state dim N=128", HYBRID),
-    ):
+    for label, model in fig12_shapes(HYBRID, "state dim N={}"):
         v, s = hit(trace, "vllm+", 10, model), hit(trace, "sglang+", 10, model)
         m = hit(trace, "marconi", 10, model)
         ratio = model.state_bytes_per_checkpoint / model.kv_bytes_per_token

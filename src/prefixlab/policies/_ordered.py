@@ -44,16 +44,18 @@ class FreeQueue:
     victim. Here each member has a position (a counter bumped by
     ``append``), and a heap holds ``(position, entry)`` for every free member; items made
     stale by a later append, a removal or a pin are dropped when they reach the top, and
-    ``freed`` pushes a member back when it becomes evictable again. The owner shares its
-    set of free entries with the queue.
+    ``freed`` pushes a member back only if it has no live item (it was appended while
+    pinned, or its item was dropped while it was pinned), so items are never duplicated.
+    The owner shares its set of free entries with the queue.
     """
 
-    __slots__ = ("_free", "_heap", "_next", "_pos")
+    __slots__ = ("_free", "_heap", "_missing", "_next", "_pos")
 
     def __init__(self, free: set[int]) -> None:
         self._free = free
         self._pos: dict[int, int] = {}
         self._heap: list[tuple[int, int]] = []
+        self._missing: set[int] = set()  # members with no live item in the heap
         self._next = 0
 
     def append(self, e: int) -> None:
@@ -62,24 +64,30 @@ class FreeQueue:
         self._pos.pop(e, None)  # re-inserted, so the dict keeps queue order
         self._pos[e] = self._next
         if e in self._free:
+            self._missing.discard(e)
             self._push(self._next, e)
+        else:
+            self._missing.add(e)
 
     def discard(self, e: int) -> None:
         self._pos.pop(e, None)
+        self._missing.discard(e)
 
     def freed(self, e: int) -> None:
         """``e`` became evictable: make it findable again if it is a member."""
-        pos = self._pos.get(e)
-        if pos is not None:
-            self._push(pos, e)
+        if e in self._missing:
+            self._missing.discard(e)
+            self._push(self._pos[e], e)
 
     def oldest_free(self) -> int:
         """The oldest free member, or -1."""
         heap, pos, free = self._heap, self._pos, self._free
         while heap:
             p, e = heap[0]
-            if pos.get(e) == p and e in free:
-                return e
+            if pos.get(e) == p:
+                if e in free:
+                    return e
+                self._missing.add(e)  # pinned: ``freed`` pushes it back
             heapq.heappop(heap)
         return -1
 
@@ -87,6 +95,7 @@ class FreeQueue:
         heapq.heappush(self._heap, (p, e))
         if len(self._heap) > 2 * len(self._pos) + 64:  # drop the stale items at once
             self._heap = [(q, x) for x, q in self._pos.items() if x in self._free]
+            self._missing = {x for x in self._pos if x not in self._free}
             heapq.heapify(self._heap)
 
     def __contains__(self, e: int) -> bool:

@@ -47,10 +47,12 @@ class LeCaR(PerEntryPolicy):
         self._stamp: dict[int, int] = {}
         self._free: set[int] = set()
         self.recency = FreeQueue(self._free)
+        self._lfu_dropped: set[int] = set()  # pinned entries whose LFU item was popped
 
     def _touch(self, e: int) -> None:
         self.time += 1
         self._stamp[e] = self.time
+        self._lfu_dropped.discard(e)
         self.recency.append(e)
         heapq.heappush(self.lfu_heap, (self.freq[e], self.time, e))
 
@@ -84,7 +86,8 @@ class LeCaR(PerEntryPolicy):
     def evictable(self, e: int) -> None:
         self._free.add(e)
         self.recency.freed(e)
-        if e in self._stamp:  # its LFU item may have been dropped while it was pinned
+        if e in self._lfu_dropped:  # its LFU item was popped while it was pinned
+            self._lfu_dropped.discard(e)
             heapq.heappush(self.lfu_heap, (self.freq[e], self._stamp[e], e))
 
     def pinned(self, e: int) -> None:
@@ -95,6 +98,7 @@ class LeCaR(PerEntryPolicy):
         self.recency.discard(e)
         self.freq.pop(e, None)
         self._stamp.pop(e, None)
+        self._lfu_dropped.discard(e)
 
     def _lfu_victim(self) -> int:
         """Fewest hits, then oldest stamp, among free entries. Stale items and pinned
@@ -102,8 +106,10 @@ class LeCaR(PerEntryPolicy):
         heap = self.lfu_heap
         while heap:
             _f, t, e = heap[0]
-            if self._stamp.get(e) == t and e in self._free:
-                return e
+            if self._stamp.get(e) == t:
+                if e in self._free:
+                    return e
+                self._lfu_dropped.add(e)  # pinned: ``evictable`` pushes it back
             heapq.heappop(heap)
         return -1
 

@@ -34,6 +34,8 @@ from prefixlab.reproduce.base import Claim, Outcome, Reproduction, Row, Scale, n
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from prefixlab.model.spec import ModelSpec
+
 GB = 10**9
 MODEL = "marconi-hybrid-7b"
 SYSTEMS = {"vLLM+": "vllm+:sizing=estimate", "SGLang+": "sglang+",
@@ -161,6 +163,17 @@ def _draw_hits(fig: Figure, rows: list[Row]) -> None:
     axes[-1].legend(fontsize="x-small")
 
 
+def fig12_shapes(base: ModelSpec, state_label: str = "state dim {}") -> list[tuple[str, ModelSpec]]:
+    """Fig. 12's variants of the 7B hybrid (Sec. 5.4): attention:SSM layer ratios 1:2, 1:4,
+    1:8 (24 SSM layers, fewer attention layers), then state dimensions 16 to 128."""
+    return [
+        *((f"attention:SSM 1:{24 // a}", dataclasses.replace(base, num_attention_layers=a))
+          for a in (12, 6, 3)),
+        *((state_label.format(n), dataclasses.replace(base, ssm_d_state=n))
+          for n in (16, 32, 64, 128)),
+    ]  # fmt: skip
+
+
 @register("marconi-model-shapes")
 class MarconiShapes(Reproduction):
     paper = "Marconi (marconi.md)"
@@ -175,16 +188,7 @@ class MarconiShapes(Reproduction):
         base = get_model(MODEL)
         dense = dataclasses.replace(base, name="transformer-7b", num_attention_layers=28,
                                     num_ssm_layers=0, ssm_d_inner=0, ssm_d_state=0)  # fmt: skip
-        shapes = [
-            ("attention:SSM 1:2", dataclasses.replace(base, num_attention_layers=12)),
-            ("attention:SSM 1:4", dataclasses.replace(base, num_attention_layers=6)),
-            ("attention:SSM 1:8", dataclasses.replace(base, num_attention_layers=3)),
-            ("state dim 16", dataclasses.replace(base, ssm_d_state=16)),
-            ("state dim 32", dataclasses.replace(base, ssm_d_state=32)),
-            ("state dim 64", dataclasses.replace(base, ssm_d_state=64)),
-            ("state dim 128", base),
-            ("pure Transformer", dense),
-        ]
+        shapes = [*fig12_shapes(base), ("pure Transformer", dense)]
         table: list[Row] = []
         for label, model in shapes:
             h = {k: _hit(trace, spec, s.shape_gb, model) for k, spec in SYSTEMS.items()
