@@ -1,27 +1,41 @@
-"""Replay throughput (blocks/s) of prefixlab's block cache against a naive baseline.
+"""Replay throughput of every policy on every structure, against a reference and peers.
 
 Run: ``python benchmarks/replay_throughput.py`` (``--quick`` for a small trace).
 
 The workload is a hash-form multi-turn trace (agentic sessions with a growing context,
-16-token blocks, as in the Qwen-Bailian traces) of at least 2 million blocks. The baseline,
-measured in the same run on the same trace, is a plain ``OrderedDict`` LRU block cache:
-per block a dict lookup, ``move_to_end`` on hit, insert and ``popitem`` on miss, with no
-reference counts or pinning. Every policy is reported as blocks/s and as a ratio to it
-(best of ``--repeat`` runs each); ``vllm``, ``lru`` and ``fifo`` are reported twice, with the
-compiled kernel (the ``fast`` extra) and on the numpy path.
+16-token blocks, as in the Qwen-Bailian traces). The reference, measured in the same run on
+the same trace, is the pure-Python model of vLLM v1's ``BlockPool`` that the tests use as an
+oracle (``tests/reference/vllm_pool_ref.py``: linked free queue, ref counts, duplicate
+holders), replaying requests already parsed. Every replay-capable built-in policy is
+timed on the block and radix structures (blocks/s, ratio to the reference, token hit
+ratio; best of ``--repeat``), then the peers on the same block stream: KVCache.AI's
+``kvcache-simulator`` (C++, LRU / FIFO / optimal) and libCacheSim (C, LRU / FIFO /
+Belady), each in its own scratch environment (``benchmarks/_peers.py``).
+
+Times cover the replay loop only (no trace loading; compilation is warmed up first, and
+OPT's next-use pass is outside the loop, as a peer's is). ``kernel`` says whether a
+request-loop kernel ran (compiled with numba) or the generic path (policy hooks called
+per request from Python).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import tempfile
 import time
-from collections import OrderedDict
+from pathlib import Path
 
-from prefixlab.runner._fast import HAVE_NUMBA, POLICY_CODES
+from prefixlab.policies.base import make_policy, registered
+from prefixlab.runner import _fast
 from prefixlab.runner.replay import ReplayConfig, replay
 from prefixlab.workload.generators.sessions import generate_sessions
-from prefixlab.workload.trace import BlockLayout, Trace, to_hash_form
+from prefixlab.workload.trace import Trace, to_hash_form
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "reference"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def make_trace(min_blocks: int, seed: int = 0) -> Trace:
@@ -41,75 +55,121 @@ def make_trace(min_blocks: int, seed: int = 0) -> Trace:
             seed=seed,
         )
         trace = to_hash_form(tok, 16)
-        layout = trace.block_layout()
-        if int(layout.num_blocks_held.sum()) >= min_blocks:
+        if int(trace.block_layout().num_blocks_held.sum()) >= min_blocks:
             return trace
         num_sessions = int(num_sessions * 1.6)
 
 
-def naive_ordered_dict(layout: BlockLayout, capacity_blocks: int) -> tuple[float, int]:
-    """The baseline: an OrderedDict LRU over block keys. Returns (seconds, hit blocks)."""
-    keys_per_req = [
-        layout.keys[layout.key_offsets[r] : layout.key_offsets[r + 1]].tolist()
-        for r in range(layout.key_offsets.shape[0] - 1)
-    ]
-    lookups = layout.num_lookup_blocks.tolist()
-    cache: OrderedDict[int, None] = OrderedDict()
-    hits = 0
+def hash_lists(trace: Trace) -> list[list[int]]:
+    """Every request's hash ids as a list."""
+    assert trace.hash_ids is not None
+    values, offsets = trace.hash_ids
+    ids = values.astype("int64").tolist()
+    return [ids[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)]
+
+
+def write_mooncake(trace: Trace, path: Path) -> None:
+    """The trace as Mooncake-style JSONL (timestamp in ms, lengths, hash_ids), no header."""
+    with path.open("w", encoding="utf-8") as fh:
+        for t, i, o, h in zip((trace.arrival_s * 1000).round().astype("int64").tolist(),
+                              trace.input_length.tolist(), trace.output_length.tolist(),
+                              hash_lists(trace), strict=True):  # fmt: skip
+            fh.write(json.dumps({"timestamp": t, "input_length": i, "output_length": o,
+                                 "hash_ids": h}, separators=(",", ":")) + "\n")  # fmt: skip
+
+
+def reference_vllm(trace: Trace, capacity_blocks: int, block_tokens: int) -> tuple[float, int]:
+    """The pure-Python vLLM BlockPool model over pre-parsed requests: (seconds, hit tokens)."""
+    from vllm_pool_ref import BlockPool, serve_request  # tests/reference
+
+    reqs = list(zip(hash_lists(trace), trace.input_length.tolist(),
+                    trace.output_length.tolist(), strict=True))  # fmt: skip
+    pool = BlockPool(capacity_blocks)
     start = time.perf_counter()
-    for keys, nl in zip(keys_per_req, lookups, strict=True):
-        for k in keys[:nl]:
-            if k not in cache:
-                break
-            hits += 1
-        for k in keys:
-            if k in cache:
-                cache.move_to_end(k)
-            else:
-                cache[k] = None
-                if len(cache) > capacity_blocks:
-                    cache.popitem(last=False)
+    hits = sum(serve_request(pool, h, i, o, block_tokens) for h, i, o in reqs)
     return time.perf_counter() - start, hits
+
+
+def replay_policies() -> list[str]:
+    """Built-in policies the replay runner takes (engine-only and hybrid ones excluded)."""
+    return [
+        name
+        for name, cls in registered().items()
+        if not cls.requires_engine and cls.structures & {"block", "radix"}
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--min-blocks", type=int, default=2_000_000)
-    ap.add_argument("--quick", action="store_true", help="the smallest trace (about 700k blocks)")
+    ap.add_argument("--min-blocks", type=int, default=1_000_000)
+    ap.add_argument("--quick", action="store_true", help="a small trace (about 200k blocks)")
     ap.add_argument("--capacity-fraction", type=float, default=0.02)
-    ap.add_argument("--policies", default="vllm,lru,arc,s3fifo,opt")
-    ap.add_argument("--repeat", type=int, default=3, help="best of this many runs")
+    ap.add_argument("--policies", default="", help="comma-separated (default: every one)")
+    ap.add_argument("--structures", default="block,radix")
+    ap.add_argument("--repeat", type=int, default=1, help="best of this many runs")
+    ap.add_argument("--no-peers", action="store_true")
     args = ap.parse_args(argv)
     min_blocks = 200_000 if args.quick else args.min_blocks
     trace = make_trace(min_blocks)
     layout = trace.block_layout()
+    bt = layout.block_tokens
     num_blocks = int(layout.num_blocks_held.sum())
     capacity = max(int(num_blocks * args.capacity_fraction), int(layout.num_blocks_held.max()))
     print(
         f"trace: {len(trace):,} requests, {num_blocks:,} blocks "
         f"({num_blocks / len(trace):.0f} per request), {layout.num_distinct_keys:,} distinct "
-        f"keys; capacity {capacity:,} blocks"
+        f"keys; capacity {capacity:,} blocks; numba: "
+        f"{'yes' if _fast.HAVE_NUMBA else 'no (install the fast extra)'}"
     )
-    base_s = min(naive_ordered_dict(layout, capacity)[0] for _ in range(args.repeat))
-    base_rate = num_blocks / base_s
-    print(f"compiled kernel (numba): {'yes' if HAVE_NUMBA else 'no (install the fast extra)'}")
-    print(f"{'policy':<22}{'blocks/s':>14}{'x naive':>10}{'token hit':>11}")
-    print(f"{'naive OrderedDict':<22}{base_rate:>14,.0f}{1.0:>10.2f}{'-':>11}")
-    rows = [(spec, True) for spec in args.policies.split(",")]
-    # The same policies without the compiled kernel (numpy path), where the kernel applies.
-    rows += [(spec, False) for spec in args.policies.split(",") if spec in POLICY_CODES]
-    for spec, fast in rows:
-        runs = [
-            replay(trace, spec, ReplayConfig(capacity_blocks=capacity), fast=fast)
-            for _ in range(args.repeat)
-        ]
-        res = min(runs, key=lambda r: r.elapsed_s)
-        rate = num_blocks / res.elapsed_s
-        label = spec if fast else f"{spec} (numpy path)"
-        print(
-            f"{label:<22}{rate:>14,.0f}{rate / base_rate:>10.2f}"
-            f"{res.metrics['token_hit_ratio']:>11.4f}"
-        )
+    ref_s, ref_hits = min(
+        (reference_vllm(trace, capacity, bt) for _ in range(args.repeat)), key=lambda x: x[0]
+    )
+    ref_rate = num_blocks / ref_s
+    total_in = int(trace.input_length.sum())
+    _fast.warm_up()
+    print(f"{'structure':<10}{'policy':<26}{'kernel':<9}{'blocks/s':>13}{'x ref':>8}"
+          f"{'token hit':>11}")  # fmt: skip
+    print(
+        f"{'block':<10}{'reference (pure Python)':<26}{'-':<9}{ref_rate:>13,.0f}{1.0:>8.2f}"
+        f"{ref_hits / total_in:>11.4f}"
+    )
+    names = [p for p in args.policies.split(",") if p] or replay_policies()
+    for structure in args.structures.split(","):
+        for name in names:
+            if structure not in registered()[name.partition(":")[0]].structures:
+                continue
+            try:
+                runs = [
+                    replay(trace, name, ReplayConfig(capacity_blocks=capacity, structure=structure))
+                    for _ in range(args.repeat)
+                ]
+            except Exception as exc:  # a policy that cannot run on this trace says why
+                print(f"{structure:<10}{name:<26}skipped: {exc}")
+                continue
+            res = min(runs, key=lambda r: r.elapsed_s)
+            kernel = structure == "block" and _fast.kernel_code(make_policy(name)) >= 0
+            rate = num_blocks / res.elapsed_s
+            print(
+                f"{structure:<10}{name:<26}{'yes' if kernel else 'no':<9}{rate:>13,.0f}"
+                f"{rate / ref_rate:>8.2f}{res.metrics['token_hit_ratio']:>11.4f}"
+            )
+    if args.no_peers:
+        return 0
+    from _peers import run_peers  # benchmarks/_peers.py
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.jsonl"
+        write_mooncake(trace, path)
+        for row in run_peers(str(path), capacity, bt, repeat=args.repeat):
+            label = f"{row['peer']} {row['policy']}"
+            if row.get("error"):
+                print(f"{'peer':<10}{label:<35}unavailable: {row['error']}")
+                continue
+            rate = row["num_accesses"] / row["seconds"]
+            print(
+                f"{'peer':<10}{label:<35}{rate:>13,.0f}{rate / ref_rate:>8.2f}"
+                f"{row['hit_ratio']:>11.4f}  ({row['note']})"
+            )
     return 0
 
 

@@ -30,6 +30,11 @@ def _dup_heavy() -> Trace:
     return Trace.from_requests(reqs)
 
 
+FAST_POLICIES = [
+    "vllm", "lru", "fifo", "sieve", "sglang-lru", "hashtable", "lfu", "mru", "opt", "arc",
+    "s3fifo", "lecar", "s3fifo:small_ratio=0.3,move_to_main_threshold=2", "lecar:seed=3",
+]  # fmt: skip
+
 TRACES = {
     "chat": (generate_sessions(num_sessions=40, seed=1), 16),
     "agentic": (generate_sessions(num_sessions=40, seed=2, preset="agentic"), 32),
@@ -38,7 +43,7 @@ TRACES = {
 
 
 @pytest.mark.parametrize("name", sorted(TRACES))
-@pytest.mark.parametrize("policy", ["vllm", "lru", "fifo"])
+@pytest.mark.parametrize("policy", FAST_POLICIES)
 @pytest.mark.parametrize(("scale", "max_free"), [(1.05, None), (2.5, None), (2.5, 4)])
 def test_fast_equals_generic(name: str, policy: str, scale: float, max_free: int | None) -> None:
     trace, bt = TRACES[name]

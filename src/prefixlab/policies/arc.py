@@ -3,117 +3,172 @@
 T1 holds entries seen once, T2 entries hit again; ghost lists B1/B2 remember the keys evicted
 from each. A miss on a B1 key grows the target size ``p`` of T1, a miss on a B2 key shrinks
 it. ``c`` is the structure's entry capacity. Pinned entries are skipped by the victim search.
+
+The hooks are jit functions over :mod:`prefixlab.policies._arrays` state (queue 0 = T1,
+queue 1 = T2, ghost 0 = B1, ghost 1 = B2), called by the class and by the replay kernel.
 """
 
 from __future__ import annotations
 
-from prefixlab.policies._ordered import FreeQueue, GhostList
-from prefixlab.policies.base import I64, EntryView, PerEntryPolicy, register
+from typing import Any
+
+from prefixlab._jit import jit
+from prefixlab.policies._arrays import (
+    FS,
+    K0,
+    K1,
+    LEN0,
+    LEN1,
+    NFREE,
+    SC,
+    SLOT,
+    ArrayPolicy,
+    State,
+    fq_append,
+    fq_discard,
+    fq_oldest_free,
+    ghost_add,
+    ghost_contains,
+    ghost_len,
+    ghost_pop,
+    ghost_trim,
+    new_state,
+    set_free,
+)
+from prefixlab.policies.base import I64, register
+
+F64 = Any  # float64 2-D
+CODE = 1
+# scalar slots; key rows: K0 = goes to T2 (adapted on its miss), K1 = announced in this batch
+C, MISS_IN_B2, NO_GHOST, BATCH = (SLOT + i for i in range(4))
+TO_T2, ANNOUNCED = K0, K1
+
+
+@jit()
+def _make_directory_room(ist: I64) -> None:
+    """Case IV of the paper: a page in no list keeps |L1| <= c and |L1|+|L2| <= 2c."""
+    c = ist[SC, C]
+    l1 = ist[SC, LEN0] + ghost_len(ist, 0)
+    if l1 >= c:
+        if ist[SC, LEN0] < c:
+            ghost_trim(ist, 0, ghost_len(ist, 0) - 1)
+        else:
+            ist[SC, NO_GHOST] = 1
+    elif l1 + ist[SC, LEN1] + ghost_len(ist, 1) >= 2 * c:
+        ghost_trim(ist, 1, ghost_len(ist, 1) - 1)
+
+
+@jit()
+def _adapt(ist: I64, fst: F64, key: int) -> bool:
+    """Adapt p if ``key`` is a ghost; True when it goes to T2."""
+    b1, b2 = ghost_len(ist, 0), ghost_len(ist, 1)
+    if ghost_contains(ist, 0, key):
+        fst[FS, 0] = min(float(ist[SC, C]), fst[FS, 0] + max(b2 / max(b1, 1), 1.0))
+        ghost_pop(ist, fst, 0, key)
+        return True
+    if ghost_contains(ist, 1, key):
+        fst[FS, 0] = max(0.0, fst[FS, 0] - max(b1 / max(b2, 1), 1.0))
+        ghost_pop(ist, fst, 1, key)
+        ist[SC, MISS_IN_B2] = 1
+        return True
+    return False
+
+
+@jit()
+def arc_miss_begin(ist: I64) -> None:
+    """A request's missed keys follow: ARC adapts p before REPLACE picks its victims."""
+    ist[SC, MISS_IN_B2] = 0
+    ist[SC, BATCH] += 1
+
+
+@jit()
+def arc_miss(ist: I64, fst: F64, key: int) -> None:
+    ist[ANNOUNCED, key] = ist[SC, BATCH]
+    if _adapt(ist, fst, key):
+        ist[TO_T2, key] = 1
+    else:
+        _make_directory_room(ist)
+
+
+@jit()
+def arc_insert(ist: I64, fst: F64, e: int, key: int) -> None:
+    if ist[TO_T2, key]:
+        ist[TO_T2, key] = 0
+        fq_append(ist, 1, e)
+    elif ist[ANNOUNCED, key] == ist[SC, BATCH] and ist[SC, BATCH] > 0:
+        # on_miss handled it. A ghost created since (another holder of the key evicted for
+        # this request) must not adapt p a second time.
+        ist[ANNOUNCED, key] = 0
+        ghost_pop(ist, fst, 0, key)
+        ghost_pop(ist, fst, 1, key)
+        fq_append(ist, 0, e)
+    elif _adapt(ist, fst, key):  # no on_miss came first (hooks driven directly)
+        fq_append(ist, 1, e)
+    else:
+        fq_append(ist, 0, e)
+
+
+@jit()
+def arc_access(ist: I64, e: int) -> None:
+    fq_discard(ist, 0, e)
+    fq_append(ist, 1, e)
+
+
+@jit()
+def arc_remove(ist: I64, e: int) -> None:
+    set_free(ist, e, False)
+    fq_discard(ist, 0, e)
+    fq_discard(ist, 1, e)
+
+
+@jit()
+def arc_pop(ist: I64, fst: F64, key: I64) -> int:
+    if ist[SC, NFREE] == 0:
+        return -1
+    from_t1 = fq_oldest_free(ist, 0)
+    from_t2 = fq_oldest_free(ist, 1)
+    p, t1 = fst[FS, 0], ist[SC, LEN0]
+    t1_over = t1 > p or (ist[SC, MISS_IN_B2] == 1 and t1 == p)
+    if from_t1 >= 0 and (t1_over or from_t2 < 0):
+        victim, q = from_t1, 0
+    elif from_t2 >= 0:
+        victim, q = from_t2, 1
+    else:
+        return -1
+    set_free(ist, victim, False)
+    fq_discard(ist, q, victim)
+    if q == 0 and ist[SC, NO_GHOST]:
+        ist[SC, NO_GHOST] = 0
+    else:
+        ghost_add(ist, fst, q, key[victim], 0.0)
+    # Safety bounds when hooks are driven without on_miss: |T1|+|B1| <= c, all <= 2c.
+    c = ist[SC, C]
+    ghost_trim(ist, 0, c - ist[SC, LEN0])
+    ghost_trim(ist, 1, 2 * c - ist[SC, LEN0] - ist[SC, LEN1] - ghost_len(ist, 0))
+    return victim
 
 
 @register("arc")
-class ARC(PerEntryPolicy):
+class ARC(ArrayPolicy):
     """Adaptive Replacement Cache: recency and frequency lists with ghost-driven target p."""
 
-    def bind(self, view: EntryView) -> None:
-        super().bind(view)
-        self.c = view.num_entries
-        self.p = 0.0
-        self._free: set[int] = set()
-        self.t1 = FreeQueue(self._free)
-        self.t2 = FreeQueue(self._free)
-        self.b1 = GhostList(self.c)
-        self.b2 = GhostList(2 * self.c)
-        self._to_t2: set[int] = set()  # missed keys found in a ghost list, adapted already
-        self._miss_in_b2 = False
-        self._no_ghost = False  # case IV with T1 full: its LRU page leaves no ghost
-        self._announced: set[int] = set()  # this request's missed keys, handled by on_miss
+    code = CODE
 
-    def on_miss(self, keys: I64) -> None:
-        # ARC adapts p on a ghost hit *before* REPLACE chooses a victim for the request.
-        self._miss_in_b2 = False
-        self._announced = set(keys.tolist())
-        for key in keys.tolist():
-            if self._adapt(key):
-                self._to_t2.add(key)
-            else:
-                self._make_directory_room()
+    def init_state(self, num_entries: int) -> State:
+        st = new_state(num_entries, 1, (num_entries, 2 * num_entries))
+        st[0][SC, C] = num_entries
+        return st
 
-    def _make_directory_room(self) -> None:
-        """Case IV of the paper: a page in no list keeps |L1| <= c and |L1|+|L2| <= 2c."""
-        l1 = len(self.t1) + len(self.b1)
-        if l1 >= self.c:
-            if len(self.t1) < self.c:
-                self.b1.trim(len(self.b1) - 1)
-            else:
-                self._no_ghost = True
-        elif l1 + len(self.t2) + len(self.b2) >= 2 * self.c:
-            self.b2.trim(len(self.b2) - 1)
+    @property
+    def c(self) -> int:
+        return int(self.state[0][SC, C])
 
-    def _adapt(self, key: int) -> bool:
-        """Adapt p if ``key`` is a ghost; True when it goes to T2."""
-        if key in self.b1:
-            self.p = min(float(self.c), self.p + max(len(self.b2) / max(len(self.b1), 1), 1.0))
-            self.b1.pop(key)
-            return True
-        if key in self.b2:
-            self.p = max(0.0, self.p - max(len(self.b1) / max(len(self.b2), 1), 1.0))
-            self.b2.pop(key)
-            self._miss_in_b2 = True
-            return True
-        return False
+    @property
+    def p(self) -> float:
+        """The target size of T1."""
+        return float(self.state[1][FS, 0])
 
-    def insert(self, e: int) -> None:
-        key = int(self.view.key[e])
-        if key in self._to_t2:
-            self._to_t2.discard(key)
-            self.t2.append(e)
-        elif key in self._announced:
-            # on_miss already handled it. A ghost created since (another holder of the key
-            # evicted for this request) must not adapt p a second time.
-            self._announced.discard(key)
-            self.b1.pop(key)
-            self.b2.pop(key)
-            self.t1.append(e)
-        elif self._adapt(key):  # no on_miss came first (hooks driven directly)
-            self.t2.append(e)
-        else:
-            self.t1.append(e)
-
-    def access(self, e: int) -> None:
-        self.t1.discard(e)
-        self.t2.append(e)
-
-    def evictable(self, e: int) -> None:
-        self._free.add(e)
-        self.t1.freed(e)
-        self.t2.freed(e)
-
-    def pinned(self, e: int) -> None:
-        self._free.discard(e)
-
-    def remove(self, e: int) -> None:
-        self._free.discard(e)
-        self.t1.discard(e)
-        self.t2.discard(e)
-
-    def pop_victim(self) -> int:
-        from_t1 = self.t1.oldest_free()
-        from_t2 = self.t2.oldest_free()
-        t1_over = len(self.t1) > self.p or (self._miss_in_b2 and len(self.t1) == self.p)
-        if from_t1 >= 0 and (t1_over or from_t2 < 0):
-            victim, queue, ghost = from_t1, self.t1, self.b1
-        elif from_t2 >= 0:
-            victim, queue, ghost = from_t2, self.t2, self.b2
-        else:
-            return -1
-        queue.discard(victim)
-        self._free.discard(victim)
-        if queue is self.t1 and self._no_ghost:
-            self._no_ghost = False
-        else:
-            ghost.add(int(self.view.key[victim]))
-        # Safety bounds when hooks are driven without on_miss: |T1|+|B1| <= c, all <= 2c.
-        self.b1.trim(self.c - len(self.t1))
-        self.b2.trim(2 * self.c - len(self.t1) - len(self.t2) - len(self.b1))
-        return victim
+    t1 = property(lambda self: self._queue(0), doc="T1's members, oldest first")
+    t2 = property(lambda self: self._queue(1), doc="T2's members, oldest first")
+    b1 = property(lambda self: self._ghost(0), doc="B1's keys, oldest first")
+    b2 = property(lambda self: self._ghost(1), doc="B2's keys, oldest first")

@@ -6,19 +6,12 @@ the one with the longest prefix (deepest) first, so a prefix outlives its extens
 
 from __future__ import annotations
 
-from typing import Any
-
-from prefixlab.policies.base import I64, PriorityPolicy, register
+from prefixlab.policies._keyed import KeyedPolicy
+from prefixlab.policies.base import register
 
 
 @register("hashtable")
-class HashTable(PriorityPolicy):
+class HashTable(KeyedPolicy):
     """Oldest last access first, ties to the longest prefix (the hash-table report, Sec. 1)."""
 
-    def priority(self, e: int) -> tuple[float, int]:
-        v = self.view
-        return (float(v.last_access[e]), -int(v.depth[e]))
-
-    def priorities(self, entries: I64) -> list[Any]:
-        v = self.view
-        return list(zip(v.last_access[entries].tolist(), (-v.depth[entries]).tolist(), strict=True))
+    sort_key = (("last_access", 1), ("depth", -1))

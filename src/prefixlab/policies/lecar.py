@@ -6,22 +6,147 @@ regret for that expert: its weight is multiplied by exp(-learning_rate * discoun
 with ``discount = 0.005 ** (1 / capacity)`` and age counted in insertions and hits (as the
 paper and libCacheSim do). Randomness comes
 from a seeded generator.
+
+The hooks are jit functions over :mod:`prefixlab.policies._arrays` state (queue 0 = the LRU
+order, heap 1 = the LFU order of free entries by (hits, stamp), ghost 0 / 1 = the LRU /
+LFU histories), called by the class and by the replay kernel; both draw from the policy's
+one ``numpy.random.Generator``.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
+from typing import Any
 
 import numpy as np
 
-from prefixlab.policies._ordered import FreeQueue, GhostList
-from prefixlab.policies.base import I64, EntryView, PerEntryPolicy, register
+from prefixlab._jit import jit
+from prefixlab.policies._arrays import (
+    FREE,
+    FS,
+    HEAP0,
+    HN0,
+    NFREE,
+    P0,
+    P1,
+    P2,
+    SC,
+    SLOT,
+    ArrayPolicy,
+    State,
+    fq_append,
+    fq_discard,
+    fq_oldest_free,
+    ghost_add,
+    ghost_pop,
+    heap_drop_top,
+    heap_push,
+    new_state,
+    set_free,
+)
+from prefixlab.policies.base import I64, EntryView, register
+
+CODE = 3
+# entry rows: hits (0: not tracked), stamp of the last touch, LFU item dropped while pinned
+FREQ, STAMP, DROPPED = P0, P1, P2
+TIME = SLOT  # scalar slot; float scalars: discount, w_lru, learning rate
+DISCOUNT, W_LRU, RATE = 0, 1, 2
+LFU = 2  # lazy heap 2: (hits, stamp) items of tracked entries
+
+
+@jit()
+def _lfu_push(ist: I64, e: int) -> None:
+    """Give e a live LFU item if it is free, else mark it so that freeing it does."""
+    if ist[FREE, e]:
+        ist[DROPPED, e] = 0
+        heap_push(ist, LFU, ist[FREQ, e], ist[STAMP, e], e)
+    else:
+        ist[DROPPED, e] = 1
+
+
+@jit()
+def _lfu_victim(ist: I64) -> int:
+    """Fewest hits, then oldest stamp, among free entries. Stale items and pinned
+    entries' items are dropped (freeing a pinned entry pushes it back)."""
+    ra, rb, re = HEAP0 + 3 * LFU, HEAP0 + 3 * LFU + 1, HEAP0 + 3 * LFU + 2
+    while ist[SC, HN0 + LFU] > 0:
+        e = ist[re, 0]
+        if ist[FREQ, e] > 0 and ist[STAMP, e] == ist[rb, 0] and ist[FREQ, e] == ist[ra, 0]:
+            if ist[FREE, e]:
+                return int(e)
+            ist[DROPPED, e] = 1
+        heap_drop_top(ist, LFU)
+    return -1
+
+
+@jit()
+def _touch(ist: I64, e: int) -> None:
+    ist[SC, TIME] += 1
+    ist[STAMP, e] = ist[SC, TIME]
+    fq_append(ist, 0, e)
+    _lfu_push(ist, e)
+
+
+@jit()
+def lecar_regret(ist: I64, fst: Any, key: int) -> None:
+    """A miss on a key in an expert's history is regret for that expert."""
+    for g in range(2):
+        when = ghost_pop(ist, fst, g, key)
+        if when >= 0.0:
+            regret = fst[FS, DISCOUNT] ** (float(ist[SC, TIME]) - when)
+            w_lru, w_lfu = fst[FS, W_LRU], 1.0 - fst[FS, W_LRU]
+            if g == 0:
+                w_lru *= math.exp(-fst[FS, RATE] * regret)
+            else:
+                w_lfu *= math.exp(-fst[FS, RATE] * regret)
+            fst[FS, W_LRU] = w_lru / (w_lru + w_lfu)
+
+
+@jit()
+def lecar_insert(ist: I64, fst: Any, e: int, key: int) -> None:
+    lecar_regret(ist, fst, key)  # a no-op when on_miss already charged it
+    ist[FREQ, e] = 1
+    _touch(ist, e)
+
+
+@jit()
+def lecar_access(ist: I64, e: int) -> None:
+    if ist[FREQ, e] > 0:
+        ist[FREQ, e] += 1
+        _touch(ist, e)
+
+
+@jit()
+def lecar_set_free(ist: I64, e: int, free: bool) -> None:
+    set_free(ist, e, free)
+    if free and ist[FREQ, e] > 0 and ist[DROPPED, e]:
+        _lfu_push(ist, e)
+
+
+@jit()
+def lecar_remove(ist: I64, e: int) -> None:
+    set_free(ist, e, False)
+    fq_discard(ist, 0, e)
+    ist[FREQ, e] = 0
+    ist[DROPPED, e] = 0
+
+
+@jit()
+def lecar_pop(ist: I64, fst: Any, key: I64, rng: Any) -> int:
+    if ist[SC, NFREE] == 0:
+        return -1
+    use_lru = rng.random() < fst[FS, W_LRU]
+    victim = fq_oldest_free(ist, 0) if use_lru else _lfu_victim(ist)
+    ghost_add(ist, fst, 0 if use_lru else 1, key[victim], float(ist[SC, TIME]))
+    lecar_remove(ist, victim)
+    return victim
 
 
 @register("lecar")
-class LeCaR(PerEntryPolicy):
+class LeCaR(ArrayPolicy):
     """LeCaR: LRU and LFU experts weighted by regret over their ghost histories."""
+
+    code = CODE
 
     def __init__(self, learning_rate: float = 0.45, seed: int = 0) -> None:
         if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)):
@@ -34,91 +159,17 @@ class LeCaR(PerEntryPolicy):
         self.seed = seed
 
     def bind(self, view: EntryView) -> None:
-        super().bind(view)
-        cap = view.num_entries
-        self.discount = 0.005 ** (1.0 / cap)
-        self.w_lru = 0.5
         self.rng = np.random.default_rng(self.seed)
-        self.freq: dict[int, int] = {}
-        self.lfu_heap: list[tuple[int, int, int]] = []
-        self.hist_lru = GhostList(cap)
-        self.hist_lfu = GhostList(cap)
-        self.time = 0
-        self._stamp: dict[int, int] = {}
-        self._free: set[int] = set()
-        self.recency = FreeQueue(self._free)
-        self._lfu_dropped: set[int] = set()  # pinned entries whose LFU item was popped
+        super().bind(view)
 
-    def _touch(self, e: int) -> None:
-        self.time += 1
-        self._stamp[e] = self.time
-        self._lfu_dropped.discard(e)
-        self.recency.append(e)
-        heapq.heappush(self.lfu_heap, (self.freq[e], self.time, e))
+    def init_state(self, num_entries: int) -> State:
+        st = new_state(num_entries, 1, (num_entries, num_entries))
+        st[1][FS, DISCOUNT] = 0.005 ** (1.0 / num_entries)
+        st[1][FS, W_LRU] = 0.5
+        st[1][FS, RATE] = self.learning_rate
+        return st
 
-    def on_miss(self, keys: I64) -> None:
-        # Regret is charged when the miss happens, before the request's victims are drawn.
-        for key in keys.tolist():
-            self._regret(key)
-
-    def _regret(self, key: int) -> None:
-        for hist, is_lru in ((self.hist_lru, True), (self.hist_lfu, False)):
-            when = hist.pop(key)
-            if when is not None:
-                regret = self.discount ** (self.time - when)
-                w_lru, w_lfu = self.w_lru, 1.0 - self.w_lru
-                if is_lru:
-                    w_lru *= math.exp(-self.learning_rate * regret)
-                else:
-                    w_lfu *= math.exp(-self.learning_rate * regret)
-                self.w_lru = w_lru / (w_lru + w_lfu)
-
-    def insert(self, e: int) -> None:
-        self._regret(int(self.view.key[e]))  # a no-op when on_miss already charged it
-        self.freq[e] = 1
-        self._touch(e)
-
-    def access(self, e: int) -> None:
-        if e in self.freq:
-            self.freq[e] += 1
-            self._touch(e)
-
-    def evictable(self, e: int) -> None:
-        self._free.add(e)
-        self.recency.freed(e)
-        if e in self._lfu_dropped:  # its LFU item was popped while it was pinned
-            self._lfu_dropped.discard(e)
-            heapq.heappush(self.lfu_heap, (self.freq[e], self._stamp[e], e))
-
-    def pinned(self, e: int) -> None:
-        self._free.discard(e)
-
-    def remove(self, e: int) -> None:
-        self._free.discard(e)
-        self.recency.discard(e)
-        self.freq.pop(e, None)
-        self._stamp.pop(e, None)
-        self._lfu_dropped.discard(e)
-
-    def _lfu_victim(self) -> int:
-        """Fewest hits, then oldest stamp, among free entries. Stale items and pinned
-        entries' items are dropped (``evictable`` pushes a pinned entry back)."""
-        heap = self.lfu_heap
-        while heap:
-            _f, t, e = heap[0]
-            if self._stamp.get(e) == t:
-                if e in self._free:
-                    return e
-                self._lfu_dropped.add(e)  # pinned: ``evictable`` pushes it back
-            heapq.heappop(heap)
-        return -1
-
-    def pop_victim(self) -> int:
-        if not self._free:
-            return -1
-        use_lru = self.rng.random() < self.w_lru
-        victim = self.recency.oldest_free() if use_lru else self._lfu_victim()
-        hist = self.hist_lru if use_lru else self.hist_lfu
-        hist.add(int(self.view.key[victim]), float(self.time))
-        self.remove(victim)
-        return victim
+    @property
+    def w_lru(self) -> float:
+        """The LRU expert's weight."""
+        return float(self.state[1][FS, W_LRU])

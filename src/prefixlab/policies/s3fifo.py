@@ -5,17 +5,121 @@ New entries enter S unless their key is in the ghost G (then M). Hits raise a 2-
 to M, otherwise it is evicted and its key enters G. Evicting from M: an entry with a non-zero
 counter is reinserted with the counter decremented (CLOCK-like), otherwise evicted. S is
 drained while it holds at least ``small_ratio`` of the capacity. Pinned entries are skipped.
+
+The hooks are jit functions over :mod:`prefixlab.policies._arrays` state (queue 0 = S,
+queue 1 = M, ghost 0 = G), called by the class and by the replay kernel.
 """
 
 from __future__ import annotations
 
-from prefixlab.policies._ordered import FreeQueue, GhostList
-from prefixlab.policies.base import EntryView, PerEntryPolicy, register
+from typing import Any
+
+from prefixlab._jit import jit
+from prefixlab.policies._arrays import (
+    LEN0,
+    NFREE,
+    P0,
+    P1,
+    SC,
+    SLOT,
+    ArrayPolicy,
+    State,
+    fq_append,
+    fq_discard,
+    fq_oldest_free,
+    ghost_add,
+    ghost_contains,
+    ghost_pop,
+    new_state,
+    set_free,
+)
+from prefixlab.policies.base import I64, register
+
+CODE = 2
+FREQ, HAS_FREQ = P0, P1  # entry rows
+SMALL_TARGET, THRESHOLD = SLOT, SLOT + 1  # scalar slots
+
+
+@jit()
+def s3fifo_insert(ist: I64, fst: Any, e: int, key: int) -> None:
+    ist[FREQ, e] = 0
+    ist[HAS_FREQ, e] = 1
+    if ghost_contains(ist, 0, key):
+        ghost_pop(ist, fst, 0, key)
+        fq_append(ist, 1, e)
+    else:
+        fq_append(ist, 0, e)
+
+
+@jit()
+def s3fifo_access(ist: I64, e: int) -> None:
+    if ist[HAS_FREQ, e]:
+        ist[FREQ, e] = min(ist[FREQ, e] + 1, 3)
+
+
+@jit()
+def s3fifo_remove(ist: I64, e: int) -> None:
+    set_free(ist, e, False)
+    fq_discard(ist, 0, e)
+    fq_discard(ist, 1, e)
+    ist[HAS_FREQ, e] = 0
+
+
+@jit()
+def _evict_small(ist: I64, fst: Any, key: I64) -> int:
+    e = fq_oldest_free(ist, 0)
+    while e >= 0:
+        fq_discard(ist, 0, e)
+        if ist[FREQ, e] >= ist[SC, THRESHOLD]:
+            ist[FREQ, e] = 0
+            fq_append(ist, 1, e)
+        else:
+            ghost_add(ist, fst, 0, key[e], 0.0)
+            return e
+        e = fq_oldest_free(ist, 0)
+    return -1
+
+
+@jit()
+def _evict_main(ist: I64) -> int:
+    # Every pass over a free entry decrements its counter (<= 3), so this terminates.
+    e = fq_oldest_free(ist, 1)
+    while e >= 0:
+        if ist[FREQ, e] > 0:
+            ist[FREQ, e] -= 1
+            fq_append(ist, 1, e)
+        else:
+            fq_discard(ist, 1, e)
+            return e
+        e = fq_oldest_free(ist, 1)
+    return -1
+
+
+@jit()
+def s3fifo_pop(ist: I64, fst: Any, key: I64) -> int:
+    if ist[SC, NFREE] == 0:
+        return -1
+    victim = -1
+    if ist[SC, LEN0] >= ist[SC, SMALL_TARGET]:
+        victim = _evict_small(ist, fst, key)
+    if victim < 0:
+        victim = _evict_main(ist)
+    if victim < 0:
+        victim = _evict_small(ist, fst, key)
+    if victim < 0:
+        # S's evictable entries had all been hit and were just promoted: evict from M.
+        victim = _evict_main(ist)
+    if victim >= 0:
+        set_free(ist, victim, False)
+        ist[HAS_FREQ, victim] = 0
+    return victim
 
 
 @register("s3fifo")
-class S3FIFO(PerEntryPolicy):
+class S3FIFO(ArrayPolicy):
     """S3-FIFO: small + main FIFOs with a ghost queue; quick demotion of one-hit wonders."""
+
+    code = CODE
 
     def __init__(self, small_ratio: float = 0.1, move_to_main_threshold: int = 1) -> None:
         if isinstance(small_ratio, bool) or not isinstance(small_ratio, (int, float)):
@@ -33,79 +137,17 @@ class S3FIFO(PerEntryPolicy):
         self.small_ratio = small_ratio
         self.move_to_main_threshold = move_to_main_threshold
 
-    def bind(self, view: EntryView) -> None:
-        super().bind(view)
-        cap = view.num_entries
-        self.small_target = max(1, round(self.small_ratio * cap))
-        self._free: set[int] = set()
-        self.small = FreeQueue(self._free)
-        self.main = FreeQueue(self._free)
-        self.ghost = GhostList(max(1, cap - self.small_target))
-        self.freq: dict[int, int] = {}
+    def init_state(self, num_entries: int) -> State:
+        small = max(1, round(self.small_ratio * num_entries))
+        st = new_state(num_entries, 1, (max(1, num_entries - small), 0))
+        st[0][SC, SMALL_TARGET] = small
+        st[0][SC, THRESHOLD] = self.move_to_main_threshold
+        return st
 
-    def insert(self, e: int) -> None:
-        key = int(self.view.key[e])
-        self.freq[e] = 0
-        if key in self.ghost:
-            self.ghost.pop(key)
-            self.main.append(e)
-        else:
-            self.small.append(e)
+    @property
+    def small_target(self) -> int:
+        return int(self.state[0][SC, SMALL_TARGET])
 
-    def access(self, e: int) -> None:
-        if e in self.freq:
-            self.freq[e] = min(self.freq[e] + 1, 3)
-
-    def evictable(self, e: int) -> None:
-        self._free.add(e)
-        self.small.freed(e)
-        self.main.freed(e)
-
-    def pinned(self, e: int) -> None:
-        self._free.discard(e)
-
-    def remove(self, e: int) -> None:
-        self._free.discard(e)
-        self.small.discard(e)
-        self.main.discard(e)
-        self.freq.pop(e, None)
-
-    def _evict_small(self) -> int:
-        while (e := self.small.oldest_free()) >= 0:
-            self.small.discard(e)
-            if self.freq[e] >= self.move_to_main_threshold:
-                self.freq[e] = 0
-                self.main.append(e)
-                continue
-            self.ghost.add(int(self.view.key[e]))
-            return e
-        return -1
-
-    def _evict_main(self) -> int:
-        # Every pass over a free entry decrements its counter (<= 3), so this terminates.
-        while (e := self.main.oldest_free()) >= 0:
-            if self.freq[e] > 0:
-                self.freq[e] -= 1
-                self.main.append(e)
-                continue
-            self.main.discard(e)
-            return e
-        return -1
-
-    def pop_victim(self) -> int:
-        if not self._free:
-            return -1
-        victim = -1
-        if len(self.small) >= self.small_target:
-            victim = self._evict_small()
-        if victim < 0:
-            victim = self._evict_main()
-        if victim < 0:
-            victim = self._evict_small()
-        if victim < 0:
-            # S's evictable entries had all been hit and were just promoted: evict from M.
-            victim = self._evict_main()
-        if victim >= 0:
-            self._free.discard(victim)
-            del self.freq[victim]
-        return victim
+    small = property(lambda self: self._queue(0), doc="S's members, oldest first")
+    main = property(lambda self: self._queue(1), doc="M's members, oldest first")
+    ghost = property(lambda self: self._ghost(0), doc="G's keys, oldest first")

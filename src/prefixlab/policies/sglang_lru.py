@@ -11,17 +11,12 @@ evictable first, which the tail-first release makes the deepest.
 
 from __future__ import annotations
 
-from typing import Any
-
-from prefixlab.policies.base import I64, PriorityPolicy, register
+from prefixlab.policies._keyed import KeyedPolicy
+from prefixlab.policies.base import register
 
 
 @register("sglang-lru")
-class SGLangLRU(PriorityPolicy):
+class SGLangLRU(KeyedPolicy):
     """SGLang radix LRU: lowest last-access time first (ties: first to become evictable)."""
 
-    def priority(self, e: int) -> float:
-        return float(self.view.last_access[e])
-
-    def priorities(self, entries: I64) -> list[Any]:
-        return self.view.last_access[entries].tolist()  # type: ignore[no-any-return]
+    sort_key = (("last_access", 1),)

@@ -4,78 +4,186 @@ New entries enter at the head. A hit sets the entry's visited bit. To evict, the
 from where it stopped towards the head (wrapping to the tail): a visited entry loses its bit
 and is passed, the first unvisited evictable entry is evicted. Pinned entries are passed
 without touching their bit.
+
+The state is arrays and the hooks are :func:`prefixlab._jit.jit` functions: the policy
+class calls them in batches, the compiled replay kernel entry by entry::
+
+    link[0, e] towards the tail (older)    link[1, e] towards the head (newer)
+    flag[e]    1 queued | 2 visited | 4 evictable
+    st         head, tail, hand, number evictable
 """
 
 from __future__ import annotations
 
-from prefixlab.policies.base import EntryView, PerEntryPolicy, register
+from typing import Any
+
+import numpy as np
+
+from prefixlab._jit import jit
+from prefixlab.policies.base import I64, EntryView, EvictionPolicy, register
+
+QUEUED, VISITED, FREE = 1, 2, 4
+
+
+@jit()
+def sieve_state(num_entries: int) -> tuple[I64, I64, I64]:
+    """(link, flag, st) for ``num_entries`` entries, all empty."""
+    st = np.full(4, -1, np.int64)
+    st[3] = 0
+    return np.full((2, num_entries), -1, np.int64), np.zeros(num_entries, np.int64), st
+
+
+@jit()
+def sieve_insert(link: Any, flag: Any, st: Any, e: int) -> None:
+    head = st[0]
+    link[0, e] = head
+    link[1, e] = -1
+    if head >= 0:
+        link[1, head] = e
+    st[0] = e
+    if st[1] < 0:
+        st[1] = e
+    flag[e] = QUEUED
+
+
+@jit(inline=True)
+def sieve_access(flag: Any, e: int) -> None:
+    if flag[e] & QUEUED:
+        flag[e] |= VISITED
+
+
+@jit(inline=True)
+def sieve_evictable(flag: Any, st: Any, e: int) -> None:
+    if not flag[e] & FREE:
+        flag[e] |= FREE
+        st[3] += 1
+
+
+@jit(inline=True)
+def sieve_pinned(flag: Any, st: Any, e: int) -> None:
+    if flag[e] & FREE:
+        flag[e] &= ~FREE
+        st[3] -= 1
+
+
+@jit()
+def _unlink(link: Any, flag: Any, st: Any, e: int) -> None:
+    p, n = link[0, e], link[1, e]
+    if p >= 0:
+        link[1, p] = n
+    else:
+        st[1] = n
+    if n >= 0:
+        link[0, n] = p
+    else:
+        st[0] = p
+    if st[2] == e:
+        st[2] = n
+    flag[e] = 0
+
+
+@jit()
+def sieve_remove(link: Any, flag: Any, st: Any, e: int) -> None:
+    sieve_pinned(flag, st, e)
+    if flag[e] & QUEUED:
+        _unlink(link, flag, st, e)
+
+
+@jit()
+def sieve_pop(link: Any, flag: Any, st: Any) -> int:
+    """Move the hand to the next victim and evict it; -1 when nothing is evictable."""
+    if st[3] == 0:
+        return -1
+    e = st[2] if st[2] >= 0 else st[1]
+    while True:
+        if e < 0:
+            e = st[1]
+        f = flag[e]
+        if f & FREE:
+            if f & VISITED:
+                flag[e] = f & ~VISITED
+            else:
+                st[2] = link[1, e]
+                st[3] -= 1
+                _unlink(link, flag, st, e)
+                return int(e)
+        e = link[1, e]
+
+
+@jit()
+def sieve_batch(link: Any, flag: Any, st: Any, entries: Any, hook: int) -> None:
+    """Apply one hook to a batch: 0 insert, 1 access, 2 evictable, 3 pinned, 4 remove."""
+    for i in range(entries.shape[0]):
+        e = entries[i]
+        if hook == 0:
+            sieve_insert(link, flag, st, e)
+        elif hook == 1:
+            sieve_access(flag, e)
+        elif hook == 2:
+            sieve_evictable(flag, st, e)
+        elif hook == 3:
+            sieve_pinned(flag, st, e)
+        else:
+            sieve_remove(link, flag, st, e)
+
+
+@jit()
+def sieve_evict(link: Any, flag: Any, st: Any, n: int, out: Any) -> int:
+    for i in range(n):
+        e = sieve_pop(link, flag, st)
+        if e < 0:
+            return i
+        out[i] = e
+    return n
 
 
 @register("sieve")
-class Sieve(PerEntryPolicy):
+class Sieve(EvictionPolicy):
     """SIEVE: FIFO queue, visited bit on hit, a hand that sieves from tail to head."""
+
+    reads_access_metadata = False
 
     def bind(self, view: EntryView) -> None:
         super().bind(view)
-        self._prev: dict[int, int] = {}  # towards the tail (older)
-        self._next: dict[int, int] = {}  # towards the head (newer)
-        self._visited: set[int] = set()
-        self._free: set[int] = set()
-        self.head = -1
-        self.tail = -1
-        self.hand = -1
+        self._link, self._flag, self._st = sieve_state(view.num_entries)
 
-    def insert(self, e: int) -> None:
-        self._prev[e] = self.head
-        self._next[e] = -1
-        if self.head >= 0:
-            self._next[self.head] = e
-        self.head = e
-        if self.tail < 0:
-            self.tail = e
+    def _hook(self, entries: I64, hook: int) -> None:
+        n = self.view.num_entries
+        if self._flag.shape[0] < n:  # a radix tree grew
+            link, flag, _ = sieve_state(n)
+            link[:, : self._link.shape[1]] = self._link
+            flag[: self._flag.shape[0]] = self._flag
+            self._link, self._flag = link, flag
+        if entries.shape[0]:
+            sieve_batch(self._link, self._flag, self._st, entries, hook)
 
-    def access(self, e: int) -> None:
-        if e in self._prev:
-            self._visited.add(e)
+    def on_insert(self, entries: I64) -> None:
+        self._hook(entries, 0)
 
-    def evictable(self, e: int) -> None:
-        self._free.add(e)
+    def on_access(self, entries: I64) -> None:
+        self._hook(entries, 1)
 
-    def pinned(self, e: int) -> None:
-        self._free.discard(e)
+    def on_evictable(self, entries: I64) -> None:
+        self._hook(entries, 2)
 
-    def remove(self, e: int) -> None:
-        self._free.discard(e)
-        if e in self._prev:
-            self._unlink(e)
+    def on_pinned(self, entries: I64) -> None:
+        self._hook(entries, 3)
 
-    def _unlink(self, e: int) -> None:
-        p, n = self._prev.pop(e), self._next.pop(e)
-        if p >= 0:
-            self._next[p] = n
-        else:
-            self.tail = n
-        if n >= 0:
-            self._prev[n] = p
-        else:
-            self.head = p
-        if self.hand == e:
-            self.hand = n
-        self._visited.discard(e)
+    def on_remove(self, entries: I64) -> None:
+        self._hook(entries, 4)
 
-    def pop_victim(self) -> int:
-        if not self._free:
-            return -1
-        e = self.hand if self.hand >= 0 else self.tail
-        while True:
-            if e < 0:
-                e = self.tail
-            if e in self._free:
-                if e in self._visited:
-                    self._visited.discard(e)
-                else:
-                    self.hand = self._next[e]
-                    self._unlink(e)
-                    self._free.discard(e)
-                    return e
-            e = self._next[e]
+    def evict(self, n: int) -> I64:
+        out = np.empty(n, np.int64)
+        return out[: sieve_evict(self._link, self._flag, self._st, n, out)]
+
+    @property
+    def head(self) -> int:
+        return int(self._st[0])
+
+    @property
+    def tail(self) -> int:
+        return int(self._st[1])
+
+    @property
+    def hand(self) -> int:
+        return int(self._st[2])

@@ -1,12 +1,15 @@
-"""Compiled sequential replay of the block cache for ``vllm``, ``lru`` and ``fifo``.
+"""Compiled sequential replay of the block cache, one kernel for the built-in policies.
 
 The generic path (cache + policy hooks, numpy per request) is the reference; this kernel
-fuses match -> acquire -> commit -> release for the whole trace in one numba call, with the
-structures of the generic path: a queue with lazy invalidation for the policy order, a chain
-of holders per key (registration order; the head is the one a lookup takes), and a stack of
-empty blocks whose top is reused first. Tests check that it gives exactly the generic
-path's per-request hits and eviction counts. It is used only when numba is installed (the
-``fast`` extra) and the replay needs no extra observers or invariant checks.
+fuses match -> acquire -> commit -> release for the whole trace in one call, with the
+structures of the generic path: a chain of holders per key (registration order; the head is
+the one a lookup takes) and a stack of empty blocks whose top is reused first. vllm, lru
+and fifo keep a queue with lazy invalidation; keyed policies (sglang-lru, hashtable, lfu,
+mru, opt) and SIEVE call the hook functions their classes call, so each policy has one
+source. Tests check that the kernel gives exactly the generic path's per-request hits and
+eviction counts. It runs compiled when numba is installed (the ``fast`` extra) and
+interpreted under ``NUMBA_DISABLE_JIT=1``; the replay uses it when it needs no extra
+observers or invariant checks.
 
     queue (vllm: released blocks; lru: inserted or hit; fifo: inserted)
     head -> b7 b3 b7' b9 <- tail    b7's first copy is stale (its stamp moved on);
@@ -15,19 +18,76 @@ path's per-request hits and eviction counts. It is used only when numba is insta
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-#: numba is imported (and the kernel compiled or loaded from its cache) on first use only
-HAVE_NUMBA = importlib.util.find_spec("numba") is not None
+from prefixlab._jit import HAVE_NUMBA, jit
+from prefixlab.policies._arrays import ArrayPolicy, grow_state, new_state
+from prefixlab.policies._dispatch import (
+    ACCESS,
+    EVICT,
+    EVICTABLE,
+    INSERT,
+    MISS,
+    PINNED,
+    hook,
+    miss_begin,
+)
+from prefixlab.policies._keyed import (
+    KeyedPolicy,
+    entry_key,
+    heap_pop,
+    heap_set,
+    key_columns,
+)
+from prefixlab.policies.base import EntryView, EvictionPolicy, registered
+from prefixlab.policies.sieve import (
+    Sieve,
+    sieve_access,
+    sieve_evictable,
+    sieve_insert,
+    sieve_pinned,
+    sieve_pop,
+    sieve_state,
+)
+
+__all__ = ["HAVE_NUMBA", "kernel_code", "replay_fast", "warm_up"]
 
 I64 = npt.NDArray[np.int64]
-POLICY_CODES = {"vllm": 0, "lru": 1, "fifo": 2}
+VLLM, LRU, FIFO, KEYED, SIEVE, ARRAY = 0, 1, 2, 3, 4, 5
+_QUEUE_CODES = {"vllm": VLLM, "lru": LRU, "fifo": FIFO}
+_RELEASE_ORDER_KEYS = ((("last_access", 1),), (("last_access", 1), ("depth", -1)))
+_KEYED_HOOKS = ("on_insert", "on_access", "on_pinned", "on_evictable", "on_remove",
+                "on_update", "on_miss", "on_split", "evict", "bind")  # fmt: skip
 
 
+def kernel_code(pol: EvictionPolicy) -> int:
+    """The kernel's code for a policy, or -1 when it must take the generic path.
+
+    Built-in vllm / lru / fifo / sieve by name; any keyed policy (built-in or not) whose
+    hooks are KeyedPolicy's own: its behaviour is its sort key."""
+    cls = type(pol)
+    if isinstance(pol, KeyedPolicy):
+        if not all(getattr(cls, h) is getattr(KeyedPolicy, h) for h in _KEYED_HOOKS):
+            return -1
+        # Oldest access first, ties deepest first: in this loop every block a request holds
+        # was accessed at its index and is released deepest first, so release order is key
+        # order and vllm's queue gives the heap's victims (sglang-lru, hashtable; tested).
+        if tuple(pol.sort_key) in _RELEASE_ORDER_KEYS:
+            return VLLM
+        return KEYED
+    if cls is Sieve:
+        return SIEVE
+    if isinstance(pol, ArrayPolicy) and cls is registered().get(pol.name):
+        return ARRAY
+    if pol.name in _QUEUE_CODES and cls is registered().get(pol.name):
+        return _QUEUE_CODES[pol.name]
+    return -1
+
+
+@jit(inline=True)
 def _list_remove(b: int, prev: Any, nxt: Any, ends: Any) -> None:
     p, q = prev[b], nxt[b]
     if p >= 0:
@@ -40,6 +100,7 @@ def _list_remove(b: int, prev: Any, nxt: Any, ends: Any) -> None:
         ends[1] = p
 
 
+@jit(inline=True)
 def _list_append(b: int, prev: Any, nxt: Any, ends: Any) -> None:
     prev[b] = ends[1]
     nxt[b] = -1
@@ -50,6 +111,7 @@ def _list_append(b: int, prev: Any, nxt: Any, ends: Any) -> None:
     ends[1] = b
 
 
+@jit(inline=True)
 def _q_push(b: int, qb: Any, qs: Any, stamp: Any, qstate: Any) -> None:
     """Append b with a fresh stamp; older copies of b become stale."""
     if qstate[1] == qb.shape[0]:
@@ -69,6 +131,7 @@ def _q_push(b: int, qb: Any, qs: Any, stamp: Any, qstate: Any) -> None:
     qstate[2] += 1
 
 
+@jit()
 def _q_pop_unpinned(qb: Any, qs: Any, stamp: Any, ref: Any, qstate: Any) -> int:
     """The oldest valid copy of an unpinned block (the caller knows one exists)."""
     i = qstate[0]
@@ -87,15 +150,23 @@ def _q_pop_unpinned(qb: Any, qs: Any, stamp: Any, ref: Any, qstate: Any) -> int:
         i += 1
 
 
-def _evict_one(qb: Any, qs: Any, stamp: Any, ref: Any, qstate: Any, bkey: Any, chains: Any) -> int:
-    """Take the policy's victim and drop its key from its holder chain."""
-    b = _q_pop_unpinned(qb, qs, stamp, ref, qstate)
+@jit(inline=True)
+def _drop_key(b: int, bkey: Any, chains: Any, primary: Any) -> int:
+    """Drop b's key from its holder chain; returns the holder it promotes to primary
+    (-1: none, or the new head already was primary)."""
+    k = bkey[b]
     # Row k of chains[0:2] is the key's (first, last) holder; rows 2, 3 link the holders.
-    _list_remove(b, chains[2], chains[3], chains[0:2, bkey[b]])
+    _list_remove(b, chains[2], chains[3], chains[0:2, k])
     bkey[b] = -1
-    return b
+    primary[b] = True
+    head = chains[0, k]
+    if head >= 0 and not primary[head]:
+        primary[head] = True
+        return int(head)
+    return -1
 
 
+@jit()
 def _kernel(
     keys: Any,
     key_offsets: Any,
@@ -107,16 +178,31 @@ def _kernel(
     block_tokens: int,
     policy: int,
     max_free: int,
+    cols: Any,
+    signs: Any,
+    occ_start: Any,
+    occ_req: Any,
+    ist: Any,
+    fst: Any,
+    acode: int,
+    rng: Any,
     hit_tokens: Any,
     hit_blocks: Any,
     out: Any,
 ) -> None:
     """out[0] = evictions, out[1] = the request that could not fit (or -1).
 
-    The policy order is a queue with lazy invalidation (as ``SegmentQueue``): vllm queues a
-    block when it is released and invalidates it when a hit takes it; lru queues on insert
-    and on every hit; fifo on insert only. The victim is the oldest valid unpinned copy.
+    vllm, lru and fifo order blocks in a queue with lazy invalidation (as ``SegmentQueue``):
+    vllm queues a block when it is released and invalidates it when a hit takes it; lru
+    queues on insert and on every hit; fifo on insert only. The victim is the oldest valid
+    unpinned copy. Keyed policies (``policies._keyed``) and SIEVE run their own hooks,
+    the functions their classes call. Victims of one request are chosen before their keys
+    are dropped, as the block cache does (a dropped key may promote a duplicate holder,
+    which a keyed policy re-ranks).
     """
+    keyed = policy == KEYED
+    sieve = policy == SIEVE
+    array = policy == ARRAY
     ref = np.zeros(capacity, np.int64)
     bkey = np.full(capacity, -1, np.int64)
     chains = np.full((4, max(num_keys, capacity)), -1, np.int64)
@@ -124,14 +210,29 @@ def _kernel(
     qb = np.empty(4 * capacity + 64, np.int64)
     qs = np.empty(4 * capacity + 64, np.int64)
     qstate = np.zeros(3, np.int64)  # head, tail, next stamp
+    # Entry metadata (keyed policies read it) and the policies' own state.
+    primary = np.ones(capacity, np.bool_)
+    la = np.zeros(capacity, np.float64)
+    nhits = np.zeros(capacity, np.int64)
+    depth = np.zeros(capacity, np.int64)
+    created = np.zeros(capacity, np.float64)
+    hk = np.zeros((capacity if keyed else 1, 4), np.float64)
+    he = np.zeros(capacity, np.int64)
+    hpos = np.full(capacity, -1, np.int64)
+    hn = np.zeros(1, np.int64)
+    kbuf = np.empty(3, np.float64)
+    order = 0
+    link, flag, sst = sieve_state(capacity if sieve else 1)
     empty = np.arange(capacity - 1, -1, -1).astype(np.int64)
     n_empty = capacity
     cached_free = 0
     evictions = 0
     blocks = np.empty(max(int(held.max()), 1), np.int64)
-    released = np.empty(blocks.shape[0], np.int64)
+    released = np.empty(max(blocks.shape[0], capacity), np.int64)
+    victims = np.empty(max(blocks.shape[0], capacity), np.int64)
     out[1] = -1
     for r in range(key_offsets.shape[0] - 1):
+        now = float(r)
         k0 = key_offsets[r]
         nk = key_offsets[r + 1] - k0
         nl = num_lookup[r]
@@ -158,30 +259,62 @@ def _kernel(
             return
         for i in range(h):
             b = blocks[i]
-            if policy == 1:  # lru: a hit is an access
+            if policy == LRU:  # a hit is an access
                 _q_push(b, qb, qs, stamp, qstate)
-            elif policy == 0 and ref[b] == 0:  # vllm: touch takes it out of the free queue
-                stamp[b] = -1
-            if ref[b] == 0:
+            elif sieve:
+                sieve_access(flag, b)
+            elif array:
+                hook(acode, ist, fst, ACCESS, b, bkey, rng)
+            if ref[b] == 0:  # it leaves the evictable pool
+                if policy == VLLM:  # touch takes it out of the free queue
+                    stamp[b] = -1
+                # keyed: the block stays in the heap with its old key; a pop that meets a
+                # pinned block drops it, its release re-keys it (one heap step, not two)
+                elif sieve:
+                    sieve_pinned(flag, sst, b)
+                elif array:
+                    hook(acode, ist, fst, PINNED, b, bkey, rng)
                 cached_free -= 1
             ref[b] += 1
+            if keyed:
+                la[b] = now
+                nhits[b] += 1
+        if array and nk > h:  # the keys it will cache that it missed, before any eviction
+            miss_begin(acode, ist)
+            for j in range(h, nk):
+                hook(acode, ist, fst, MISS, keys[k0 + j], bkey, rng)
+        take = min(need, n_empty)
+        for j in range(take):
+            n_empty -= 1
+            blocks[h + j] = empty[n_empty]
+        nv = need - take
+        if nv > 0:
+            _evict(nv, policy, victims, qb, qs, stamp, ref, qstate, hk, he, hpos, hn, link,
+                   flag, sst, bkey, chains, primary, cols, signs, la, nhits, depth, created,
+                   occ_start, occ_req, r, ist, fst, acode, rng)  # fmt: skip
+            for j in range(nv):
+                blocks[h + take + j] = victims[j]
+            cached_free -= nv
+            evictions += nv
         for j in range(need):
-            if n_empty > 0:
-                n_empty -= 1
-                b = empty[n_empty]
-            else:
-                b = _evict_one(qb, qs, stamp, ref, qstate, bkey, chains)
-                cached_free -= 1
-                evictions += 1
-            ref[b] = 1
-            blocks[h + j] = b
+            ref[blocks[h + j]] = 1
         # ---- commit: new full blocks get their keys, appended to the key's holders
         for j in range(h, nk):
             b = blocks[j]
             k = keys[k0 + j]
             bkey[b] = k
+            primary[b] = chains[0, k] < 0
             _list_append(b, chains[2], chains[3], chains[0:2, k])
-            if policy != 0:  # lru / fifo: an insertion
+            if keyed:
+                depth[b] = j
+                created[b] = now
+                la[b] = now
+                nhits[b] = 0
+            elif sieve:
+                sieve_insert(link, flag, sst, b)
+            elif array:
+                hook(acode, ist, fst, INSERT, b, bkey, rng)
+            elif policy != VLLM:  # lru / fifo: an insertion
                 _q_push(b, qb, qs, stamp, qstate)
         # ---- release, tail first; keyless blocks go back on top of the empty stack
         n_rel = 0
@@ -191,38 +324,65 @@ def _kernel(
             if ref[b] == 0:
                 if bkey[b] >= 0:
                     cached_free += 1
-                    if policy == 0:
+                    if policy == VLLM:
                         _q_push(b, qb, qs, stamp, qstate)
+                    elif keyed:
+                        entry_key(cols, signs, b, la, nhits, depth, created, primary, bkey,
+                                  occ_start, occ_req, r, kbuf)  # fmt: skip
+                        heap_set(hk, he, hpos, hn, b, kbuf[0], kbuf[1], kbuf[2], float(order))
+                        order += 1
+                    elif sieve:
+                        sieve_evictable(flag, sst, b)
+                    elif array:
+                        hook(acode, ist, fst, EVICTABLE, b, bkey, rng)
                 else:
                     released[n_rel] = b
                     n_rel += 1
         # ---- bound on the cached-free pool: trimmed blocks become empty
-        while max_free >= 0 and cached_free > max_free:
-            released[n_rel] = _evict_one(qb, qs, stamp, ref, qstate, bkey, chains)
-            n_rel += 1
-            cached_free -= 1
-            evictions += 1
+        if max_free >= 0 and cached_free > max_free:
+            nv = cached_free - max_free
+            _evict(nv, policy, victims, qb, qs, stamp, ref, qstate, hk, he, hpos, hn, link,
+                   flag, sst, bkey, chains, primary, cols, signs, la, nhits, depth, created,
+                   occ_start, occ_req, r, ist, fst, acode, rng)  # fmt: skip
+            for j in range(nv):
+                released[n_rel] = victims[j]
+                n_rel += 1
+            cached_free -= nv
+            evictions += nv
         for i in range(n_rel - 1, -1, -1):  # prepend_n: the first released ends on top
             empty[n_empty] = released[i]
             n_empty += 1
     out[0] = evictions
 
 
-_compiled: Any = None
-
-
-def _kernel_compiled() -> Any:
-    """The jitted kernel. Its helpers are jitted in place first: numba resolves the
-    kernel's globals when it compiles, on the first call."""
-    global _compiled
-    if _compiled is None:
-        from numba import njit
-
-        g = globals()
-        for name in ("_list_remove", "_list_append", "_q_push", "_q_pop_unpinned", "_evict_one"):
-            g[name] = njit(cache=True, inline="always")(g[name])
-        _compiled = njit(cache=True)(_kernel)
-    return _compiled
+@jit()
+def _evict(
+    n: int, policy: int, victims: Any, qb: Any, qs: Any, stamp: Any, ref: Any, qstate: Any,
+    hk: Any, he: Any, hpos: Any, hn: Any, link: Any, flag: Any, sst: Any, bkey: Any,
+    chains: Any, primary: Any, cols: Any, signs: Any, la: Any, nhits: Any, depth: Any,
+    created: Any, occ_start: Any, occ_req: Any, r: int, ist: Any, fst: Any, acode: int,
+    rng: Any,
+) -> None:  # fmt: skip
+    """Choose n victims (the caller knows they exist), then drop their keys in order."""
+    for j in range(n):
+        if policy == KEYED:
+            e = heap_pop(hk, he, hpos, hn)
+            while ref[e] > 0:  # pinned by this request: left in the heap by the hit
+                e = heap_pop(hk, he, hpos, hn)
+            victims[j] = e
+        elif policy == SIEVE:
+            victims[j] = sieve_pop(link, flag, sst)
+        elif policy == ARRAY:
+            victims[j] = hook(acode, ist, fst, EVICT, 0, bkey, rng)
+        else:
+            victims[j] = _q_pop_unpinned(qb, qs, stamp, ref, qstate)
+    kbuf = np.empty(3, np.float64)
+    for j in range(n):
+        up = _drop_key(victims[j], bkey, chains, primary)
+        if up >= 0 and policy == KEYED and hpos[up] >= 0 and ref[up] == 0:  # on_update
+            entry_key(cols, signs, up, la, nhits, depth, created, primary, bkey, occ_start,
+                      occ_req, r, kbuf)  # fmt: skip
+            heap_set(hk, he, hpos, hn, up, kbuf[0], kbuf[1], kbuf[2], hk[hpos[up], 3])
 
 
 def replay_fast(
@@ -234,25 +394,45 @@ def replay_fast(
     capacity: int,
     num_keys: int,
     block_tokens: int,
-    policy: str,
+    policy: EvictionPolicy,
     max_free_blocks: int | None,
 ) -> tuple[I64, I64, int, int]:
-    """Run the kernel; returns (hit_tokens, hit_blocks, num_evictions, failed_request)."""
-    kernel = _kernel_compiled()
+    """Run the kernel; returns (hit_tokens, hit_blocks, num_evictions, failed_request).
+
+    ``policy`` is fresh (a keyed policy with ``needs_future`` already prepared)."""
+    code = kernel_code(policy)
+    if code < 0:
+        raise ValueError(f"policy '{policy.spec()}' has no compiled kernel")
+    cols, signs = np.full(3, -1, np.int64), np.ones(3, np.float64)
+    occ_start, occ_req = np.zeros(1, np.int64), np.zeros(0, np.int64)
+    if isinstance(policy, KeyedPolicy):
+        cols, signs = key_columns(policy.sort_key)
+        occ_start = getattr(policy, "occ_start", occ_start)
+        occ_req = getattr(policy, "occ_req", occ_req)
+    # Array-state policies (ARC, S3-FIFO, LeCaR) bring their state and generator; the
+    # others get a one-entry placeholder (the kernel's argument types never change).
+    acode, st, rng = -1, new_state(1, 1, (1, 1)), np.random.default_rng(0)
+    if code == ARRAY:
+        assert isinstance(policy, ArrayPolicy)
+        policy.bind(EntryView(capacity))
+        policy.state = grow_state(policy.state, capacity, max(num_keys, 1))
+        acode, st, rng = policy.code, policy.state, policy.rng
     n = int(key_offsets.shape[0]) - 1
     hit_tokens = np.zeros(n, np.int64)
     hit_blocks = np.zeros(n, np.int64)
     out = np.zeros(2, np.int64)
-    kernel(
+    _kernel(
         keys, key_offsets, num_lookup, lookup_end, held, capacity, max(num_keys, 1),
-        block_tokens, POLICY_CODES[policy], -1 if max_free_blocks is None else max_free_blocks,
-        hit_tokens, hit_blocks, out,
+        block_tokens, code, -1 if max_free_blocks is None else max_free_blocks,
+        cols, signs, occ_start, occ_req, st[0], st[1], acode, rng, hit_tokens, hit_blocks, out,
     )  # fmt: skip
     return hit_tokens, hit_blocks, int(out[0]), int(out[1])
 
 
 def warm_up() -> None:
     """Compile (or load the cached compilation) outside any timed region."""
+    from prefixlab.policies.vllm import VLLM as VLLMPolicy
+
     one = np.zeros(1, np.int64)
     offs = np.array([0, 1], np.int64)
-    replay_fast(one, offs, one, one, np.ones(1, np.int64), 2, 1, 16, "vllm", None)
+    replay_fast(one, offs, one, one, np.ones(1, np.int64), 2, 1, 16, VLLMPolicy(), None)

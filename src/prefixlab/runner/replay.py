@@ -24,7 +24,7 @@ from prefixlab.cache.events import Hit, Miss, Observer
 from prefixlab.cache.radix import RadixCache
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.metrics.replay import ReplayMetrics
-from prefixlab.policies.base import EvictionPolicy, make_policy, registered
+from prefixlab.policies.base import EvictionPolicy, make_policy
 from prefixlab.runner import _fast
 from prefixlab.workload.trace import BlockLayout, Trace
 
@@ -181,9 +181,10 @@ def replay(
         observers: extra event observers.
         check_every: run the structure's invariant checker every this many requests.
         on_step: called with each request index (progress bars).
-        fast: use the compiled kernel when it applies (numba installed; ``vllm``, ``lru`` or
-            ``fifo`` on the block cache; no observers, checks or step callback). It gives
-            the same results as the generic path (tested).
+        fast: use the replay kernel when it applies (numba installed; the block cache;
+            vllm, lru, fifo, sieve or a keyed policy such as opt, lfu or sglang-lru; no
+            observers, checks or step callback). It gives the same results as the generic
+            path (tested), compiled, or interpreted under ``NUMBA_DISABLE_JIT=1``.
     """
     config.validate()
     pol = make_policy(policy, config.structure) if isinstance(policy, str) else policy
@@ -278,8 +279,7 @@ def _fast_applies(
     return (
         _fast.HAVE_NUMBA
         and config.structure == "block"
-        and pol.name in _fast.POLICY_CODES
-        and type(pol) is registered().get(pol.name)
+        and _fast.kernel_code(pol) >= 0
         and not observers
         and not check_every
         and on_step is None
@@ -290,6 +290,8 @@ def _replay_fast(
     trace: Trace, pol: EvictionPolicy, config: ReplayConfig, layout: BlockLayout
 ) -> ReplayResult:
     _fast.warm_up()
+    if pol.needs_future:
+        pol.prepare(layout)
     start = time.perf_counter()
     hit_tokens, hit_blocks, evictions, failed = _fast.replay_fast(
         layout.keys,
@@ -300,7 +302,7 @@ def _replay_fast(
         config.capacity_blocks,
         layout.num_distinct_keys,
         layout.block_tokens,
-        pol.name,
+        pol,
         config.max_free_blocks,
     )
     elapsed = time.perf_counter() - start

@@ -1,0 +1,93 @@
+"""Functions written once, compiled by numba on first use and interpreted without it.
+
+A policy's hooks and the replay kernels are plain Python functions over numpy arrays,
+decorated with :func:`jit`. Nothing is compiled, and numba is not even imported, until the
+first call of any of them (``prefixlab --help`` stays fast). Then :func:`compile_all`
+replaces every decorated function, in every ``prefixlab`` module that holds it, by its
+numba dispatcher, so that compiled callers find compiled callees. Compilations are cached
+on disk (``cache=True``).
+
+Without numba, or with ``NUMBA_DISABLE_JIT=1`` (CI runs the conformance suites so), the same
+source runs interpreted: there is no second implementation to keep equal.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: numba is importable (the ``fast`` extra)
+HAVE_NUMBA = importlib.util.find_spec("numba") is not None
+#: compiled calls are on: numba is installed and not disabled
+COMPILED = HAVE_NUMBA and os.environ.get("NUMBA_DISABLE_JIT", "0") in ("", "0")
+
+_PENDING: list[_Lazy] = []
+_done = False
+
+
+class _Lazy:
+    """A decorated function before :func:`compile_all`: calling it compiles everything."""
+
+    def __init__(self, fn: Callable[..., Any], options: dict[str, Any]) -> None:
+        self.__wrapped__ = fn
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.options = options
+        self.target: Callable[..., Any] | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.target is None:
+            compile_all()
+        assert self.target is not None
+        return self.target(*args, **kwargs)
+
+
+def jit(*, inline: bool = False) -> Callable[[F], F]:
+    """Decorator: compile ``fn`` with numba (``cache=True``) on first use of any kernel.
+
+    ``inline=True`` inlines it into compiled callers (small hot helpers)."""
+
+    def wrap(fn: F) -> F:
+        if _done:
+            return _compile_one(fn, {"inline": inline})  # type: ignore[return-value]
+        lazy = _Lazy(fn, {"inline": inline})
+        _PENDING.append(lazy)
+        return lazy  # type: ignore[return-value]
+
+    return wrap
+
+
+def _compile_one(fn: Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:
+    if not COMPILED:
+        return fn
+    from numba import njit
+
+    if options.get("inline"):
+        return njit(cache=True, inline="always")(fn)
+    return njit(cache=True)(fn)
+
+
+def compile_all() -> None:
+    """Swap every pending function for its dispatcher, wherever a module holds it.
+
+    numba resolves a compiled function's globals when it compiles it (on its first call),
+    so the swap must be complete before any kernel runs."""
+    global _done
+    if _done:
+        return
+    _done = True
+    for lazy in _PENDING:
+        lazy.target = _compile_one(lazy.__wrapped__, lazy.options)
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not (name == "prefixlab" or name.startswith("prefixlab.")):
+            continue
+        g = vars(mod)
+        for attr, value in list(g.items()):
+            if isinstance(value, _Lazy) and value.target is not None:
+                g[attr] = value.target
+    _PENDING.clear()

@@ -1,0 +1,344 @@
+"""Array state for queue-and-ghost policies (ARC, S3-FIFO, LeCaR), and their base class.
+
+One state layout serves every such policy, so that the compiled replay kernel can carry any
+of them: two 2-D arrays, ``I`` (int64) and ``F`` (float64), whose rows are indexed by
+entry, by key or by slot, and whose last row holds scalars. Two arrays, not a tuple of
+many, because a compiled call copies and reference-counts every array it is given. The
+functions are :func:`prefixlab._jit.jit` functions: the policy classes call them through
+:mod:`prefixlab.policies._dispatch` in batches, the kernel entry by entry::
+
+    I rows   by entry: MEMBER POSITION FREE MISSING P0 P1 P2  (P*: the policy's own)
+             by key:   GSEQ0 GSEQ1 K0 K1       (ghost stamps; the policy's own)
+             by slot:  ghost rings (key, stamp) x 2; lazy heaps (a, b, entry) x 3
+             SC:       scalars (counts, heads, tails, limits, the policy's own from SLOT)
+    F rows   by key:   GWHEN0 GWHEN1           FS: float scalars
+
+An *ordered queue* (``fq_*``, heaps 0 and 1) keeps members in append order and finds its
+oldest free member in O(log n) amortised, however many pinned members lie ahead of it.
+Each member has a position (a counter bumped by an append); the queue's heap holds
+(position, entry) items. An item is live while its entry is still a member at that
+position; stale items and pinned members' items are dropped when they reach the top, and a
+member that becomes free with no live item is pushed again, so items never duplicate.
+Appends take the largest position, so a push costs one comparison. A *ghost list*
+(``ghost_*``) is a bounded FIFO of keys with O(1) membership.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab._jit import jit
+from prefixlab.policies.base import I64, EntryView, EvictionPolicy
+
+F64 = npt.NDArray[np.float64]
+State = tuple[I64, F64]
+
+# I rows
+MEMBER, POSITION, FREE, MISSING, P0, P1, P2 = range(7)
+GSEQ0, K0, K1 = 7, 9, 10  # GSEQ1 = 8
+GRING0 = 11  # ghost g: keys in row GRING0 + 2g, stamps in GRING0 + 2g + 1
+HEAP0 = 15  # lazy heap h: a, b, entry in rows HEAP0 + 3h .. + 2
+SC = 24
+IROWS = 25
+# F rows
+GWHEN0, FS = 0, 2  # GWHEN1 = 1
+FROWS = 3
+# scalar slots in I[SC]
+LEN0, LEN1, NFREE, NEXTPOS = 0, 1, 2, 3
+HN0 = 4  # heap h's size in slot HN0 + h (3 heaps)
+GHEAD0 = 7  # ghost g: head, tail, count, limit in slots GHEAD0 + 4g .. + 3
+SLOT = 15  # the policy's own slots start here
+
+
+def new_state(num_entries: int, num_keys: int, ghost_limits: tuple[int, int]) -> State:
+    """Empty state for ``num_entries`` entries and keys below ``num_keys``."""
+    n = max(num_entries, 1)
+    width = max(4 * n + 64, num_keys, 2 * max(ghost_limits) + 64, 64)
+    ist = np.zeros((IROWS, width), np.int64)
+    ist[GSEQ0 : GSEQ0 + 2] = -1
+    ist[SC, GHEAD0 + 3] = ghost_limits[0]
+    ist[SC, GHEAD0 + 7] = ghost_limits[1]
+    return ist, np.zeros((FROWS, width), np.float64)
+
+
+def grow_state(st: State, num_entries: int, num_keys: int) -> State:
+    """The state with room for more entries (a radix tree grew) or keys (new key ids)."""
+    ist, fst = st
+    width = ist.shape[1]
+    need = max(4 * num_entries + 64, num_keys)
+    if need <= width:
+        return st
+    wider = max(need, 2 * width)
+    i2 = np.zeros((IROWS, wider), np.int64)
+    i2[GSEQ0 : GSEQ0 + 2] = -1
+    i2[:, :width] = ist
+    i2[SC] = 0
+    i2[SC, : ist.shape[1]] = ist[SC]
+    f2 = np.zeros((FROWS, wider), np.float64)
+    f2[:, :width] = fst
+    return i2, f2
+
+
+# ----------------------------------------------------------------------------- lazy heaps
+@jit()
+def heap_push(ist: I64, h: int, a: int, b: int, e: int) -> None:
+    """Push item (a, b, e) on lazy heap h (ordered by a, then b)."""
+    ra, rb, re = HEAP0 + 3 * h, HEAP0 + 3 * h + 1, HEAP0 + 3 * h + 2
+    i = ist[SC, HN0 + h]
+    if i == ist.shape[1]:
+        i = _heap_compact(ist, h)
+    ist[SC, HN0 + h] = i + 1
+    while i > 0:
+        p = (i - 1) // 2
+        pa, pb = ist[ra, p], ist[rb, p]
+        if pa < a or (pa == a and pb <= b):
+            break
+        ist[ra, i], ist[rb, i], ist[re, i] = pa, pb, ist[re, p]
+        i = p
+    ist[ra, i], ist[rb, i], ist[re, i] = a, b, e
+
+
+@jit()
+def _sift_down(ist: I64, h: int, i: int, n: int) -> None:
+    ra, rb, re = HEAP0 + 3 * h, HEAP0 + 3 * h + 1, HEAP0 + 3 * h + 2
+    a, b, e = ist[ra, i], ist[rb, i], ist[re, i]
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        d = c + 1
+        if d < n:
+            da, ca = ist[ra, d], ist[ra, c]
+            if da < ca or (da == ca and ist[rb, d] < ist[rb, c]):
+                c = d
+        if ist[ra, c] > a or (ist[ra, c] == a and ist[rb, c] >= b):
+            break
+        ist[ra, i], ist[rb, i], ist[re, i] = ist[ra, c], ist[rb, c], ist[re, c]
+        i = c
+    ist[ra, i], ist[rb, i], ist[re, i] = a, b, e
+
+
+@jit()
+def heap_drop_top(ist: I64, h: int) -> None:
+    """Remove lazy heap h's top item."""
+    n = ist[SC, HN0 + h] - 1
+    ist[SC, HN0 + h] = n
+    if n > 0:
+        for r in range(3):
+            ist[HEAP0 + 3 * h + r, 0] = ist[HEAP0 + 3 * h + r, n]
+        _sift_down(ist, h, 0, n)
+
+
+@jit()
+def _heap_compact(ist: I64, h: int) -> int:
+    """Keep only live items (an item is live while its entry's key fields still equal
+    it: queue heaps check membership and position, LeCaR's LFU heap its stamp), then
+    restore the heap in place; returns the new size."""
+    ra, rb, re = HEAP0 + 3 * h, HEAP0 + 3 * h + 1, HEAP0 + 3 * h + 2
+    w = 0
+    for i in range(ist[SC, HN0 + h]):
+        e = ist[re, i]
+        if h < 2:
+            live = ist[MEMBER, e] == h + 1 and ist[POSITION, e] == ist[ra, i]
+        else:
+            live = ist[P1, e] == ist[rb, i] and ist[P0, e] > 0
+        if live and ist[FREE, e]:
+            ist[ra, w], ist[rb, w], ist[re, w] = ist[ra, i], ist[rb, i], e
+            w += 1
+        elif live:  # pinned: freeing it pushes it back
+            if h < 2:
+                ist[MISSING, e] = 1
+            else:
+                ist[P2, e] = 1
+    for i in range(w // 2 - 1, -1, -1):
+        _sift_down(ist, h, i, w)
+    ist[SC, HN0 + h] = w
+    return w
+
+
+# ----------------------------------------------------------------------------- queues
+@jit()
+def fq_append(ist: I64, q: int, e: int) -> None:
+    """Put e at the back of queue q (moving it there if it is a member)."""
+    if ist[MEMBER, e] != q + 1:
+        ist[MEMBER, e] = q + 1
+        ist[SC, LEN0 + q] += 1
+    p = ist[SC, NEXTPOS] + 1
+    ist[SC, NEXTPOS] = p
+    ist[POSITION, e] = p
+    if ist[FREE, e]:
+        ist[MISSING, e] = 0
+        heap_push(ist, q, p, 0, e)
+    else:
+        ist[MISSING, e] = 1
+
+
+@jit()
+def fq_discard(ist: I64, q: int, e: int) -> None:
+    """Take e out of queue q (no-op if it is not a member); its items go stale."""
+    if ist[MEMBER, e] == q + 1:
+        ist[MEMBER, e] = 0
+        ist[MISSING, e] = 0
+        ist[SC, LEN0 + q] -= 1
+
+
+@jit()
+def fq_oldest_free(ist: I64, q: int) -> int:
+    """Queue q's oldest evictable member, or -1 (drops stale and pinned items on top)."""
+    ra, re = HEAP0 + 3 * q, HEAP0 + 3 * q + 2
+    while ist[SC, HN0 + q] > 0:
+        e = ist[re, 0]
+        if ist[MEMBER, e] == q + 1 and ist[POSITION, e] == ist[ra, 0]:
+            if ist[FREE, e]:
+                return int(e)
+            ist[MISSING, e] = 1  # pinned: freeing it pushes it back
+        heap_drop_top(ist, q)
+    return -1
+
+
+@jit()
+def set_free(ist: I64, e: int, free: bool) -> None:
+    """e became evictable (True) or pinned (False)."""
+    if free == (ist[FREE, e] != 0):
+        return
+    ist[FREE, e] = 1 if free else 0
+    ist[SC, NFREE] += 1 if free else -1
+    q = ist[MEMBER, e] - 1
+    if free and q >= 0 and ist[MISSING, e]:
+        ist[MISSING, e] = 0
+        heap_push(ist, q, ist[POSITION, e], 0, e)
+
+
+# ----------------------------------------------------------------------------- ghosts
+@jit()
+def ghost_contains(ist: I64, g: int, key: int) -> bool:
+    return bool(ist[GSEQ0 + g, key] >= 0)
+
+
+@jit()
+def ghost_len(ist: I64, g: int) -> int:
+    return int(ist[SC, GHEAD0 + 4 * g + 2])
+
+
+@jit()
+def ghost_pop(ist: I64, fst: F64, g: int, key: int) -> float:
+    """Forget key; returns the time it was added, or -1.0 if it was not there."""
+    if ist[GSEQ0 + g, key] < 0:
+        return -1.0
+    ist[GSEQ0 + g, key] = -1
+    ist[SC, GHEAD0 + 4 * g + 2] -= 1
+    return float(fst[GWHEN0 + g, key])
+
+
+@jit()
+def ghost_trim(ist: I64, g: int, limit: int) -> None:
+    """Drop the oldest keys until at most ``limit`` remain."""
+    s, rk, rs = GHEAD0 + 4 * g, GRING0 + 2 * g, GRING0 + 2 * g + 1
+    lim = max(limit, 0)
+    while ist[SC, s + 2] > lim:
+        i = ist[SC, s]
+        ist[SC, s] = i + 1
+        key = ist[rk, i]
+        if ist[GSEQ0 + g, key] == ist[rs, i]:
+            ist[GSEQ0 + g, key] = -1
+            ist[SC, s + 2] -= 1
+
+
+@jit()
+def ghost_add(ist: I64, fst: F64, g: int, key: int, when: float) -> None:
+    """Add key at the back (moving it there if present), then trim to the list's limit."""
+    s, rk, rs = GHEAD0 + 4 * g, GRING0 + 2 * g, GRING0 + 2 * g + 1
+    if ist[GSEQ0 + g, key] >= 0:
+        ist[GSEQ0 + g, key] = -1
+        ist[SC, s + 2] -= 1
+    if ist[SC, s + 1] == ist.shape[1]:  # compact: keep only live copies, in order
+        w = 0
+        for i in range(ist[SC, s], ist[SC, s + 1]):
+            if ist[GSEQ0 + g, ist[rk, i]] == ist[rs, i]:
+                ist[rk, w], ist[rs, w] = ist[rk, i], ist[rs, i]
+                w += 1
+        ist[SC, s], ist[SC, s + 1] = 0, w
+    t = ist[SC, s + 1]
+    stamp = ist[rs, t - 1] + 1 if t > 0 else 0
+    ist[rk, t], ist[rs, t] = key, stamp
+    ist[SC, s + 1] = t + 1
+    ist[GSEQ0 + g, key] = stamp
+    fst[GWHEN0 + g, key] = when
+    ist[SC, s + 2] += 1
+    ghost_trim(ist, g, ist[SC, s + 3])
+
+
+# ----------------------------------------------------------------------------- base class
+class ArrayPolicy(EvictionPolicy):
+    """Base of the policies whose hooks are jit functions over :func:`new_state`.
+
+    A subclass sets ``code`` (its number in :mod:`prefixlab.policies._dispatch`) and
+    ``init_state``; the hooks below call the dispatcher in batches."""
+
+    code: ClassVar[int] = -1
+    reads_access_metadata = False
+
+    def init_state(self, num_entries: int) -> State:
+        raise NotImplementedError
+
+    def bind(self, view: EntryView) -> None:
+        from prefixlab.policies import _dispatch
+
+        super().bind(view)
+        self._batch = _dispatch.batch
+        self.state = self.init_state(view.num_entries)
+        self.rng = getattr(self, "rng", np.random.default_rng(0))
+
+    def _run(self, hook: int, xs: I64, keys: I64 | None = None) -> int:
+        kmax = 0
+        if keys is not None and keys.shape[0]:  # the ghost lists index by key
+            kmax = int(keys.max()) + 1
+        if hook in (0, 6) and self.view.key.shape[0]:  # keys may change without a hook
+            kmax = max(kmax, int(self.view.key.max()) + 1)
+        self.state = grow_state(self.state, self.view.num_entries, kmax)
+        ist, fst = self.state
+        return int(self._batch(self.code, ist, fst, hook, xs, self.view.key, self.rng))
+
+    def on_insert(self, entries: I64) -> None:
+        if entries.shape[0]:
+            self._run(0, entries)
+
+    def on_access(self, entries: I64) -> None:
+        if entries.shape[0]:
+            self._run(1, entries)
+
+    def on_evictable(self, entries: I64) -> None:
+        if entries.shape[0]:
+            self._run(2, entries)
+
+    def on_pinned(self, entries: I64) -> None:
+        if entries.shape[0]:
+            self._run(3, entries)
+
+    def on_remove(self, entries: I64) -> None:
+        if entries.shape[0]:
+            self._run(4, entries)
+
+    def on_miss(self, keys: I64) -> None:
+        self._run(5, keys, keys)
+
+    def evict(self, n: int) -> I64:
+        out = np.empty(n, np.int64)
+        return out[: self._run(6, out)]
+
+    def num_evictable(self) -> int:
+        return int(self.state[0][SC, NFREE])
+
+    # For inspection and tests: the queues' members and the ghosts' keys, oldest first.
+    def _queue(self, q: int) -> list[int]:
+        ist = self.state[0]
+        members = np.flatnonzero(ist[MEMBER] == q + 1)
+        return members[np.argsort(ist[POSITION][members])].tolist()  # type: ignore[no-any-return]
+
+    def _ghost(self, g: int) -> list[int]:
+        gseq = self.state[0][GSEQ0 + g]
+        keys = np.flatnonzero(gseq >= 0)
+        return keys[np.argsort(gseq[keys])].tolist()  # type: ignore[no-any-return]
