@@ -7,6 +7,7 @@ unless said otherwise; ``f`` marks a fault, ``-v`` the victim.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,17 +18,17 @@ from hypothesis import strategies as st
 
 from prefixlab.errors import ConfigError
 from prefixlab.experts import _kernels
+from prefixlab.experts._kernels import next_use_keys
 from prefixlab.experts.checks import check_result
 from prefixlab.experts.policies import (
     ExpertPolicy,
+    PolicyContext,
     describe,
     layer_shares,
     make_policy,
     parameters,
     registered,
 )
-from prefixlab.experts.policies.lru import Lru
-from prefixlab.experts.policies.opt import next_use_keys
 from prefixlab.experts.simulate import (
     ExpertResult,
     fault_ratio_to_opt,
@@ -39,7 +40,7 @@ I64 = npt.NDArray[np.int64]
 ALL = sorted(registered())
 SHARED = [p for p in ALL if not make_policy(p).partitioned]
 DIST = [p for p in ALL if make_policy(p).partitioned]
-needs_numba = pytest.mark.skipif(not _kernels.HAVE_NUMBA, reason="numba (the 'fast' extra) absent")
+needs_numba = pytest.mark.skipif(not _kernels.COMPILED, reason="numba absent or disabled")
 
 
 def layered(num_layers: int, num_experts: int, experts: list[int]) -> I64:
@@ -377,14 +378,47 @@ def test_marking_kernel_resumes_across_uniform_chunks(monkeypatch: pytest.Monkey
 
 
 # ------------------------------------------------------------------ checkers can fail
-class _BadVictim(Lru):
+class _HookLru(ExpertPolicy):
+    """LRU written with hooks, as a third-party policy is (the Python loop drives it)."""
+
+    name = "hook-lru"
+
+    def reset(self, ctx: PolicyContext) -> None:
+        self._order: OrderedDict[int, None] = OrderedDict()
+
+    def on_hit(self, page: int, t: int) -> None:
+        self._order.move_to_end(page)
+
+    def on_insert(self, page: int, t: int) -> None:
+        self._order[page] = None
+
+    def victim(self, page: int, t: int) -> int:
+        return self._order.popitem(last=False)[0]
+
+    def tracked(self) -> list[int]:
+        return list(self._order)
+
+
+class _BadVictim(_HookLru):
     def victim(self, page: int, t: int) -> int:
         return page  # the requested page is never resident
 
 
-class _BadTracking(Lru):
+class _BadTracking(_HookLru):
     def tracked(self) -> list[int]:
         return super().tracked()[1:]
+
+
+@pytest.mark.parametrize("backend", ["python", "auto"])
+def test_a_policy_written_with_hooks_equals_the_lru_kernel(backend: str) -> None:
+    rng = np.random.default_rng(5)
+    pages = layered(3, 4, rng.integers(0, 4, 600).tolist())
+    kw = {"num_layers": 3, "num_experts": 4, "capacity": 5, "record": True}
+    hooks = simulate(pages, policy=_HookLru(), check=True, backend=backend, **kw)  # type: ignore[arg-type]
+    kernel = simulate(pages, policy="lru", backend=backend, **kw)  # type: ignore[arg-type]
+    assert hooks.backend == "python"
+    assert hooks.victims is not None and kernel.victims is not None
+    assert hooks.victims.tolist() == kernel.victims.tolist()
 
 
 def test_python_loop_rejects_an_invalid_victim() -> None:
@@ -434,8 +468,10 @@ def test_bad_inputs_name_the_value() -> None:
         simulate(ROUNDS, capacity=2, policy="lru")
     with pytest.raises(ConfigError, match="seed must be"):
         simulate(ROUNDS, capacity=2, seed=-1, **kw)  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="check=True"):
-        simulate(ROUNDS, capacity=2, check=True, backend="numba", **kw)  # type: ignore[arg-type]
+    if _kernels.COMPILED:
+        with pytest.raises(ConfigError, match="no kernel"):
+            simulate(ROUNDS, capacity=2, num_layers=2, num_experts=3, policy=_HookLru(),
+                     backend="numba")  # fmt: skip
     with pytest.raises(ConfigError, match="backend"):
         simulate(ROUNDS, capacity=2, backend="gpu", **kw)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"capacity=1 is below num_layers=2"):

@@ -91,3 +91,10 @@ def compile_all() -> None:
             if isinstance(value, _Lazy) and value.target is not None:
                 g[attr] = value.target
     _PENDING.clear()
+
+
+def python_function(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The plain Python function behind a decorated one (compiled or not): the same source,
+    interpreted (expert kernels run so for the ``python`` backend)."""
+    inner = getattr(fn, "py_func", None) or getattr(fn, "__wrapped__", None)
+    return inner if inner is not None else fn

@@ -19,24 +19,36 @@ Python hooks (tests compare fault masks and victims on random traces). Shared st
   unmarked[floor(u * num_unmarked)] with ``u`` the next uniform of the seeded stream.
 
 Kernels take ``fpl`` (faults per layer, filled in), ``mask``/``victims`` (length N when
-``record``, else empty) and return the number of faults. Without numba every entry point
-returns None and the simulator runs the Python hooks. Hot loops are written out in place,
-without small helper functions: each call passing arrays costs reference-count updates,
-and the helper version of the list kernel measured about 5x slower.
+``record``, else empty) and return the number of faults. They are each built-in policy's
+only implementation: compiled with numba when it is installed (:mod:`prefixlab._jit`), and
+the same source interpreted otherwise or when asked (``compiled=False``: the simulator's
+``python`` backend). Hot loops are written out in place, without small helper functions:
+each call passing arrays costs reference-count updates, and the helper version of the
+list kernel measured about 5x slower.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-#: numba is importable; it is imported (and the kernels compiled or loaded from numba's
-#: cache) only on first use, so importing the policies stays cheap
-HAVE_NUMBA = importlib.util.find_spec("numba") is not None
+from prefixlab._jit import COMPILED, HAVE_NUMBA, jit, python_function
+
+__all__ = [
+    "COMPILED",
+    "HAVE_NUMBA",
+    "KernelRun",
+    "run_fifo",
+    "run_lfu",
+    "run_llru",
+    "run_lru",
+    "run_marking",
+    "run_opt",
+    "warm_up",
+]  # fmt: skip
 
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
@@ -57,6 +69,7 @@ class KernelRun:
 
 
 # ------------------------------------------------------------------ linked list of pages
+@jit()
 def _list_kernel(
     pages: Any, capacity: int, num_layers: int, num_pages: int, mode: int,
     fpl: Any, mask: Any, victims: Any, record: bool,
@@ -132,9 +145,10 @@ def _list_kernel(
 
 
 # --------------------------------------------------------------------- indexed min-heap
+@jit()
 def _heap_kernel(
     pages: Any, capacity: int, num_layers: int, num_pages: int, mode: int,
-    fpl: Any, mask: Any, victims: Any, record: bool,
+    fpl: Any, mask: Any, victims: Any, record: bool, okeys: Any,
 ) -> int:  # fmt: skip
     """mode 0 = opt (Belady), 1 = lfu.
 
@@ -144,13 +158,7 @@ def _heap_kernel(
     (the minimum) does not depend on the heap's shape.
     """
     n = pages.shape[0]
-    key = np.zeros(n if mode == 0 else 0, np.int64)
-    if mode == 0:  # next request time, or 2N - t (never again: least recent goes first)
-        last = np.full(num_pages, -1, np.int64)
-        for t in range(n - 1, -1, -1):
-            p = pages[t]
-            key[t] = -(last[p] if last[p] >= 0 else 2 * n - t)
-            last[p] = t
+    key = okeys  # opt: -(next request time, or 2N - t if never again), from next_use_keys
     count = np.zeros(num_pages, np.int64)  # lfu: requests since insertion
     hk = np.zeros(capacity, np.int64)
     hp = np.zeros(capacity, np.int64)
@@ -204,7 +212,24 @@ def _heap_kernel(
     return faults
 
 
+def next_use_keys(pages: I64) -> I64:
+    """Belady's eviction key of every request, vectorised (one stable sort)::
+
+    key(t) = next request time of pages[t]   if there is one (< N)
+           = 2N - t                          otherwise (> N, larger for older t)
+    """
+    n = int(pages.shape[0])
+    keys = 2 * n - np.arange(n, dtype=np.int64)
+    if n < 2:
+        return keys
+    order = np.argsort(pages, kind="stable")  # requests of each page, in time order
+    same = pages[order[1:]] == pages[order[:-1]]
+    keys[order[:-1][same]] = order[1:][same]
+    return keys
+
+
 # ---------------------------------------------------------------------------- marking
+@jit()
 def _marking_kernel(
     pages: Any, t0: int, capacity: int, num_layers: int, uniforms: Any, st: Any,
     res_list: Any, res_pos: Any, unm_list: Any, unm_pos: Any,
@@ -269,20 +294,6 @@ def _marking_kernel(
     return t
 
 
-_COMPILED: dict[str, Any] = {}
-
-
-def _compiled(fn: Any) -> Any:
-    """``fn`` compiled by numba (once per process), or None without numba."""
-    if not HAVE_NUMBA:
-        return None
-    if fn.__name__ not in _COMPILED:
-        from numba import njit
-
-        _COMPILED[fn.__name__] = njit(cache=True)(fn)
-    return _COMPILED[fn.__name__]
-
-
 # -------------------------------------------------------------------------- entry points
 def _outputs(n: int, num_layers: int, record: bool) -> tuple[I64, Mask, I64]:
     fpl = np.zeros(num_layers, np.int64)
@@ -292,52 +303,53 @@ def _outputs(n: int, num_layers: int, record: bool) -> tuple[I64, Mask, I64]:
 
 
 def _run(kernel: Any, pages: I64, capacity: int, num_layers: int, num_pages: int, mode: int,
-         record: bool) -> KernelRun | None:  # fmt: skip
-    fn = _compiled(kernel)
-    if fn is None:
-        return None
+         record: bool, compiled: bool, heap: bool = False) -> KernelRun:  # fmt: skip
+    fn = kernel if compiled else python_function(kernel)
     pages = np.ascontiguousarray(pages, dtype=np.int64)
     fpl, mask, victims = _outputs(pages.shape[0], num_layers, record)
-    faults = fn(pages, capacity, num_layers, num_pages, mode, fpl, mask, victims, record)
+    if heap:
+        okeys = -next_use_keys(pages) if mode == 0 else np.zeros(0, np.int64)
+        faults = fn(pages, capacity, num_layers, num_pages, mode, fpl, mask, victims, record,
+                    okeys)  # fmt: skip
+    else:
+        faults = fn(pages, capacity, num_layers, num_pages, mode, fpl, mask, victims, record)
     return KernelRun(int(faults), fpl, mask if record else None, victims if record else None)
 
 
-def run_lru(pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool
-            ) -> KernelRun | None:  # fmt: skip
-    """LRU over one shared cache (None without numba)."""
-    return _run(_list_kernel, pages, capacity, num_layers, num_pages, 0, record)
+def run_lru(pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool,
+            compiled: bool = True) -> KernelRun:  # fmt: skip
+    """LRU over one shared cache."""
+    return _run(_list_kernel, pages, capacity, num_layers, num_pages, 0, record, compiled)
 
 
-def run_fifo(pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool
-             ) -> KernelRun | None:  # fmt: skip
-    """FIFO over one shared cache (None without numba)."""
-    return _run(_list_kernel, pages, capacity, num_layers, num_pages, 1, record)
+def run_fifo(pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool,
+            compiled: bool = True) -> KernelRun:  # fmt: skip
+    """FIFO over one shared cache."""
+    return _run(_list_kernel, pages, capacity, num_layers, num_pages, 1, record, compiled)
 
 
-def run_llru(pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool
-             ) -> KernelRun | None:  # fmt: skip
-    """Layered LRU (None without numba)."""
-    return _run(_list_kernel, pages, capacity, num_layers, num_pages, 2, record)
+def run_llru(pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool,
+            compiled: bool = True) -> KernelRun:  # fmt: skip
+    """Layered LRU."""
+    return _run(_list_kernel, pages, capacity, num_layers, num_pages, 2, record, compiled)
 
 
-def run_opt(pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool
-            ) -> KernelRun | None:  # fmt: skip
-    """Belady's OPT (None without numba)."""
-    return _run(_heap_kernel, pages, capacity, num_layers, num_pages, 0, record)
+def run_opt(pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool,
+            compiled: bool = True) -> KernelRun:  # fmt: skip
+    """Belady's OPT."""
+    return _run(_heap_kernel, pages, capacity, num_layers, num_pages, 0, record, compiled, True)
 
 
-def run_lfu(pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool
-            ) -> KernelRun | None:  # fmt: skip
-    """In-cache LFU, ties to the least recent (None without numba)."""
-    return _run(_heap_kernel, pages, capacity, num_layers, num_pages, 1, record)
+def run_lfu(pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool,
+            compiled: bool = True) -> KernelRun:  # fmt: skip
+    """In-cache LFU, ties to the least recent."""
+    return _run(_heap_kernel, pages, capacity, num_layers, num_pages, 1, record, compiled, True)
 
 
 def run_marking(pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool,
-                seed: int) -> KernelRun | None:  # fmt: skip
-    """Randomised marking with ``np.random.default_rng(seed)`` (None without numba)."""
-    kernel = _compiled(_marking_kernel)
-    if kernel is None:
-        return None
+                seed: int, compiled: bool = True) -> KernelRun:  # fmt: skip
+    """Randomised marking with ``np.random.default_rng(seed)``."""
+    kernel = _marking_kernel if compiled else python_function(_marking_kernel)
     pages = np.ascontiguousarray(pages, dtype=np.int64)
     n = pages.shape[0]
     fpl, mask, victims = _outputs(n, num_layers, record)

@@ -17,10 +17,12 @@ a hit costs nothing, a miss costs one and, with a full cache, the algorithm evic
 to make room for the requested one; OPT is the offline algorithm that knows the whole
 sequence, and the fault ratio to OPT is what competitive analysis bounds.
 
-Two backends give identical faults and victims: the policy's compiled kernel (numba, the
-``fast`` extra) and the Python loop over the policy's hooks, which can also check the
-invariants after every step (``check=True``). ``prefixlab.experts.checks.check_result``
-re-verifies any recorded run from its fault mask and victims alone.
+A built-in policy is a kernel (:mod:`prefixlab.experts._kernels`), its one implementation:
+the ``numba`` backend runs it compiled, the ``python`` backend interpreted, with identical
+faults and victims. A policy written in plain Python with hooks runs in the Python loop
+below, which can also check the invariants after every step (``check=True``; a kernel's
+run is checked from its record). ``prefixlab.experts.checks.check_result`` re-verifies
+any recorded run from its fault mask and victims alone.
 """
 
 from __future__ import annotations
@@ -220,6 +222,37 @@ def _check_step(t: int, p: int, pol: ExpertPolicy, resident: bytearray, sizes: l
         raise AssertionError(f"t={t}: policy tracks {sorted(tracked)}, cache holds {held}")
 
 
+def check_record(seq: list[int], run: KernelRun, shares: I64 | None, capacity: int,
+                 num_layers: int, num_pages: int) -> None:  # fmt: skip
+    """Replay residency from a recorded run's fault mask and victims and fail on the first
+    request that breaks demand paging (see :func:`prefixlab.experts.checks.check_result`)."""
+    assert run.fault_mask is not None and run.victims is not None
+    group = num_pages if shares is None else num_pages // num_layers
+    caps = [capacity] if shares is None else shares.tolist()
+    mask, victims = run.fault_mask.tolist(), run.victims.tolist()
+    resident = bytearray(num_pages)
+    sizes = [0] * len(caps)
+    for t, p in enumerate(seq):
+        v, g = victims[t], p // group
+        if resident[p]:
+            if mask[t] or v >= 0:
+                raise AssertionError(f"t={t}: page {p} is resident, yet a fault or victim")
+            continue
+        if not mask[t]:
+            raise AssertionError(f"t={t}: page {p} is not resident but no fault is recorded")
+        if sizes[g] == caps[g]:
+            if v < 0 or v >= num_pages or not resident[v] or v // group != g:
+                raise AssertionError(f"t={t}: full cache, victim {v} is not a valid choice")
+            resident[v] = 0
+            sizes[g] -= 1
+        elif v >= 0:
+            raise AssertionError(f"t={t}: evicted {v} although the cache had room")
+        resident[p] = 1
+        sizes[g] += 1
+        if sizes[g] > caps[g]:
+            raise AssertionError(f"t={t}: {sizes[g]} pages exceed capacity {caps[g]}")
+
+
 # --------------------------------------------------------------------------- simulate
 def simulate(
     trace: TraceLike,
@@ -244,7 +277,8 @@ def simulate(
         seed: seed of randomised policies whose spec sets none.
         record: keep the per-request fault mask and victims.
         backend: ``"auto"`` (numba when installed), ``"numba"`` or ``"python"``.
-        check: run the Python loop and check the invariants after every request.
+        check: check the invariants: after every request for a policy written with
+            hooks, from the recorded faults and victims for a kernel.
 
     Raises:
         ConfigError: bad capacity, pages out of range or out of layer order, unknown
@@ -254,8 +288,9 @@ def simulate(
     capacity = _check_capacity(capacity)
     if backend not in BACKENDS:
         raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    if check and backend == "numba":
-        raise ConfigError("check=True runs the Python loop; use backend 'auto' or 'python'")
+    if backend == "numba" and not _kernels.COMPILED:
+        why = "numba is not installed" if not _kernels.HAVE_NUMBA else "NUMBA_DISABLE_JIT is set"
+        raise ConfigError(f"backend 'numba' is unavailable: {why}")
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
     pol = _as_policy(policy, int(seed))
@@ -264,15 +299,18 @@ def simulate(
     size = min(capacity, layers * experts)
     shares = pol.shares(size, layers)  # -dist below one page per layer: ConfigError
     ctx = PolicyContext(size, layers, experts, pages)
-    run = None
-    if backend != "python" and not check:
-        run = pol.run_fast(ctx, record)
-        if run is None and backend == "numba":
-            why = "numba is not installed" if not _kernels.HAVE_NUMBA else "it has no kernel"
-            raise ConfigError(f"backend 'numba' is unavailable for {pol.spec()}: {why}")
-    used = "numba" if run is not None else "python"
+    compiled = backend != "python" and _kernels.COMPILED
+    run = pol.run_fast(ctx, record or check, compiled)
+    if run is None and backend == "numba":
+        raise ConfigError(f"backend 'numba' is unavailable for {pol.spec()}: it has no kernel "
+                          "(a policy written with hooks runs on the python backend)")  # fmt: skip
+    used = "numba" if run is not None and compiled else "python"
     if run is None:
         run = _replay_python(ctx, pol, shares, record, check)
+    elif check:  # a kernel's run, checked from its record (checks.check_result's rules)
+        check_record(pages.tolist(), run, shares, size, layers, layers * experts)
+        if not record:
+            run = KernelRun(run.num_faults, run.faults_per_layer, None, None)
     first_use = int(np.count_nonzero(np.bincount(pages, minlength=layers * experts)))
     return ExpertResult(
         pol.spec(), capacity, int(pages.shape[0]), run.num_faults, first_use,

@@ -1,111 +1,195 @@
-"""A FIFO of entry ids appended and consumed in numpy batches, with lazy invalidation.
+"""A FIFO of entry ids with lazy invalidation: the order behind lru, fifo and vllm.
 
-Each push gives its entries fresh stamps; an entry's queued copy is valid only while the
+Each push gives its entry a fresh stamp; an entry's queued copy is valid only while the
 entry still carries that stamp. Re-pushing (a new access) or dropping an entry makes older
 copies stale, so nothing is ever searched for and removed from the middle::
 
-    push([4,7,9])  push([2,7])       buffer: 4 7 9 2 7   (stamp[7] = its newest copy)
-    pop(2)         -> [4, 9]          the first 7 is stale and is skipped
+    push 4 7 9 2 7               buffer: 4 7 9 2 7   (stamp[7] = its newest copy)
+    pop 2 (everything eligible)  -> 4, 9             the first 7 is stale and is skipped
 
-The queue is one flat buffer with a head index. ``pop`` scans a window from the head (grown
-geometrically while stale copies dominate), so a request costs a handful of numpy calls
-whatever the number of its blocks. Valid but ineligible ids (pinned entries) found before
-the cut are written back just in front of the new head, keeping their order.
+A pop takes the oldest valid copy whose entry is eligible (evictable); valid copies of
+pinned entries keep their place. The functions are :func:`prefixlab._jit.jit` functions:
+:class:`SegmentQueue` (the lru / fifo / vllm policy classes) calls them in batches and the
+compiled replay kernel (:mod:`prefixlab.runner._fast`) one entry at a time, so the order
+has one implementation. Stamps step by ``GAP`` so that ``insert_after`` (a radix split:
+the upper part is as old as the node it came from) finds room between two neighbours.
+
+    qs = [head, tail, next stamp]    ids / sts: the buffer of (entry, stamp) copies
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
+from prefixlab._jit import jit
+
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
-#: stamps step by GAP so that ``insert_after`` finds room between two neighbours
 GAP = 1 << 16
 
 
+@jit(inline=True)
+def sq_compact(ids: Any, sts: Any, stamp: Any, qs: Any) -> None:
+    """Keep only valid copies, in order, at the front of the buffer."""
+    w = 0
+    for i in range(qs[0], qs[1]):
+        if sts[i] == stamp[ids[i]]:
+            ids[w] = ids[i]
+            sts[w] = sts[i]
+            w += 1
+    qs[0] = 0
+    qs[1] = w
+
+
+@jit(inline=True)
+def sq_push(ids: Any, sts: Any, stamp: Any, qs: Any, e: int) -> None:
+    """Append e with a fresh stamp; older copies of e become stale. The buffer must hold
+    at least one slot more than the valid copies (it is compacted when full)."""
+    if qs[1] == ids.shape[0]:
+        sq_compact(ids, sts, stamp, qs)
+    t = qs[1]
+    ids[t] = e
+    sts[t] = qs[2]
+    stamp[e] = qs[2]
+    qs[1] = t + 1
+    qs[2] += GAP
+
+
+@jit(inline=True)
+def sq_pop(ids: Any, sts: Any, stamp: Any, elig: Any, busy_if_set: bool, qs: Any) -> int:
+    """Remove and return the oldest valid copy whose entry is eligible, or -1.
+
+    ``elig[e] != 0`` means busy (pinned) when ``busy_if_set`` (the kernel passes ref
+    counts), eligible otherwise (a policy's evictable mask)."""
+    i = qs[0]
+    advance = True
+    while i < qs[1]:
+        e = ids[i]
+        if sts[i] == stamp[e]:
+            if (elig[e] != 0) != busy_if_set:
+                stamp[e] = -1
+                if advance:
+                    qs[0] = i + 1
+                return int(e)
+            advance = False  # a valid pinned copy keeps its place at the front
+        elif advance:
+            qs[0] = i + 1
+        i += 1
+    return -1
+
+
+@jit()
+def sq_push_batch(ids: Any, sts: Any, stamp: Any, qs: Any, entries: Any) -> None:
+    for i in range(entries.shape[0]):
+        sq_push(ids, sts, stamp, qs, entries[i])
+
+
+@jit()
+def sq_pop_batch(
+    ids: Any, sts: Any, stamp: Any, elig: Any, busy_if_set: bool, qs: Any, out: Any
+) -> int:
+    """Pop up to len(out) entries into out; returns how many."""
+    for k in range(out.shape[0]):
+        e = sq_pop(ids, sts, stamp, elig, busy_if_set, qs)
+        if e < 0:
+            return k
+        out[k] = e
+    return int(out.shape[0])
+
+
+@jit()
+def sq_insert_after(ids: Any, sts: Any, stamp: Any, qs: Any, anchor: int, e: int) -> bool:
+    """Queue e right behind anchor's valid copy (same age; popped after it). Stamps are
+    sorted along the buffer, so the anchor is found by bisection and e takes the midpoint
+    stamp to the next copy. Returns False when no gap is left (renumber, then retry)."""
+    lo, hi = qs[0], qs[1]
+    target = stamp[anchor]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sts[mid] < target:
+            lo = mid + 1
+        else:
+            hi = mid
+    pos = lo
+    a = sts[pos]
+    b = sts[pos + 1] if pos + 1 < qs[1] else a + 2 * GAP
+    if b - a < 2:
+        return False
+    for i in range(qs[1], pos + 1, -1):
+        ids[i] = ids[i - 1]
+        sts[i] = sts[i - 1]
+    new = a + (b - a) // 2
+    ids[pos + 1] = e
+    sts[pos + 1] = new
+    stamp[e] = new
+    qs[1] += 1
+    # Later pushes must stay behind it (stamps strictly increase along the buffer).
+    qs[2] = max(qs[2], new + GAP)
+    return True
+
+
+@jit()
+def sq_renumber(ids: Any, sts: Any, stamp: Any, qs: Any) -> None:
+    """Compact, then space the stamps GAP apart again."""
+    sq_compact(ids, sts, stamp, qs)
+    for i in range(qs[1]):
+        sts[i] = i * GAP
+        stamp[ids[i]] = i * GAP
+    qs[2] = qs[1] * GAP
+
+
 class SegmentQueue:
-    __slots__ = ("_counter", "_head", "_ids", "_st", "_tail", "stamp")
+    """The queue for a policy class: batches in, the jit functions above do the work."""
+
+    __slots__ = ("_ids", "_none", "_qs", "_sts", "stamp")
 
     def __init__(self, num_entries: int) -> None:
         self.stamp = np.full(num_entries, -1, dtype=np.int64)
+        self._none = np.zeros(num_entries, dtype=np.int64)  # nothing pinned
         size = max(1024, 2 * num_entries)
         self._ids = np.empty(size, dtype=np.int64)
-        self._st = np.empty(size, dtype=np.int64)
-        self._head = 0
-        self._tail = 0
-        self._counter = 0
+        self._sts = np.empty(size, dtype=np.int64)
+        self._qs = np.zeros(3, dtype=np.int64)
 
     def resize(self, num_entries: int) -> None:
         if num_entries > self.stamp.shape[0]:
             grown = np.full(num_entries, -1, dtype=np.int64)
             grown[: self.stamp.shape[0]] = self.stamp
             self.stamp = grown
+            self._none = np.zeros(num_entries, dtype=np.int64)
 
-    def push(self, ids: I64) -> None:
-        """Append ids at the back (most recent end), in order."""
-        n = int(ids.shape[0])
-        if n == 0:
+    def _room(self, n: int) -> None:
+        """Make room for n more copies: compact, and grow the buffer if still short."""
+        if self._qs[1] + n <= self._ids.shape[0]:
             return
-        if self._tail + n > self._ids.shape[0]:
-            self._make_room(n)
-        stamps = self._counter + np.arange(n, dtype=np.int64) * GAP
-        self._counter += n * GAP
-        self.stamp[ids] = stamps
-        self._ids[self._tail : self._tail + n] = ids
-        self._st[self._tail : self._tail + n] = stamps
-        self._tail += n
-
-    def _make_room(self, n: int) -> None:
-        """Drop stale copies and the consumed prefix; grow the buffer if still short."""
-        ids = self._ids[self._head : self._tail]
-        st = self._st[self._head : self._tail]
-        keep = self.stamp[ids] == st
-        ids, st = ids[keep], st[keep]
-        live = int(ids.shape[0])
+        sq_compact(self._ids, self._sts, self.stamp, self._qs)
+        live = int(self._qs[1])
         size = self._ids.shape[0]
         while live + n > size // 2:
             size *= 2
         if size != self._ids.shape[0]:
-            self._ids = np.empty(size, dtype=np.int64)
-            self._st = np.empty(size, dtype=np.int64)
-        self._ids[:live] = ids
-        self._st[:live] = st
-        self._head, self._tail = 0, live
+            ids = np.empty(size, dtype=np.int64)
+            sts = np.empty(size, dtype=np.int64)
+            ids[:live] = self._ids[:live]
+            sts[:live] = self._sts[:live]
+            self._ids, self._sts = ids, sts
+
+    def push(self, ids: I64) -> None:
+        """Append ids at the back (most recent end), in order."""
+        if ids.shape[0]:
+            self._room(int(ids.shape[0]))
+            sq_push_batch(self._ids, self._sts, self.stamp, self._qs, ids)
 
     def insert_after(self, anchor: int, e: int) -> None:
-        """Queue ``e`` right behind ``anchor``'s valid copy (same age; popped after it).
-
-        The buffer is sorted by stamp, so the anchor is found by bisection; the new stamp is
-        the midpoint to the next copy (stamps are renumbered when no gap is left).
-        """
-        if self._tail + 1 > self._ids.shape[0]:
-            self._make_room(1)
-        live = self._st[self._head : self._tail]
-        pos = self._head + int(np.searchsorted(live, self.stamp[anchor]))
-        assert self._ids[pos] == anchor, "anchor is not queued"
-        lo = int(self._st[pos])
-        hi = int(self._st[pos + 1]) if pos + 1 < self._tail else lo + 2 * GAP
-        if hi - lo < 2:
-            self._renumber()
-            self.insert_after(anchor, e)
-            return
-        self._ids[pos + 2 : self._tail + 1] = self._ids[pos + 1 : self._tail]
-        self._st[pos + 2 : self._tail + 1] = self._st[pos + 1 : self._tail]
-        new = lo + (hi - lo) // 2
-        self._ids[pos + 1] = e
-        self._st[pos + 1] = self.stamp[e] = new
-        self._tail += 1
-        # Later pushes must stay behind it (stamps strictly increase along the buffer).
-        self._counter = max(self._counter, new + GAP)
-
-    def _renumber(self) -> None:
-        self._make_room(0)
-        n = self._tail - self._head
-        st = np.arange(n, dtype=np.int64) * GAP
-        self._st[self._head : self._tail] = st
-        self.stamp[self._ids[self._head : self._tail]] = st
-        self._counter = n * GAP
+        """Queue ``e`` right behind ``anchor``'s valid copy (same age; popped after it)."""
+        assert self.stamp[anchor] >= 0, "anchor is not queued"
+        self._room(1)
+        if not sq_insert_after(self._ids, self._sts, self.stamp, self._qs, anchor, e):
+            sq_renumber(self._ids, self._sts, self.stamp, self._qs)
+            assert sq_insert_after(self._ids, self._sts, self.stamp, self._qs, anchor, e)
 
     def drop(self, ids: I64) -> None:
         """Forget ids (their queued copies become stale)."""
@@ -113,46 +197,12 @@ class SegmentQueue:
 
     def pop(self, n: int, eligible: B | None = None) -> I64:
         """Remove and return up to n valid ids from the front, skipping ineligible ones."""
-        taken: list[I64] = []
-        need = n
-        window = max(2 * n, 64)
-        while need > 0 and self._head < self._tail:
-            head = self._head
-            end = min(self._tail, head + window)
-            ids = self._ids[head:end]
-            valid = self.stamp[ids] == self._st[head:end]
-            cand = valid & eligible[ids] if eligible is not None else valid
-            pick = np.flatnonzero(cand)
-            if pick.shape[0] >= need:
-                pick = pick[:need]
-                cut = int(pick[-1]) + 1
-            else:
-                cut = end - head
-            chosen = ids[pick]
-            if chosen.shape[0]:
-                taken.append(chosen)
-                self.stamp[chosen] = -1
-                need -= int(chosen.shape[0])
-            # Valid ids before the cut that were not taken (pinned) keep their place.
-            valid[pick] = False
-            kept = np.flatnonzero(valid[:cut])
-            new_head = head + cut - int(kept.shape[0])
-            if kept.shape[0]:
-                kept_ids = ids[kept].copy()
-                kept_st = self._st[head + kept]
-                self._ids[new_head : head + cut] = kept_ids
-                self._st[new_head : head + cut] = kept_st
-            if new_head == head and cut == end - head:
-                # The whole window is pinned: look further without moving the head.
-                if end == self._tail:
-                    break
-                window *= 4
-                continue
-            self._head = new_head
-            window *= 2
-        if not taken:
-            return np.zeros(0, dtype=np.int64)
-        return taken[0] if len(taken) == 1 else np.concatenate(taken)
+        out = np.empty(n, dtype=np.int64)
+        if eligible is None:
+            k = sq_pop_batch(self._ids, self._sts, self.stamp, self._none, True, self._qs, out)
+        else:
+            k = sq_pop_batch(self._ids, self._sts, self.stamp, eligible, False, self._qs, out)
+        return out[:k]
 
     def __len__(self) -> int:
-        return self._tail - self._head
+        return int(self._qs[1] - self._qs[0])

@@ -42,6 +42,7 @@ from prefixlab.policies._keyed import (
     heap_set,
     key_columns,
 )
+from prefixlab.policies._segments import sq_pop, sq_push
 from prefixlab.policies.base import EntryView, EvictionPolicy, registered
 from prefixlab.policies.sieve import (
     Sieve,
@@ -112,45 +113,6 @@ def _list_append(b: int, prev: Any, nxt: Any, ends: Any) -> None:
 
 
 @jit(inline=True)
-def _q_push(b: int, qb: Any, qs: Any, stamp: Any, qstate: Any) -> None:
-    """Append b with a fresh stamp; older copies of b become stale."""
-    if qstate[1] == qb.shape[0]:
-        w = 0  # compact: keep only valid copies, in order
-        for i in range(qstate[0], qstate[1]):
-            if qs[i] == stamp[qb[i]]:
-                qb[w] = qb[i]
-                qs[w] = qs[i]
-                w += 1
-        qstate[0] = 0
-        qstate[1] = w
-    t = qstate[1]
-    qb[t] = b
-    qs[t] = qstate[2]
-    stamp[b] = qstate[2]
-    qstate[1] = t + 1
-    qstate[2] += 1
-
-
-@jit()
-def _q_pop_unpinned(qb: Any, qs: Any, stamp: Any, ref: Any, qstate: Any) -> int:
-    """The oldest valid copy of an unpinned block (the caller knows one exists)."""
-    i = qstate[0]
-    advance = True
-    while True:
-        b = qb[i]
-        if qs[i] == stamp[b]:
-            if ref[b] == 0:
-                stamp[b] = -1
-                if advance:
-                    qstate[0] = i + 1
-                return int(b)
-            advance = False  # a valid pinned copy keeps its place at the front
-        elif advance:
-            qstate[0] = i + 1
-        i += 1
-
-
-@jit(inline=True)
 def _drop_key(b: int, bkey: Any, chains: Any, primary: Any) -> int:
     """Drop b's key from its holder chain; returns the holder it promotes to primary
     (-1: none, or the new head already was primary)."""
@@ -192,7 +154,7 @@ def _kernel(
 ) -> None:
     """out[0] = evictions, out[1] = the request that could not fit (or -1).
 
-    vllm, lru and fifo order blocks in a queue with lazy invalidation (as ``SegmentQueue``):
+    vllm, lru and fifo order blocks in the queue their classes use (``policies._segments``):
     vllm queues a block when it is released and invalidates it when a hit takes it; lru
     queues on insert and on every hit; fifo on insert only. The victim is the oldest valid
     unpinned copy. Keyed policies (``policies._keyed``) and SIEVE run their own hooks,
@@ -260,7 +222,7 @@ def _kernel(
         for i in range(h):
             b = blocks[i]
             if policy == LRU:  # a hit is an access
-                _q_push(b, qb, qs, stamp, qstate)
+                sq_push(qb, qs, stamp, qstate, b)
             elif sieve:
                 sieve_access(flag, b)
             elif array:
@@ -315,7 +277,7 @@ def _kernel(
             elif array:
                 hook(acode, ist, fst, INSERT, b, bkey, rng)
             elif policy != VLLM:  # lru / fifo: an insertion
-                _q_push(b, qb, qs, stamp, qstate)
+                sq_push(qb, qs, stamp, qstate, b)
         # ---- release, tail first; keyless blocks go back on top of the empty stack
         n_rel = 0
         for i in range(nh - 1, -1, -1):
@@ -325,7 +287,7 @@ def _kernel(
                 if bkey[b] >= 0:
                     cached_free += 1
                     if policy == VLLM:
-                        _q_push(b, qb, qs, stamp, qstate)
+                        sq_push(qb, qs, stamp, qstate, b)
                     elif keyed:
                         entry_key(cols, signs, b, la, nhits, depth, created, primary, bkey,
                                   occ_start, occ_req, r, kbuf)  # fmt: skip
@@ -375,7 +337,7 @@ def _evict(
         elif policy == ARRAY:
             victims[j] = hook(acode, ist, fst, EVICT, 0, bkey, rng)
         else:
-            victims[j] = _q_pop_unpinned(qb, qs, stamp, ref, qstate)
+            victims[j] = sq_pop(qb, qs, stamp, ref, True, qstate)
     kbuf = np.empty(3, np.float64)
     for j in range(n):
         up = _drop_key(victims[j], bkey, chains, primary)

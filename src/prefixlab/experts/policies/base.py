@@ -10,9 +10,10 @@ is full, names the victim::
                   no  -> fault; if full: v = victim(p, t) (a resident page, forgotten)
                          then on_insert(p, t)
 
-Time ``t`` is the request index. A policy may also offer ``run_fast``: the same decisions
-computed by a compiled kernel (:mod:`prefixlab.experts._kernels`) over the whole trace;
-tests check both give the same faults and victims.
+Time ``t`` is the request index. A policy may instead offer ``run_fast``: its decisions
+over the whole trace from a kernel (:mod:`prefixlab.experts._kernels`), compiled with numba
+or interpreted. Every built-in policy is a kernel only, its one implementation; the hooks
+are the way to write a new policy in plain Python (the slower path).
 
 Policies are registered by decorator under a stable name and built from spec strings such
 as ``"marking:seed=3"``; parameters are the constructor arguments (river style), so
@@ -97,8 +98,9 @@ def layer_shares(capacity: int, num_layers: int) -> I64:
 class ExpertPolicy:
     """Base class: hooks for the simulator's Python loop plus the generic parameter protocol.
 
-    Subclasses keep their own order of the resident pages and implement ``reset``,
-    ``on_hit``, ``on_insert``, ``victim`` and ``tracked``; ``run_fast`` is optional.
+    A plain-Python policy keeps its own order of the resident pages and implements
+    ``reset``, ``on_hit``, ``on_insert``, ``victim`` and ``tracked``; a built-in implements
+    ``run_fast`` only. Subclass this class, not a built-in, to write a policy with hooks.
     """
 
     name: ClassVar[str] = "base"
@@ -136,8 +138,10 @@ class ExpertPolicy:
         simulator's view)."""
         raise NotImplementedError
 
-    def run_fast(self, ctx: PolicyContext, record: bool) -> KernelRun | None:
-        """The whole run through a compiled kernel, or None (no kernel, or no numba)."""
+    def run_fast(self, ctx: PolicyContext, record: bool, compiled: bool = True
+                 ) -> KernelRun | None:  # fmt: skip
+        """The whole run through the policy's kernel, or None when it has none (then the
+        simulator drives the hooks). ``compiled=False`` runs the same kernel interpreted."""
         return None
 
     def shares(self, capacity: int, num_layers: int) -> I64 | None:

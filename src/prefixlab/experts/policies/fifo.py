@@ -6,17 +6,14 @@ Hits do not change the order (first-in, first-out since the page's latest insert
 from __future__ import annotations
 
 from prefixlab.experts import _kernels
-from prefixlab.experts.policies.base import KernelRun, PolicyContext, register
-from prefixlab.experts.policies.lru import Lru
+from prefixlab.experts.policies.base import ExpertPolicy, KernelRun, PolicyContext, register
 
 
 @register("fifo")
-class Fifo(Lru):
+class Fifo(ExpertPolicy):
     """First in, first out: evict the page inserted longest ago; hits change nothing."""
 
-    def on_hit(self, page: int, t: int) -> None:
-        pass
-
-    def run_fast(self, ctx: PolicyContext, record: bool) -> KernelRun | None:
+    def run_fast(self, ctx: PolicyContext, record: bool, compiled: bool = True) -> KernelRun:
         num_pages = ctx.num_layers * ctx.num_experts
-        return _kernels.run_fifo(ctx.pages, ctx.capacity, ctx.num_layers, num_pages, record)
+        return _kernels.run_fifo(ctx.pages, ctx.capacity, ctx.num_layers, num_pages, record,
+                                 compiled)  # fmt: skip

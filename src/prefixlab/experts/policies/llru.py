@@ -31,8 +31,6 @@ rule is needed. Those pages are the oldest in LRU order, so a victim costs O(l):
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 from prefixlab.experts import _kernels
 from prefixlab.experts.policies.base import ExpertPolicy, KernelRun, PolicyContext, register
 
@@ -41,35 +39,7 @@ from prefixlab.experts.policies.base import ExpertPolicy, KernelRun, PolicyConte
 class Llru(ExpertPolicy):
     """Layered LRU: evict the largest last-round index R, ties to the largest layer distance D."""
 
-    def reset(self, ctx: PolicyContext) -> None:
-        self._num_layers = ctx.num_layers
-        self._order: OrderedDict[int, int] = OrderedDict()  # page -> last request, oldest first
-
-    def on_hit(self, page: int, t: int) -> None:
-        self._order.move_to_end(page)
-        self._order[page] = t
-
-    def on_insert(self, page: int, t: int) -> None:
-        self._order[page] = t
-
-    def victim(self, page: int, t: int) -> int:
-        num_layers = self._num_layers
-        items = iter(self._order.items())
-        best, tau = next(items)
-        limit = t - ((t - tau) // num_layers) * num_layers  # the max-R window ends here
-        best_d = (tau - t) % num_layers
-        for p, tau in items:
-            if tau > limit:
-                break
-            d = (tau - t) % num_layers
-            if d > best_d:
-                best, best_d = p, d
-        del self._order[best]
-        return best
-
-    def tracked(self) -> list[int]:
-        return list(self._order)
-
-    def run_fast(self, ctx: PolicyContext, record: bool) -> KernelRun | None:
+    def run_fast(self, ctx: PolicyContext, record: bool, compiled: bool = True) -> KernelRun:
         num_pages = ctx.num_layers * ctx.num_experts
-        return _kernels.run_llru(ctx.pages, ctx.capacity, ctx.num_layers, num_pages, record)
+        return _kernels.run_llru(ctx.pages, ctx.capacity, ctx.num_layers, num_pages, record,
+                                 compiled)  # fmt: skip

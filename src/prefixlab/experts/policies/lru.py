@@ -6,8 +6,6 @@ makes the page the most recent one; the layer structure plays no part.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 from prefixlab.experts import _kernels
 from prefixlab.experts.policies.base import ExpertPolicy, KernelRun, PolicyContext, register
 
@@ -16,21 +14,7 @@ from prefixlab.experts.policies.base import ExpertPolicy, KernelRun, PolicyConte
 class Lru(ExpertPolicy):
     """Least recently used: evict the page whose last request is oldest."""
 
-    def reset(self, ctx: PolicyContext) -> None:
-        self._order: OrderedDict[int, None] = OrderedDict()  # oldest first
-
-    def on_hit(self, page: int, t: int) -> None:
-        self._order.move_to_end(page)
-
-    def on_insert(self, page: int, t: int) -> None:
-        self._order[page] = None
-
-    def victim(self, page: int, t: int) -> int:
-        return self._order.popitem(last=False)[0]
-
-    def tracked(self) -> list[int]:
-        return list(self._order)
-
-    def run_fast(self, ctx: PolicyContext, record: bool) -> KernelRun | None:
+    def run_fast(self, ctx: PolicyContext, record: bool, compiled: bool = True) -> KernelRun:
         num_pages = ctx.num_layers * ctx.num_experts
-        return _kernels.run_lru(ctx.pages, ctx.capacity, ctx.num_layers, num_pages, record)
+        return _kernels.run_lru(ctx.pages, ctx.capacity, ctx.num_layers, num_pages, record,
+                                compiled)  # fmt: skip

@@ -14,18 +14,8 @@ the same list and the same stream, so both give identical victims for a seed.
 
 from __future__ import annotations
 
-import numpy as np
-
 from prefixlab.experts import _kernels
 from prefixlab.experts.policies.base import ExpertPolicy, KernelRun, PolicyContext, register
-
-
-def _swap_remove(x: int, items: list[int], where: dict[int, int]) -> None:
-    i = where.pop(x)
-    last = items.pop()
-    if last != x:
-        items[i] = last
-        where[last] = i
 
 
 @register("marking")
@@ -40,38 +30,9 @@ class Marking(ExpertPolicy):
     def resolve(self, seed: int) -> Marking:
         return self if self.seed is not None else Marking(seed=seed)
 
-    def reset(self, ctx: PolicyContext) -> None:
-        self._rng = np.random.default_rng(0 if self.seed is None else self.seed)
-        self._resident: list[int] = []
-        self._resident_at: dict[int, int] = {}
-        self._unmarked: list[int] = []
-        self._unmarked_at: dict[int, int] = {}
-
-    def on_hit(self, page: int, t: int) -> None:
-        if page in self._unmarked_at:
-            _swap_remove(page, self._unmarked, self._unmarked_at)
-
-    def on_insert(self, page: int, t: int) -> None:
-        self._resident_at[page] = len(self._resident)
-        self._resident.append(page)
-
-    def victim(self, page: int, t: int) -> int:
-        unmarked = self._unmarked
-        if not unmarked:  # all marked: a new phase
-            unmarked.extend(sorted(self._resident))
-            self._unmarked_at = {p: i for i, p in enumerate(unmarked)}
-        m = len(unmarked)
-        v = unmarked[min(int(self._rng.random() * m), m - 1)]
-        _swap_remove(v, unmarked, self._unmarked_at)
-        _swap_remove(v, self._resident, self._resident_at)
-        return v
-
-    def tracked(self) -> list[int]:
-        return list(self._resident)
-
-    def run_fast(self, ctx: PolicyContext, record: bool) -> KernelRun | None:
+    def run_fast(self, ctx: PolicyContext, record: bool, compiled: bool = True) -> KernelRun:
         num_pages = ctx.num_layers * ctx.num_experts
         seed = 0 if self.seed is None else self.seed
         return _kernels.run_marking(
-            ctx.pages, ctx.capacity, ctx.num_layers, num_pages, record, seed
+            ctx.pages, ctx.capacity, ctx.num_layers, num_pages, record, seed, compiled
         )

@@ -70,14 +70,15 @@ class Partitioned(ExpertPolicy):
         n = self._num_experts
         return [j * n + e for j, part in enumerate(self._parts) for e in part.tracked()]
 
-    def run_fast(self, ctx: PolicyContext, record: bool) -> KernelRun | None:
+    def run_fast(self, ctx: PolicyContext, record: bool, compiled: bool = True
+                 ) -> KernelRun | None:  # fmt: skip
         layers, n = ctx.num_layers, ctx.num_experts
         num_requests = int(ctx.pages.shape[0])
         fpl = np.zeros(layers, np.int64)
         mask = np.zeros(num_requests, np.bool_) if record else None
         victims = np.full(num_requests, -1, np.int64) if record else None
         for j, sub in enumerate(_layer_contexts(ctx)):
-            part = self.inner().run_fast(sub, record)
+            part = self.inner().run_fast(sub, record, compiled)
             if part is None:
                 return None
             fpl[j] = part.num_faults
