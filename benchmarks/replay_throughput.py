@@ -160,16 +160,20 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.jsonl"
         write_mooncake(trace, path)
-        for row in run_peers(str(path), capacity, bt, repeat=args.repeat):
-            label = f"{row['peer']} {row['policy']}"
-            if row.get("error"):
-                print(f"{'peer':<10}{label:<35}unavailable: {row['error']}")
-                continue
-            rate = row["num_accesses"] / row["seconds"]
-            print(
-                f"{'peer':<10}{label:<35}{rate:>13,.0f}{rate / ref_rate:>8.2f}"
-                f"{row['hit_ratio']:>11.4f}  ({row['note']})"
-            )
+        rows = run_peers(str(path), capacity, bt, repeat=args.repeat)
+    notes: dict[str, str] = {}
+    for row in rows:
+        label = f"{row['peer']} {row['policy']}"
+        if row.get("error"):
+            print(f"{'peer':<10}{label:<35}unavailable: {row['error']}")
+            continue
+        notes.setdefault(row["peer"], row["note"])
+        rate = row["num_accesses"] / row["seconds"]
+        print(
+            f"{'peer':<10}{label:<35}{rate:>13,.0f}{rate / ref_rate:>8.2f}{row['hit_ratio']:>11.4f}"
+        )
+    for peer, note in notes.items():
+        print(f"{peer}: {note}")
     return 0
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from prefixlab._jit import COMPILED, jit
 from prefixlab.errors import ConfigError
 from prefixlab.workload.hashing import (
     chained_block_keys,
@@ -388,13 +389,58 @@ class Trace:
         )
 
 
+@jit()
+def _intern(raw: Any, key_offs: Any, first_id: Any) -> Any:
+    """First-appearance ids of the raw keys through an open-addressing hash table (the
+    distinct keys come back in that order), or None when a sequence holds a key twice."""
+    n = raw.shape[0]
+    size = 1
+    while size < n + n // 2 + 1:
+        size *= 2
+    mask = np.uint64(size - 1)
+    slot_key = np.empty(size, np.uint64)
+    slot_id = np.full(size, -1, np.int64)
+    distinct = np.empty(n, np.uint64)
+    last_req = np.empty(n, np.int64)
+    k = 0
+    for r in range(key_offs.shape[0] - 1):
+        for i in range(key_offs[r], key_offs[r + 1]):
+            key = raw[i]
+            h = (key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(17)
+            j = h & mask
+            while slot_id[j] >= 0 and slot_key[j] != key:
+                j = (j + np.uint64(1)) & mask
+            d = slot_id[j]
+            if d < 0:
+                d = k
+                slot_id[j] = d
+                slot_key[j] = key
+                distinct[d] = key
+                last_req[d] = r
+                k += 1
+            elif last_req[d] == r:
+                return None
+            else:
+                last_req[d] = r
+            first_id[i] = d
+    return distinct[:k]
+
+
 def _dense_keys(raw: U64, key_offs: I64) -> tuple[I64, int]:
     """Dense ids of the raw keys (their rank among the distinct keys, as ``np.unique``
-    numbers them) and how many there are, from one stable sort that also checks that no
-    sequence holds a key twice (a key names a whole prefix)."""
+    numbers them) and how many there are, checking that no sequence holds a key twice (a
+    key names a whole prefix). Compiled: one hash-table pass, then a sort of the distinct
+    keys only; else (and to report a repeat) one stable sort of them all."""
     n = raw.shape[0]
     if n == 0:
         return np.zeros(0, dtype=np.int64), 0
+    if COMPILED:
+        first = np.empty(n, dtype=np.int64)
+        distinct = _intern(raw, key_offs, first)
+        if distinct is not None:
+            rank = np.empty(distinct.shape[0], dtype=np.int64)
+            rank[np.argsort(distinct)] = np.arange(distinct.shape[0], dtype=np.int64)
+            return rank[first], int(distinct.shape[0])
     order = np.argsort(raw, kind="stable")
     ranked = raw[order]
     new = np.empty(n, dtype=np.bool_)

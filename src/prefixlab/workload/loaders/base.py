@@ -31,6 +31,9 @@ class Header:
 #: A loader streams a file: an optional :class:`Header`, then requests in file order.
 Loader = Callable[..., Iterator[Request | Header]]
 LOADERS: dict[str, Loader] = {}
+#: Columnar fast paths: (path, options) -> the whole trace, or None to stream instead (a
+#: fast path accepts only what its loader accepts, and leaves errors to the loader)
+FAST_LOADERS: dict[str, Callable[[Path, LoadOptions], Trace | None]] = {}
 
 
 def register_loader(name: str) -> Callable[[Loader], Loader]:
@@ -163,6 +166,12 @@ def load_trace(
     Extra keyword arguments go to the loader (e.g. ``tokenizer=`` for text formats).
     """
     opts = LoadOptions(limit, sample, sample_seed, start_s, end_s)
+    fast = FAST_LOADERS.get(fmt)
+    if fast is not None and not kwargs and Path(path).is_file():
+        opts.validate()
+        trace = fast(Path(path), opts)
+        if trace is not None:
+            return trace
     builder = TraceBuilder(name=Path(path).stem)
     for item in _open(path, fmt, opts, kwargs):
         if isinstance(item, Header):

@@ -2,7 +2,9 @@
 
 Each line: ``{"timestamp": ms, "input_length": n, "output_length": n, "hash_ids": [...]}``
 with one id per 512-token block of the input (the last one may be partial). There are no
-sessions or text. Source: kvcache-ai/Mooncake, FAST25-release/traces.
+sessions or text. Source: kvcache-ai/Mooncake, FAST25-release/traces. Files are read by
+pyarrow's JSON reader when every line passes the checks below (``_columnar``), else line
+by line.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from prefixlab.workload.loaders._columnar import read_mooncake
 from prefixlab.workload.loaders.base import (
+    FAST_LOADERS,
     FieldReader,
     Header,
     check_hash_ids,
@@ -20,6 +24,7 @@ from prefixlab.workload.loaders.base import (
 from prefixlab.workload.trace import Request
 
 MOONCAKE_BLOCK_TOKENS = 512
+FAST_LOADERS["mooncake"] = lambda path, opts: read_mooncake(path, MOONCAKE_BLOCK_TOKENS, opts)
 
 
 @register_loader("mooncake")
