@@ -29,6 +29,7 @@ from pathlib import Path
 
 from prefixlab.policies.base import make_policy, registered
 from prefixlab.runner import _fast
+from prefixlab.runner._fast_radix import radix_code
 from prefixlab.runner.replay import ReplayConfig, replay
 from prefixlab.workload.generators.sessions import generate_sessions
 from prefixlab.workload.trace import Trace, to_hash_form
@@ -147,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{structure:<10}{name:<26}skipped: {exc}")
                 continue
             res = min(runs, key=lambda r: r.elapsed_s)
-            kernel = structure == "block" and _fast.kernel_code(make_policy(name)) >= 0
+            code = _fast.kernel_code if structure == "block" else radix_code
+            kernel = code(make_policy(name)) >= 0
             rate = num_blocks / res.elapsed_s
             print(
                 f"{structure:<10}{name:<26}{'yes' if kernel else 'no':<9}{rate:>13,.0f}"

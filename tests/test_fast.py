@@ -71,3 +71,20 @@ def test_fast_path_capacity_error_names_request() -> None:
     trace, bt = TRACES["chat"]
     with pytest.raises(CapacityError, match=r"request 0 needs \d+ blocks"):
         replay(trace, "vllm", ReplayConfig(capacity_blocks=5, block_tokens=bt))
+
+
+RADIX_POLICIES = [p for p in FAST_POLICIES if p != "vllm"]
+
+
+@pytest.mark.parametrize("name", sorted(TRACES))
+@pytest.mark.parametrize("policy", RADIX_POLICIES)
+@pytest.mark.parametrize("scale", [1.05, 2.5])
+def test_radix_kernel_equals_generic(name: str, policy: str, scale: float) -> None:
+    trace, bt = TRACES[name]
+    capacity = int(scale * int(trace.block_layout(bt).num_blocks_held.max())) + 2
+    cfg = ReplayConfig(capacity_blocks=capacity, block_tokens=bt, structure="radix")
+    fast = replay(trace, policy, cfg)
+    slow = replay(trace, policy, cfg, fast=False)
+    assert np.array_equal(fast.hit_tokens, slow.hit_tokens)
+    assert fast.metrics == slow.metrics
+    assert fast.metrics["num_evictions"] > 0

@@ -225,6 +225,19 @@ def key_columns(sort_key: tuple[tuple[str, int], ...]) -> tuple[I64, F64]:
     return cols, signs
 
 
+_HOOKS = ("on_insert", "on_access", "on_pinned", "on_evictable", "on_remove", "on_update",
+          "on_miss", "on_split", "evict", "bind")  # fmt: skip
+
+
+def is_plain_keyed(pol: EvictionPolicy) -> bool:
+    """A keyed policy whose behaviour is its sort key alone (no hook overridden): the
+    compiled kernels can run it, built-in or not."""
+    cls = type(pol)
+    return isinstance(pol, KeyedPolicy) and all(
+        getattr(cls, h) is getattr(KeyedPolicy, h) for h in _HOOKS
+    )
+
+
 class KeyedPolicy(EvictionPolicy):
     """Base of the keyed policies: evict the smallest ``sort_key``, ties by evictable order."""
 

@@ -40,6 +40,7 @@ from prefixlab.policies._keyed import (
     entry_key,
     heap_pop,
     heap_set,
+    is_plain_keyed,
     key_columns,
 )
 from prefixlab.policies._segments import sq_pop, sq_push
@@ -60,8 +61,6 @@ I64 = npt.NDArray[np.int64]
 VLLM, LRU, FIFO, KEYED, SIEVE, ARRAY = 0, 1, 2, 3, 4, 5
 _QUEUE_CODES = {"vllm": VLLM, "lru": LRU, "fifo": FIFO}
 _RELEASE_ORDER_KEYS = ((("last_access", 1),), (("last_access", 1), ("depth", -1)))
-_KEYED_HOOKS = ("on_insert", "on_access", "on_pinned", "on_evictable", "on_remove",
-                "on_update", "on_miss", "on_split", "evict", "bind")  # fmt: skip
 
 
 def kernel_code(pol: EvictionPolicy) -> int:
@@ -71,7 +70,7 @@ def kernel_code(pol: EvictionPolicy) -> int:
     hooks are KeyedPolicy's own: its behaviour is its sort key."""
     cls = type(pol)
     if isinstance(pol, KeyedPolicy):
-        if not all(getattr(cls, h) is getattr(KeyedPolicy, h) for h in _KEYED_HOOKS):
+        if not is_plain_keyed(pol):
             return -1
         # Oldest access first, ties deepest first: in this loop every block a request holds
         # was accessed at its index and is released deepest first, so release order is key

@@ -26,6 +26,7 @@ from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.metrics.replay import ReplayMetrics
 from prefixlab.policies.base import EvictionPolicy, make_policy
 from prefixlab.runner import _fast
+from prefixlab.runner._fast_radix import radix_code, replay_radix_fast
 from prefixlab.workload.trace import BlockLayout, Trace
 
 I64 = npt.NDArray[np.int64]
@@ -276,14 +277,8 @@ def _fast_applies(
     check_every: int,
     on_step: Callable[[int], None] | None,
 ) -> bool:
-    return (
-        _fast.HAVE_NUMBA
-        and config.structure == "block"
-        and _fast.kernel_code(pol) >= 0
-        and not observers
-        and not check_every
-        and on_step is None
-    )
+    code = _fast.kernel_code(pol) if config.structure == "block" else radix_code(pol)
+    return _fast.HAVE_NUMBA and code >= 0 and not observers and not check_every and on_step is None
 
 
 def _replay_fast(
@@ -293,18 +288,13 @@ def _replay_fast(
     if pol.needs_future:
         pol.prepare(layout)
     start = time.perf_counter()
-    hit_tokens, hit_blocks, evictions, failed = _fast.replay_fast(
-        layout.keys,
-        layout.key_offsets,
-        layout.num_lookup_blocks,
-        layout.lookup_end_tokens,
-        layout.num_blocks_held,
-        config.capacity_blocks,
-        layout.num_distinct_keys,
-        layout.block_tokens,
-        pol,
-        config.max_free_blocks,
-    )
+    args = (layout.keys, layout.key_offsets, layout.num_lookup_blocks, layout.lookup_end_tokens,
+            layout.num_blocks_held, config.capacity_blocks, layout.num_distinct_keys,
+            layout.block_tokens, pol)  # fmt: skip
+    if config.structure == "block":
+        hit_tokens, hit_blocks, evictions, failed = _fast.replay_fast(*args, config.max_free_blocks)
+    else:
+        hit_tokens, hit_blocks, evictions, failed = replay_radix_fast(*args)
     elapsed = time.perf_counter() - start
     if failed >= 0:
         held = int(layout.num_blocks_held[failed])

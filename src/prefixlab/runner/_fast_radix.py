@@ -1,0 +1,474 @@
+"""Compiled sequential replay of the radix cache (SGLang semantics), for the built-in policies.
+
+The same tree, events and clock as :class:`prefixlab.cache.radix.RadixCache` (its docstring
+has the rules), in arrays, for the whole trace in one call:
+
+* an edge is a range of the layout's key array (``estart``, ``elen``): a split cuts the
+  range in two, a new leaf points at the request's own keys, nothing is copied;
+* children are found through one open-addressing table keyed by (parent, first key);
+* node ids come from the same stack of free ids, so every node gets the id it gets there.
+
+The policies' hooks are the functions their classes call (``policies._segments`` for lru
+and fifo, ``policies._keyed``, ``policies.sieve``, ``policies._dispatch`` for ARC, S3-FIFO
+and LeCaR), driven in the order the cache drives the classes. ``tests/test_fast.py``
+checks per-request hits and evictions against the generic path for every policy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab._jit import jit
+from prefixlab.policies._arrays import ArrayPolicy, grow_state, new_state
+from prefixlab.policies._dispatch import (
+    ACCESS,
+    EVICT,
+    EVICTABLE,
+    INSERT,
+    MISS,
+    PINNED,
+    hook,
+    miss_begin,
+)
+from prefixlab.policies._keyed import (
+    KeyedPolicy,
+    entry_key,
+    heap_pop,
+    heap_remove,
+    heap_set,
+    is_plain_keyed,
+    key_columns,
+)
+from prefixlab.policies._segments import (
+    sq_compact,
+    sq_insert_after,
+    sq_pop,
+    sq_push,
+    sq_renumber,
+)
+from prefixlab.policies.base import EntryView, EvictionPolicy, registered
+from prefixlab.policies.sieve import (
+    Sieve,
+    sieve_access,
+    sieve_evictable,
+    sieve_insert,
+    sieve_pinned,
+    sieve_pop,
+    sieve_state,
+)
+
+I64 = npt.NDArray[np.int64]
+LRU, FIFO, KEYED, SIEVE, ARRAY = 1, 2, 3, 4, 5
+ROOT = 0
+# policy hooks the tree drives (besides the _dispatch numbers for ARRAY)
+H_INSERT, H_ACCESS, H_EVICTABLE, H_PINNED, H_UPDATE, H_SPLIT = range(6)
+
+
+def radix_code(pol: EvictionPolicy) -> int:
+    """The kernel's code for a policy on the radix structure, or -1 (generic path)."""
+    cls = type(pol)
+    if isinstance(pol, KeyedPolicy):
+        return KEYED if is_plain_keyed(pol) else -1
+    if cls is Sieve:
+        return SIEVE
+    if isinstance(pol, ArrayPolicy) and cls is registered().get(pol.name):
+        return ARRAY
+    if pol.name in ("lru", "fifo") and cls is registered().get(pol.name):
+        return LRU if pol.name == "lru" else FIFO
+    return -1
+
+
+# ----------------------------------------------------------------------------- children
+@jit(inline=True)
+def _hash(parent: int, key: int, mask: int) -> int:
+    # node ids and dense key ids stay below 2**31: no product overflows int64
+    h = parent * 0x9E3779B1 + key * 0x85EBCA77
+    return (h ^ (h >> 29)) & mask
+
+
+@jit(inline=True)
+def _slot(tp: Any, tk: Any, tv: Any, parent: int, key: int) -> int:
+    """The slot holding (parent, key), or the empty slot where it would go."""
+    mask = tv.shape[0] - 1
+    s = _hash(parent, key, mask)
+    while tv[s] >= 0 and (tp[s] != parent or tk[s] != key):
+        s = (s + 1) & mask
+    return s
+
+
+@jit()
+def _unmap(tp: Any, tk: Any, tv: Any, parent: int, key: int) -> None:
+    """Delete (parent, key), shifting the rest of its probe run back (no tombstones)."""
+    mask = tv.shape[0] - 1
+    s = _slot(tp, tk, tv, parent, key)
+    if tv[s] < 0:
+        return
+    tv[s] = -1
+    j = s
+    while True:
+        j = (j + 1) & mask
+        if tv[j] < 0:
+            return
+        k = _hash(tp[j], tk[j], mask)
+        if (k <= s or k > j) if s <= j else (k <= s and k > j):
+            tp[s], tk[s], tv[s] = tp[j], tk[j], tv[j]
+            tv[j] = -1
+            s = j
+
+
+# ----------------------------------------------------------------------------- policies
+@jit()
+def _pol(code: int, h: int, e: int, x: int, P: Any) -> int:
+    """Hook h of the policy for entry e (x: the lower part of a split)."""
+    (qb, qs, stamp, qstate, qfree, hk, he, hpos, hn, cols, signs, la, nhits, depth, created,
+     primary, nkey, occ_start, occ_req, after, order, link, flag, sst, ist, fst, acode,
+     rng) = P  # fmt: skip
+    if code in (LRU, FIFO):
+        if h == H_INSERT or (h == H_ACCESS and code == LRU):
+            if qstate[1] == qb.shape[0]:
+                sq_compact(qb, qs, stamp, qstate)
+            sq_push(qb, qs, stamp, qstate, e)
+        elif h == H_SPLIT:
+            if qstate[1] == qb.shape[0]:
+                sq_compact(qb, qs, stamp, qstate)
+            if not sq_insert_after(qb, qs, stamp, qstate, x, e):
+                sq_renumber(qb, qs, stamp, qstate)
+                sq_insert_after(qb, qs, stamp, qstate, x, e)
+        elif h == H_EVICTABLE:
+            qfree[e] = 1
+        elif h == H_PINNED:
+            qfree[e] = 0
+    elif code == KEYED:
+        if h == H_EVICTABLE or (h in (H_ACCESS, H_UPDATE) and hpos[e] >= 0):
+            k = np.empty(3, np.float64)
+            entry_key(cols, signs, e, la, nhits, depth, created, primary, nkey, occ_start,
+                      occ_req, after[0], k)  # fmt: skip
+            if h == H_EVICTABLE:
+                heap_set(hk, he, hpos, hn, e, k[0], k[1], k[2], float(order[0]))
+                order[0] += 1
+            else:
+                heap_set(hk, he, hpos, hn, e, k[0], k[1], k[2], hk[hpos[e], 3])
+        elif h == H_PINNED:
+            heap_remove(hk, he, hpos, hn, e)
+    elif code == SIEVE:
+        if h in (H_INSERT, H_SPLIT):
+            sieve_insert(link, flag, sst, e)
+        elif h == H_ACCESS:
+            sieve_access(flag, e)
+        elif h == H_EVICTABLE:
+            sieve_evictable(flag, sst, e)
+        elif h == H_PINNED:
+            sieve_pinned(flag, sst, e)
+    elif h in (H_INSERT, H_SPLIT):
+        hook(acode, ist, fst, INSERT, e, nkey, rng)
+    elif h == H_ACCESS:
+        hook(acode, ist, fst, ACCESS, e, nkey, rng)
+    elif h == H_EVICTABLE:
+        hook(acode, ist, fst, EVICTABLE, e, nkey, rng)
+    elif h == H_PINNED:
+        hook(acode, ist, fst, PINNED, e, nkey, rng)
+    return 0
+
+
+@jit()
+def _pol_evict(code: int, P: Any) -> int:
+    """The policy's next victim (forgotten by the policy), or -1."""
+    if code in (LRU, FIFO):
+        qfree = P[4]
+        e = sq_pop(P[0], P[1], P[2], qfree, False, P[3])
+        if e >= 0:
+            qfree[e] = 0
+        return e
+    if code == KEYED:
+        return heap_pop(P[5], P[6], P[7], P[8])
+    if code == SIEVE:
+        return sieve_pop(P[21], P[22], P[23])
+    return int(hook(P[26], P[24], P[25], EVICT, 0, P[16], P[27]))
+
+
+@jit()
+def _pol_miss(code: int, P: Any, keys: Any, a: int, b: int) -> None:
+    """on_miss(keys[a:b]): ghost-driven policies adapt before any eviction."""
+    if code == ARRAY and b > a:
+        ist, fst, acode, nkey, rng = P[24], P[25], P[26], P[16], P[27]
+        miss_begin(acode, ist)
+        for j in range(a, b):
+            hook(acode, ist, fst, MISS, keys[j], nkey, rng)
+
+
+# ----------------------------------------------------------------------------- the tree
+@jit()
+def _kernel(
+    keys: Any, key_offsets: Any, num_lookup: Any, lookup_end: Any, held: Any, capacity: int,
+    block_tokens: int, code: int, P: Any, hit_tokens: Any, hit_blocks: Any, out: Any,
+) -> None:  # fmt: skip
+    """out[0] = evicted pages, out[1] = the request that could not fit (or -1)."""
+    nhits, nkey, after = P[12], P[16], P[19]
+    size = capacity + 2
+    parent = np.full(size, -1, np.int64)
+    estart = np.zeros(size, np.int64)
+    elen = np.zeros(size, np.int64)
+    ref = np.zeros(size, np.int64)
+    nchild = np.zeros(size, np.int64)
+    evictable = np.zeros(size, np.bool_)
+    tsize = 1
+    while tsize < 2 * size:
+        tsize *= 2
+    tp = np.zeros(tsize, np.int64)
+    tk = np.zeros(tsize, np.int64)
+    tv = np.full(tsize, -1, np.int64)
+    free_ids = np.arange(size - 1, 0, -1).astype(np.int64)  # pop from the end: 1, 2, ...
+    path = np.empty(size, np.int64)
+    lowers = np.empty(size, np.int64)
+    uppers = np.empty(size, np.int64)
+    # tree pages, reserved pages, protected pages, clock, evicted pages, free ids
+    st = np.zeros(6, np.int64)
+    st[5] = size - 1
+    out[1] = -1
+    for r in range(key_offsets.shape[0] - 1):
+        after[0] = r
+        k0 = key_offsets[r]
+        nk = key_offsets[r + 1] - k0
+        nl = num_lookup[r]
+        # ---- match (stamping, splitting)
+        i, npath = _walk(keys, k0, nl, parent, estart, elen, ref, nchild, evictable, tp, tk,
+                         tv, free_ids, path, lowers, uppers, st, code, P)  # fmt: skip
+        hit_blocks[r] = i
+        hit_tokens[r] = lookup_end[r] if i == nl else i * block_tokens
+        # ---- acquire: lock the path, reserve pages for the rest
+        need = held[r] - i
+        newly = 0
+        for j in range(npath):
+            if ref[path[j]] == 0:
+                newly += elen[path[j]]
+        free_now = capacity - st[0] - st[1]
+        if need > free_now + st[0] - st[2] - newly:
+            out[0] = st[4]
+            out[1] = r
+            return
+        for j in range(npath):
+            _pol(code, H_ACCESS, path[j], 0, P)
+            nhits[path[j]] += 1
+        last = path[npath - 1] if npath else ROOT
+        _lock(last, parent, elen, ref, nchild, evictable, st, code, P)
+        _pol_miss(code, P, keys, k0 + i, k0 + nk)
+        while capacity - st[0] - st[1] < need:
+            v = _pol_evict(code, P)
+            if v < 0:  # the policy found no victim although pages were evictable
+                out[0] = st[4]
+                out[1] = -2 - r
+                return
+            _remove_leaf(v, parent, estart, elen, ref, nchild, evictable, keys, tp, tk, tv,
+                         free_ids, st, nkey, code, P)  # fmt: skip
+        st[1] += need
+        reserved = need
+        # ---- commit: insert every keyed page of the request
+        i, npath = _walk(keys, k0, nk, parent, estart, elen, ref, nchild, evictable, tp, tk,
+                         tv, free_ids, path, lowers, uppers, st, code, P)  # fmt: skip
+        node = path[npath - 1] if npath else ROOT
+        for j in range(npath):
+            _pol(code, H_ACCESS, path[j], 0, P)
+        if i < nk:
+            grow = min(nk - i, reserved)
+            if grow > 0:
+                node = _new_node(node, k0 + i, grow, keys, parent, estart, elen, ref, nchild,
+                                 tp, tk, tv, free_ids, st, P)  # fmt: skip
+                st[0] += grow
+                _refresh(parent[node], ref, nchild, evictable, code, P)
+                _pol(code, H_INSERT, node, 0, P)
+                _refresh(node, ref, nchild, evictable, code, P)
+                reserved -= grow
+                st[1] -= grow
+        if node != last:
+            _lock(node, parent, elen, ref, nchild, evictable, st, code, P)
+            _unlock(last, parent, elen, ref, nchild, evictable, st, code, P)
+            last = node
+        # ---- release
+        st[1] -= reserved
+        _unlock(last, parent, elen, ref, nchild, evictable, st, code, P)
+    out[0] = st[4]
+
+
+@jit()
+def _refresh(node: int, ref: Any, nchild: Any, evictable: Any, code: int, P: Any) -> None:
+    """Tell the policy when a node starts or stops being an unlocked leaf."""
+    if node == ROOT:
+        return
+    now = ref[node] == 0 and nchild[node] == 0
+    if now != evictable[node]:
+        evictable[node] = now
+        _pol(code, H_EVICTABLE if now else H_PINNED, node, 0, P)
+
+
+@jit()
+def _lock(node: int, parent: Any, elen: Any, ref: Any, nchild: Any, evictable: Any, st: Any,
+          code: int, P: Any) -> None:  # fmt: skip
+    while node != ROOT:
+        if ref[node] == 0:
+            st[2] += elen[node]
+        ref[node] += 1
+        _refresh(node, ref, nchild, evictable, code, P)
+        node = parent[node]
+
+
+@jit()
+def _unlock(node: int, parent: Any, elen: Any, ref: Any, nchild: Any, evictable: Any,
+            st: Any, code: int, P: Any) -> None:  # fmt: skip
+    while node != ROOT:
+        ref[node] -= 1
+        if ref[node] == 0:
+            st[2] -= elen[node]
+        _refresh(node, ref, nchild, evictable, code, P)
+        node = parent[node]
+
+
+@jit()
+def _new_node(par: int, es: int, el: int, keys: Any, parent: Any, estart: Any, elen: Any,
+              ref: Any, nchild: Any, tp: Any, tk: Any, tv: Any, free_ids: Any, st: Any,
+              P: Any) -> int:  # fmt: skip
+    """A node for keys[es:es + el] under ``par``, mapped by its first key (replacing the
+    node it splits from, if any), created and accessed now."""
+    la, nhits, depth, created, nkey = P[11], P[12], P[13], P[14], P[16]
+    st[5] -= 1
+    node = free_ids[st[5]]
+    estart[node] = es
+    elen[node] = el
+    nchild[node] = 0
+    parent[node] = par
+    first = keys[es]
+    nkey[node] = first
+    depth[node] = depth[par] + el if par != ROOT else el
+    st[3] += 1
+    created[node] = st[3]
+    la[node] = st[3]
+    nhits[node] = 0
+    ref[node] = 0
+    s = _slot(tp, tk, tv, par, first)
+    if tv[s] < 0:
+        nchild[par] += 1
+    tp[s], tk[s], tv[s] = par, first, node
+    return int(node)
+
+
+@jit()
+def _walk(keys: Any, k0: int, n: int, parent: Any, estart: Any, elen: Any, ref: Any,
+          nchild: Any, evictable: Any, tp: Any, tk: Any, tv: Any, free_ids: Any, path: Any,
+          lowers: Any, uppers: Any, st: Any, code: int, P: Any) -> tuple[int, int]:  # fmt: skip
+    """Longest matched prefix of keys[k0:k0 + n] (pages) and its node path, splitting the
+    edge where the match ends inside it; stamps as RadixCache._walk does."""
+    la, nhits, created, nkey = P[11], P[12], P[14], P[16]
+    node, i, npath, nsplit = ROOT, 0, 0, 0
+    while i < n:
+        s = _slot(tp, tk, tv, node, keys[k0 + i])
+        child = tv[s]
+        if child < 0:
+            break
+        es, el = estart[child], elen[child]
+        span = min(el, n - i)
+        m = 1
+        while m < span and keys[es + m] == keys[k0 + i + m]:
+            m += 1
+        if m < el:  # split child after m pages: a new upper node takes the first m
+            lower = child
+            child = _new_node(parent[lower], es, m, keys, parent, estart, elen, ref, nchild,
+                              tp, tk, tv, free_ids, st, P)  # fmt: skip
+            ref[child] = ref[lower]
+            la[child] = la[lower]
+            created[child] = created[lower]
+            nhits[child] = nhits[lower]
+            estart[lower] = es + m
+            elen[lower] = el - m
+            nkey[lower] = keys[es + m]
+            parent[lower] = child
+            s = _slot(tp, tk, tv, child, keys[es + m])
+            tp[s], tk[s], tv[s] = child, keys[es + m], lower
+            nchild[child] += 1
+            _pol(code, H_SPLIT, child, lower, P)
+            _pol(code, H_UPDATE, lower, 0, P)
+            lowers[nsplit] = lower
+            uppers[nsplit] = child
+            nsplit += 1
+        path[npath] = child
+        npath += 1
+        node, i = child, i + m
+    st[3] += 1
+    t = st[3]
+    for j in range(npath):
+        la[path[j]] = t
+    for j in range(nsplit):
+        la[lowers[j]] = t
+    if nsplit:
+        st[3] += 1
+        for j in range(nsplit):
+            la[uppers[j]] = st[3]
+            created[uppers[j]] = st[3]
+        for j in range(nsplit):  # their recency changed without an access: re-rank them
+            _pol(code, H_UPDATE, lowers[j], 0, P)
+    return i, npath
+
+
+@jit()
+def _remove_leaf(leaf: int, parent: Any, estart: Any, elen: Any, ref: Any, nchild: Any,
+                 evictable: Any, keys: Any, tp: Any, tk: Any, tv: Any, free_ids: Any,
+                 st: Any, nkey: Any, code: int, P: Any) -> None:  # fmt: skip
+    par = parent[leaf]
+    _unmap(tp, tk, tv, par, keys[estart[leaf]])
+    nchild[par] -= 1
+    st[0] -= elen[leaf]
+    st[4] += elen[leaf]
+    evictable[leaf] = False
+    nkey[leaf] = -1
+    parent[leaf] = -1
+    free_ids[st[5]] = leaf
+    st[5] += 1
+    _refresh(par, ref, nchild, evictable, code, P)
+
+
+def replay_radix_fast(
+    keys: I64, key_offsets: I64, num_lookup: I64, lookup_end: I64, held: I64, capacity: int,
+    num_keys: int, block_tokens: int, policy: EvictionPolicy,
+) -> tuple[I64, I64, int, int]:  # fmt: skip
+    """Run the kernel; returns (hit_tokens, hit_blocks, evicted pages, failed request).
+
+    ``policy`` is fresh (a keyed policy with ``needs_future`` already prepared); it is
+    bound to a view of the tree's size, as the radix cache binds it."""
+    code = radix_code(policy)
+    if code < 0:
+        raise ValueError(f"policy '{policy.spec()}' has no compiled radix kernel")
+    size = capacity + 2
+    view = EntryView(size)
+    policy.bind(view)
+    qb = np.empty(4 * size + 64, np.int64)
+    qs = np.empty(4 * size + 64, np.int64)
+    stamp = np.full(size, -1, np.int64)
+    cols, signs = np.full(3, -1, np.int64), np.ones(3, np.float64)
+    occ_start, occ_req = np.zeros(1, np.int64), np.zeros(0, np.int64)
+    if isinstance(policy, KeyedPolicy):
+        cols, signs = key_columns(policy.sort_key)
+        occ_start, occ_req = policy.occ_start, policy.occ_req
+    keyed_n = size if code == KEYED else 1
+    link, flag, sst = sieve_state(size if code == SIEVE else 1)
+    acode, st, rng = -1, new_state(1, 1, (1, 1)), np.random.default_rng(0)
+    if isinstance(policy, ArrayPolicy) and code == ARRAY:
+        st = grow_state(policy.state, size, max(num_keys, 1))
+        acode, rng = policy.code, policy.rng
+    P = (
+        qb, qs, stamp, np.zeros(3, np.int64), np.zeros(size, np.int64),
+        np.zeros((keyed_n, 4), np.float64), np.zeros(keyed_n, np.int64),
+        np.full(size, -1, np.int64), np.zeros(1, np.int64), cols, signs,
+        view.last_access, view.hits, view.depth, view.created, view.is_primary, view.key,
+        occ_start, occ_req, np.zeros(1, np.int64), np.zeros(1, np.int64),
+        link, flag, sst, st[0], st[1], acode, rng,
+    )  # fmt: skip
+    n = int(key_offsets.shape[0]) - 1
+    hit_tokens = np.zeros(n, np.int64)
+    hit_blocks = np.zeros(n, np.int64)
+    out = np.zeros(2, np.int64)
+    _kernel(keys, key_offsets, num_lookup, lookup_end, held, capacity, block_tokens, code, P,
+            hit_tokens, hit_blocks, out)  # fmt: skip
+    if out[1] <= -2:
+        raise AssertionError(f"policy '{policy.name}' found no victim (request {-2 - out[1]})")
+    return hit_tokens, hit_blocks, int(out[0]), int(out[1])
