@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from prefixlab.errors import CapacityError
+from prefixlab.policies._keyed import KeyedPolicy
 from prefixlab.runner import _fast, replay
+from prefixlab.runner._fast_radix import radix_code
 from prefixlab.runner.replay import ReplayConfig
 from prefixlab.workload import Request, Trace
 from prefixlab.workload.generators import generate_sessions
@@ -87,4 +89,28 @@ def test_radix_kernel_equals_generic(name: str, policy: str, scale: float) -> No
     slow = replay(trace, policy, cfg, fast=False)
     assert np.array_equal(fast.hit_tokens, slow.hit_tokens)
     assert fast.metrics == slow.metrics
+    assert fast.metrics["num_evictions"] > 0
+
+
+class _OldestCreated(KeyedPolicy):
+    """A third-party keyed policy: its sort key is all the kernels need."""
+
+    name = "oldest-created-test"
+    sort_key = (("created", 1), ("depth", -1))
+
+
+class _Overridden(_OldestCreated):
+    def evict(self, n: int) -> np.ndarray:  # a hook of its own: the generic path only
+        return super().evict(n)
+
+
+@pytest.mark.parametrize("structure", ["block", "radix"])
+def test_a_third_party_keyed_policy_runs_compiled(structure: str) -> None:
+    trace, bt = TRACES["chat"]
+    cfg = ReplayConfig(capacity_blocks=900, block_tokens=bt, structure=structure)
+    code = _fast.kernel_code if structure == "block" else radix_code
+    assert code(_OldestCreated()) >= 0 and code(_Overridden()) < 0
+    fast = replay(trace, _OldestCreated(), cfg)
+    assert fast.metrics == replay(trace, _OldestCreated(), cfg, fast=False).metrics
+    assert fast.metrics == replay(trace, _Overridden(), cfg).metrics
     assert fast.metrics["num_evictions"] > 0
