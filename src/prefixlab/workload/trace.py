@@ -390,40 +390,59 @@ class Trace:
 
 
 @jit()
-def _intern(raw: Any, key_offs: Any, first_id: Any) -> Any:
-    """First-appearance ids of the raw keys through an open-addressing hash table (the
-    distinct keys come back in that order), or None when a sequence holds a key twice."""
-    n = raw.shape[0]
-    size = 1
-    while size < n + n // 2 + 1:
-        size *= 2
+def _table(distinct: Any, k: int, size: int) -> tuple[Any, Any]:
+    """An open-addressing table of ``size`` slots holding distinct[:k] (id = position)."""
     mask = np.uint64(size - 1)
     slot_key = np.empty(size, np.uint64)
     slot_id = np.full(size, -1, np.int64)
-    distinct = np.empty(n, np.uint64)
-    last_req = np.empty(n, np.int64)
+    for d in range(k):
+        key = distinct[d]
+        j = ((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(17)) & mask
+        while slot_id[j] >= 0:
+            j = (j + np.uint64(1)) & mask
+        slot_key[j] = key
+        slot_id[j] = d
+    return slot_key, slot_id
+
+
+@jit()
+def _intern(raw: Any, key_offs: Any, first_id: Any) -> Any:
+    """First-appearance ids of the raw keys through an open-addressing hash table (the
+    distinct keys come back in that order), or None when a sequence holds a key twice.
+    The table doubles when it is 60% full, so memory follows the distinct keys."""
+    size = 1 << 16
+    slot_key, slot_id = _table(np.empty(0, np.uint64), 0, size)
+    mask = np.uint64(size - 1)
+    distinct = np.empty(1 << 15, np.uint64)
+    last_req = np.empty(1 << 15, np.int64)
     k = 0
     for r in range(key_offs.shape[0] - 1):
         for i in range(key_offs[r], key_offs[r + 1]):
             key = raw[i]
-            h = (key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(17)
-            j = h & mask
+            j = ((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(17)) & mask
             while slot_id[j] >= 0 and slot_key[j] != key:
                 j = (j + np.uint64(1)) & mask
             d = slot_id[j]
             if d < 0:
+                if k == distinct.shape[0]:
+                    distinct = np.concatenate((distinct, np.empty(k, np.uint64)))
+                    last_req = np.concatenate((last_req, np.empty(k, np.int64)))
                 d = k
-                slot_id[j] = d
-                slot_key[j] = key
                 distinct[d] = key
                 last_req[d] = r
                 k += 1
+                slot_key[j] = key
+                slot_id[j] = d
+                if 5 * k > 3 * size:
+                    size *= 2
+                    slot_key, slot_id = _table(distinct, k, size)
+                    mask = np.uint64(size - 1)
             elif last_req[d] == r:
                 return None
             else:
                 last_req[d] = r
             first_id[i] = d
-    return distinct[:k]
+    return distinct[:k].copy()
 
 
 def _dense_keys(raw: U64, key_offs: I64) -> tuple[I64, int]:
