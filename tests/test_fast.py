@@ -114,3 +114,19 @@ def test_a_third_party_keyed_policy_runs_compiled(structure: str) -> None:
     assert fast.metrics == replay(trace, _OldestCreated(), cfg, fast=False).metrics
     assert fast.metrics == replay(trace, _Overridden(), cfg).metrics
     assert fast.metrics["num_evictions"] > 0
+
+
+@pytest.mark.parametrize("name", sorted(TRACES))
+def test_next_use_at_every_position_equals_the_per_key_search(name: str) -> None:
+    from prefixlab.policies.opt import OPT, next_use_at
+
+    trace, bt = TRACES[name]
+    layout = trace.block_layout(bt)
+    opt = OPT()
+    opt.prepare(layout)
+    got = next_use_at(layout)
+    counts = np.diff(layout.key_offsets)
+    reqs = np.repeat(np.arange(counts.shape[0]), counts)
+    want = [opt.next_use(int(k), int(r)) for k, r in zip(layout.keys, reqs, strict=True)]
+    assert got.tolist() == want
+    assert np.isfinite(got).any() and np.isinf(got).any()

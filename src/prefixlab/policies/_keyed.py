@@ -151,8 +151,10 @@ def next_use(occ_start: Any, occ_req: Any, key: int, after: int) -> float:
 def entry_key(
     cols: Any, signs: Any, e: int, la: Any, hits: Any, depth: Any, created: Any,
     primary: Any, key: Any, occ_start: Any, occ_req: Any, after: int, out: Any,
+    nu: float = np.nan,
 ) -> None:  # fmt: skip
-    """Write entry e's sort key (three floats) into out."""
+    """Write entry e's sort key (three floats) into out. ``nu``: e's next use when the
+    caller knows it already (the replay kernel, from :func:`next_use_at`), else NaN."""
     for c in range(3):
         col = cols[c]
         if col == 0:
@@ -165,7 +167,12 @@ def entry_key(
             v = float(created[e])
         elif col == 4:
             # A duplicate holder serves no lookup while its key's first holder is cached.
-            v = next_use(occ_start, occ_req, key[e], after) if primary[e] else np.inf
+            if not primary[e]:
+                v = np.inf
+            elif nu == nu:
+                v = nu
+            else:
+                v = next_use(occ_start, occ_req, key[e], after)
         elif col == 5:
             v = 1.0 if primary[e] else 0.0
         else:

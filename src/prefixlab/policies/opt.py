@@ -18,6 +18,7 @@ bundled traces, and rare tiny adversarial traces can beat it.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from prefixlab.policies._keyed import KeyedPolicy
 from prefixlab.policies._keyed import next_use as _next_use
@@ -45,6 +46,31 @@ def occurrences(layout: BlockLayout) -> tuple[I64, I64]:
     return occ_start, reqs[order]
 
 
+def next_use_at(layout: BlockLayout) -> npt.NDArray[np.float64]:
+    """For every key position of the layout (request r, block j), the first request after r
+    that looks that key up (inf: never), vectorised: one stable sort by key, then the next
+    lookup position of the same key through a reversed running minimum."""
+    n = int(layout.keys.shape[0])
+    out = np.full(n, np.inf)
+    if n == 0:
+        return out
+    counts = np.diff(layout.key_offsets)
+    req = np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
+    j = np.arange(n, dtype=np.int64) - np.repeat(layout.key_offsets[:-1], counts)
+    lookup = j < np.repeat(layout.num_lookup_blocks, counts)
+    order = np.argsort(layout.keys, kind="stable")  # by key, then position (= request)
+    ks, flags = layout.keys[order], lookup[order]
+    idx = np.where(flags, np.arange(n, dtype=np.int64), n)
+    nxt = np.minimum.accumulate(idx[::-1])[::-1]  # first lookup at or after each place
+    after = np.empty(n, dtype=np.int64)
+    after[:-1] = nxt[1:]
+    after[-1] = n
+    ok = after < n
+    ok[ok] = ks[after[ok]] == ks[ok]
+    out[order[ok]] = req[order][after[ok]]
+    return out
+
+
 @register("opt")
 class OPT(KeyedPolicy):
     """Belady's offline optimum, prefix-aware: farthest next use first, deepest on ties."""
@@ -54,6 +80,8 @@ class OPT(KeyedPolicy):
 
     def prepare(self, future: BlockLayout) -> None:
         self.occ_start, self.occ_req = occurrences(future)
+        #: next use of every key position: the replay kernel's key for a released block
+        self.next_use_pos = next_use_at(future)
 
     def next_use(self, key: int, after: int) -> float:
         """The first request after ``after`` that looks ``key`` up (inf: never)."""

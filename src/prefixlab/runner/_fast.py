@@ -143,6 +143,7 @@ def _kernel(
     signs: Any,
     occ_start: Any,
     occ_req: Any,
+    nu_pos: Any,
     ist: Any,
     fst: Any,
     acode: int,
@@ -288,8 +289,9 @@ def _kernel(
                     if policy == VLLM:
                         sq_push(qb, qs, stamp, qstate, b)
                     elif keyed:
+                        nu = nu_pos[k0 + i] if nu_pos.shape[0] else np.nan
                         entry_key(cols, signs, b, la, nhits, depth, created, primary, bkey,
-                                  occ_start, occ_req, r, kbuf)  # fmt: skip
+                                  occ_start, occ_req, r, kbuf, nu)  # fmt: skip
                         heap_set(hk, he, hpos, hn, b, kbuf[0], kbuf[1], kbuf[2], float(order))
                         order += 1
                     elif sieve:
@@ -366,10 +368,12 @@ def replay_fast(
         raise ValueError(f"policy '{policy.spec()}' has no compiled kernel")
     cols, signs = np.full(3, -1, np.int64), np.ones(3, np.float64)
     occ_start, occ_req = np.zeros(1, np.int64), np.zeros(0, np.int64)
+    nu_pos = np.zeros(0, np.float64)
     if isinstance(policy, KeyedPolicy):
         cols, signs = key_columns(policy.sort_key)
         occ_start = getattr(policy, "occ_start", occ_start)
         occ_req = getattr(policy, "occ_req", occ_req)
+        nu_pos = getattr(policy, "next_use_pos", nu_pos)
     # Array-state policies (ARC, S3-FIFO, LeCaR) bring their state and generator; the
     # others get a one-entry placeholder (the kernel's argument types never change).
     acode, st, rng = -1, new_state(1, 1, (1, 1)), np.random.default_rng(0)
@@ -385,7 +389,8 @@ def replay_fast(
     _kernel(
         keys, key_offsets, num_lookup, lookup_end, held, capacity, max(num_keys, 1),
         block_tokens, code, -1 if max_free_blocks is None else max_free_blocks,
-        cols, signs, occ_start, occ_req, st[0], st[1], acode, rng, hit_tokens, hit_blocks, out,
+        cols, signs, occ_start, occ_req, nu_pos, st[0], st[1], acode, rng, hit_tokens,
+        hit_blocks, out,
     )  # fmt: skip
     return hit_tokens, hit_blocks, int(out[0]), int(out[1])
 
