@@ -4,10 +4,14 @@ The generic path (cache + policy hooks, numpy per request) is the reference; thi
 fuses match -> acquire -> commit -> release for the whole trace in one call, with the
 structures of the generic path: a chain of holders per key (registration order; the head is
 the one a lookup takes) and a stack of empty blocks whose top is reused first. vllm, lru
-and fifo keep a queue with lazy invalidation; keyed policies (sglang-lru, hashtable, lfu,
-mru, opt) and SIEVE call the hook functions their classes call, so each policy has one
-source. Tests check that the kernel gives exactly the generic path's per-request hits and
-eviction counts. It runs compiled when numba is installed (the ``fast`` extra) and
+and fifo keep a queue with lazy invalidation; keyed policies (opt, or any sort key) and
+SIEVE, ARC, S3-FIFO and LeCaR call the hook functions their classes call, so each policy
+has one source. A keyed policy is defined by its sort key alone, and in this loop every
+block a request releases was accessed by that request, so three sort keys have cheaper
+exact orders than the heap: oldest access first (sglang-lru, hashtable) is release order,
+vllm's queue; lfu's is one release-ordered list per hit count; mru's one list popped from
+the back. Tests check that the kernel gives exactly the generic path's per-request hits
+and eviction counts. It runs compiled when numba is installed (the ``fast`` extra) and
 interpreted under ``NUMBA_DISABLE_JIT=1``; the replay uses it when it needs no extra
 observers or invariant checks.
 
@@ -58,9 +62,11 @@ from prefixlab.policies.sieve import (
 __all__ = ["HAVE_NUMBA", "kernel_code", "replay_fast", "warm_up"]
 
 I64 = npt.NDArray[np.int64]
-VLLM, LRU, FIFO, KEYED, SIEVE, ARRAY = 0, 1, 2, 3, 4, 5
+VLLM, LRU, FIFO, KEYED, SIEVE, ARRAY, LFU_LISTS, MRU_STACK = 0, 1, 2, 3, 4, 5, 6, 7
 _QUEUE_CODES = {"vllm": VLLM, "lru": LRU, "fifo": FIFO}
 _RELEASE_ORDER_KEYS = ((("last_access", 1),), (("last_access", 1), ("depth", -1)))
+_LFU_KEY = (("hits", 1), ("last_access", 1), ("depth", -1))
+_MRU_KEY = (("last_access", -1), ("depth", -1))
 
 
 def kernel_code(pol: EvictionPolicy) -> int:
@@ -75,8 +81,15 @@ def kernel_code(pol: EvictionPolicy) -> int:
         # Oldest access first, ties deepest first: in this loop every block a request holds
         # was accessed at its index and is released deepest first, so release order is key
         # order and vllm's queue gives the heap's victims (sglang-lru, hashtable; tested).
+        # For the same reason lfu's order is one release-ordered list per hit count (evict
+        # from the lowest count's front) and mru's one list evicted from the back, each
+        # request's blocks appended shallowest first (tested equal to the heap).
         if tuple(pol.sort_key) in _RELEASE_ORDER_KEYS:
             return VLLM
+        if tuple(pol.sort_key) == _LFU_KEY:
+            return LFU_LISTS
+        if tuple(pol.sort_key) == _MRU_KEY:
+            return MRU_STACK
         return KEYED
     if cls is Sieve:
         return SIEVE
@@ -109,6 +122,37 @@ def _list_append(b: int, prev: Any, nxt: Any, ends: Any) -> None:
     else:
         ends[0] = b
     ends[1] = b
+
+
+@jit(inline=True)
+def _l_append(bl: Any, bht: Any, f: int, b: int) -> None:
+    """Append block b to list f (rows of bl: prev, next, list; of bht: head, tail)."""
+    t = bht[1, f]
+    bl[0, b] = t
+    bl[1, b] = -1
+    bl[2, b] = f
+    if t >= 0:
+        bl[1, t] = b
+    else:
+        bht[0, f] = b
+    bht[1, f] = b
+
+
+@jit(inline=True)
+def _l_unlink(bl: Any, bht: Any, b: int) -> None:
+    f = bl[2, b]
+    if f < 0:
+        return
+    p, n = bl[0, b], bl[1, b]
+    if p >= 0:
+        bl[1, p] = n
+    else:
+        bht[0, f] = n
+    if n >= 0:
+        bl[0, n] = p
+    else:
+        bht[1, f] = p
+    bl[2, b] = -1
 
 
 @jit(inline=True)
@@ -165,6 +209,12 @@ def _kernel(
     keyed = policy == KEYED
     sieve = policy == SIEVE
     array = policy == ARRAY
+    lists = policy in (LFU_LISTS, MRU_STACK)
+    # lfu / mru as lists: prev, next, list of each block; head and tail of each list
+    bl = np.full((3, capacity if lists else 1), -1, np.int64)
+    nlists = key_offsets.shape[0] + 1 if policy == LFU_LISTS else 1
+    bht = np.full((2, nlists), -1, np.int64)
+    lo = np.zeros(1, np.int64)  # no list below this one holds a block
     ref = np.zeros(capacity, np.int64)
     bkey = np.full(capacity, -1, np.int64)
     chains = np.full((4, max(num_keys, capacity)), -1, np.int64)
@@ -236,9 +286,11 @@ def _kernel(
                     sieve_pinned(flag, sst, b)
                 elif array:
                     hook(acode, ist, fst, PINNED, b, bkey, rng)
+                elif lists:
+                    _l_unlink(bl, bht, b)
                 cached_free -= 1
             ref[b] += 1
-            if keyed:
+            if keyed or lists:
                 la[b] = now
                 nhits[b] += 1
         if array and nk > h:  # the keys it will cache that it missed, before any eviction
@@ -253,7 +305,7 @@ def _kernel(
         if nv > 0:
             _evict(nv, policy, victims, qb, qs, stamp, ref, qstate, hk, he, hpos, hn, link,
                    flag, sst, bkey, chains, primary, cols, signs, la, nhits, depth, created,
-                   occ_start, occ_req, r, ist, fst, acode, rng)  # fmt: skip
+                   occ_start, occ_req, r, ist, fst, acode, rng, bl, bht, lo)  # fmt: skip
             for j in range(nv):
                 blocks[h + take + j] = victims[j]
             cached_free -= nv
@@ -267,7 +319,7 @@ def _kernel(
             bkey[b] = k
             primary[b] = chains[0, k] < 0
             _list_append(b, chains[2], chains[3], chains[0:2, k])
-            if keyed:
+            if keyed or lists:
                 depth[b] = j
                 created[b] = now
                 la[b] = now
@@ -280,6 +332,7 @@ def _kernel(
                 sq_push(qb, qs, stamp, qstate, b)
         # ---- release, tail first; keyless blocks go back on top of the empty stack
         n_rel = 0
+        n_mru = 0
         for i in range(nh - 1, -1, -1):
             b = blocks[i]
             ref[b] -= 1
@@ -298,15 +351,23 @@ def _kernel(
                         sieve_evictable(flag, sst, b)
                     elif array:
                         hook(acode, ist, fst, EVICTABLE, b, bkey, rng)
+                    elif policy == LFU_LISTS:
+                        _l_append(bl, bht, nhits[b], b)
+                        lo[0] = min(lo[0], nhits[b])
+                    elif policy == MRU_STACK:
+                        victims[n_mru] = b  # appended below, shallowest first
+                        n_mru += 1
                 else:
                     released[n_rel] = b
                     n_rel += 1
+        for i in range(n_mru - 1, -1, -1):
+            _l_append(bl, bht, 0, victims[i])
         # ---- bound on the cached-free pool: trimmed blocks become empty
         if max_free >= 0 and cached_free > max_free:
             nv = cached_free - max_free
             _evict(nv, policy, victims, qb, qs, stamp, ref, qstate, hk, he, hpos, hn, link,
                    flag, sst, bkey, chains, primary, cols, signs, la, nhits, depth, created,
-                   occ_start, occ_req, r, ist, fst, acode, rng)  # fmt: skip
+                   occ_start, occ_req, r, ist, fst, acode, rng, bl, bht, lo)  # fmt: skip
             for j in range(nv):
                 released[n_rel] = victims[j]
                 n_rel += 1
@@ -324,7 +385,7 @@ def _evict(
     hk: Any, he: Any, hpos: Any, hn: Any, link: Any, flag: Any, sst: Any, bkey: Any,
     chains: Any, primary: Any, cols: Any, signs: Any, la: Any, nhits: Any, depth: Any,
     created: Any, occ_start: Any, occ_req: Any, r: int, ist: Any, fst: Any, acode: int,
-    rng: Any,
+    rng: Any, bl: Any, bht: Any, lo: Any,
 ) -> None:  # fmt: skip
     """Choose n victims (the caller knows they exist), then drop their keys in order."""
     for j in range(n):
@@ -337,6 +398,14 @@ def _evict(
             victims[j] = sieve_pop(link, flag, sst)
         elif policy == ARRAY:
             victims[j] = hook(acode, ist, fst, EVICT, 0, bkey, rng)
+        elif policy == LFU_LISTS:
+            while bht[0, lo[0]] < 0:
+                lo[0] += 1
+            victims[j] = bht[0, lo[0]]
+            _l_unlink(bl, bht, victims[j])
+        elif policy == MRU_STACK:
+            victims[j] = bht[1, 0]
+            _l_unlink(bl, bht, victims[j])
         else:
             victims[j] = sq_pop(qb, qs, stamp, ref, True, qstate)
     kbuf = np.empty(3, np.float64)
