@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -130,3 +132,17 @@ def test_next_use_at_every_position_equals_the_per_key_search(name: str) -> None
     want = [opt.next_use(int(k), int(r)) for k, r in zip(layout.keys, reqs, strict=True)]
     assert got.tolist() == want
     assert np.isfinite(got).any() and np.isinf(got).any()
+
+
+def test_the_compile_cache_is_keyed_by_every_source_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prefixlab import _jit
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    first = _jit.cache_dir()
+    assert first.parent == tmp_path and first == _jit.cache_dir()
+    for i in range(6):
+        (tmp_path / f"old{i}").mkdir()
+    _jit._prune(tmp_path, keep=4)
+    assert len(list(tmp_path.iterdir())) == 4

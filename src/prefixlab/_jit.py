@@ -9,14 +9,23 @@ on disk (``cache=True``).
 
 Without numba, or with ``NUMBA_DISABLE_JIT=1`` (CI runs the conformance suites so), the same
 source runs interpreted: there is no second implementation to keep equal.
+
+numba keys a cached compilation by its own source file's timestamp only, yet a kernel
+freezes the constants and inlines the functions it takes from other modules: after an edit
+of ``policies/_arrays.py`` the cached ARC kernel would keep the old row numbers. So the
+cache lives in a directory named by a hash of every prefixlab source file
+(``~/.cache/prefixlab/numba/<hash>``, or under ``NUMBA_CACHE_DIR`` when it is set): any
+change of the package compiles afresh, an unchanged package loads in a blink.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -72,6 +81,31 @@ def _compile_one(fn: Callable[..., Any], options: dict[str, Any]) -> Callable[..
     return njit(cache=True)(fn)
 
 
+def cache_dir() -> Path:
+    """Where compilations are cached: a directory per version of prefixlab's sources."""
+    digest = hashlib.blake2b(digest_size=8)
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    base = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "prefixlab", "numba"
+    )
+    return Path(base) / digest.hexdigest()
+
+
+def _prune(base: Path, keep: int) -> None:
+    """Remove all but the ``keep`` most recently used source versions' caches."""
+    import shutil
+
+    try:
+        dirs = sorted((d for d in base.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
+    except OSError:
+        return
+    for d in dirs[:-keep]:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def compile_all() -> None:
     """Swap every pending function for its dispatcher, wherever a module holds it.
 
@@ -81,6 +115,12 @@ def compile_all() -> None:
     if _done:
         return
     _done = True
+    if COMPILED:
+        import numba
+
+        where = cache_dir()
+        _prune(where.parent, keep=4)
+        numba.config.CACHE_DIR = str(where)  # type: ignore[attr-defined]
     for lazy in _PENDING:
         lazy.target = _compile_one(lazy.__wrapped__, lazy.options)
     for name, mod in list(sys.modules.items()):

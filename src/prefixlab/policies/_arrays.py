@@ -13,13 +13,14 @@ functions are :func:`prefixlab._jit.jit` functions: the policy classes call them
              SC:       scalars (counts, heads, tails, limits, the policy's own from SLOT)
     F rows   by key:   GWHEN0 GWHEN1           FS: float scalars
 
-An *ordered queue* (``fq_*``, heaps 0 and 1) keeps members in append order and finds its
-oldest free member in O(log n) amortised, however many pinned members lie ahead of it.
-Each member has a position (a counter bumped by an append); the queue's heap holds
-(position, entry) items. An item is live while its entry is still a member at that
-position; stale items and pinned members' items are dropped when they reach the top, and a
-member that becomes free with no live item is pushed again, so items never duplicate.
-Appends take the largest position, so a push costs one comparison. A *ghost list*
+An *ordered queue* (``fq_*``) keeps members in append order and finds its oldest free
+member in O(log n) amortised, however many pinned members lie ahead of it. Each member has
+a position (a counter bumped by an append) and at most one live (position, entry) item: an
+append of a free member goes to the back of the queue's ring (positions only grow there),
+and a member that becomes free with no live item goes to the queue's lazy heap (heap q).
+An item is live while its entry is still a member at that position; stale items and pinned
+members' items are dropped when they reach the front, and the oldest free member is the
+older of the ring's front and the heap's top. A *ghost list*
 (``ghost_*``) is a bounded FIFO of keys with O(1) membership.
 """
 
@@ -41,8 +42,9 @@ MEMBER, POSITION, FREE, MISSING, P0, P1, P2 = range(7)
 GSEQ0, K0, K1 = 7, 9, 10  # GSEQ1 = 8
 GRING0 = 11  # ghost g: keys in row GRING0 + 2g, stamps in GRING0 + 2g + 1
 HEAP0 = 15  # lazy heap h: a, b, entry in rows HEAP0 + 3h .. + 2
-SC = 24
-IROWS = 25
+RING0 = 24  # queue q's appends: positions in row RING0 + 2q, entries in RING0 + 2q + 1
+SC = 28
+IROWS = 29
 # F rows
 GWHEN0, FS = 0, 2  # GWHEN1 = 1
 FROWS = 3
@@ -50,7 +52,8 @@ FROWS = 3
 LEN0, LEN1, NFREE, NEXTPOS = 0, 1, 2, 3
 HN0 = 4  # heap h's size in slot HN0 + h (3 heaps)
 GHEAD0 = 7  # ghost g: head, tail, count, limit in slots GHEAD0 + 4g .. + 3
-SLOT = 15  # the policy's own slots start here
+RHEAD0 = 15  # queue q's ring: head, tail in slots RHEAD0 + 2q, + 1
+SLOT = 19  # the policy's own slots start here
 
 
 def new_state(num_entries: int, num_keys: int, ghost_limits: tuple[int, int]) -> State:
@@ -161,6 +164,23 @@ def _heap_compact(ist: I64, h: int) -> int:
 
 # ----------------------------------------------------------------------------- queues
 @jit()
+def _ring_push(ist: I64, q: int, p: int, e: int) -> None:
+    """Append item (p, e) to queue q's ring, compacting it to its live items when full."""
+    rp, re, h = RING0 + 2 * q, RING0 + 2 * q + 1, RHEAD0 + 2 * q
+    if ist[SC, h + 1] == ist.shape[1]:
+        w = 0
+        for i in range(ist[SC, h], ist[SC, h + 1]):
+            x = ist[re, i]
+            if ist[MEMBER, x] == q + 1 and ist[POSITION, x] == ist[rp, i]:
+                ist[rp, w], ist[re, w] = ist[rp, i], x
+                w += 1
+        ist[SC, h], ist[SC, h + 1] = 0, w
+    t = ist[SC, h + 1]
+    ist[rp, t], ist[re, t] = p, e
+    ist[SC, h + 1] = t + 1
+
+
+@jit()
 def fq_append(ist: I64, q: int, e: int) -> None:
     """Put e at the back of queue q (moving it there if it is a member)."""
     if ist[MEMBER, e] != q + 1:
@@ -171,7 +191,7 @@ def fq_append(ist: I64, q: int, e: int) -> None:
     ist[POSITION, e] = p
     if ist[FREE, e]:
         ist[MISSING, e] = 0
-        heap_push(ist, q, p, 0, e)
+        _ring_push(ist, q, p, e)
     else:
         ist[MISSING, e] = 1
 
@@ -187,16 +207,33 @@ def fq_discard(ist: I64, q: int, e: int) -> None:
 
 @jit()
 def fq_oldest_free(ist: I64, q: int) -> int:
-    """Queue q's oldest evictable member, or -1 (drops stale and pinned items on top)."""
-    ra, re = HEAP0 + 3 * q, HEAP0 + 3 * q + 2
-    while ist[SC, HN0 + q] > 0:
-        e = ist[re, 0]
-        if ist[MEMBER, e] == q + 1 and ist[POSITION, e] == ist[ra, 0]:
+    """Queue q's oldest evictable member, or -1 (drops stale and pinned items in front)."""
+    rp, re, h = RING0 + 2 * q, RING0 + 2 * q + 1, RHEAD0 + 2 * q
+    ring = -1
+    while ist[SC, h] < ist[SC, h + 1]:
+        i = ist[SC, h]
+        e = ist[re, i]
+        if ist[MEMBER, e] == q + 1 and ist[POSITION, e] == ist[rp, i]:
             if ist[FREE, e]:
-                return int(e)
-            ist[MISSING, e] = 1  # pinned: freeing it pushes it back
+                ring = e
+                break
+            ist[MISSING, e] = 1  # pinned: freeing it pushes it back (on the heap)
+        ist[SC, h] = i + 1
+    ha, he = HEAP0 + 3 * q, HEAP0 + 3 * q + 2
+    heap = -1
+    while ist[SC, HN0 + q] > 0:
+        e = ist[he, 0]
+        if ist[MEMBER, e] == q + 1 and ist[POSITION, e] == ist[ha, 0]:
+            if ist[FREE, e]:
+                heap = e
+                break
+            ist[MISSING, e] = 1
         heap_drop_top(ist, q)
-    return -1
+    if ring < 0:
+        return int(heap)
+    if heap < 0 or ist[POSITION, ring] < ist[POSITION, heap]:
+        return int(ring)
+    return int(heap)
 
 
 @jit()
