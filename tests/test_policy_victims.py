@@ -443,6 +443,17 @@ def test_unicache_opt_keeps_blocks_the_waiting_queue_needs() -> None:
     assert d.evict(8) == [5, 1, 6, 2, 4, 3, 0]
 
 
+def _two_categories(d: Driver) -> None:
+    """Blocks 0-1 of request 0 and 2-4 of request 1, each released tail first; then t = 2."""
+    for e in (0, 1):
+        d.insert(e, 0, depth=e, release=False)
+    d.release(1, 0)
+    for e in (2, 3, 4):
+        d.insert(e, 1, depth=e - 2, release=False)
+    d.release(4, 3, 2)
+    d._clock(2)
+
+
 def test_wa_lowest_reuse_probability_first() -> None:
     d = Driver("wa-atc25:window_s=1", 8)
     trace = labelled([("chat", "a", 8, 0), ("programming", None, 12, 0), ("chat", "a", 4, 1)])
@@ -452,13 +463,7 @@ def test_wa_lowest_reuse_probability_first() -> None:
     assert wa.names == ["chat_1", "programming_1", "chat_2"]  # type: ignore[attr-defined]
     # Fits set by hand: p = (0.5, 0.9), rate = (1, 0.1) per second.
     wa.p, wa.rate = np.array([0.5, 0.9, 0.0]), np.array([1.0, 0.1, 1.0])  # type: ignore[attr-defined]
-    for e in (0, 1):
-        d.insert(e, 0, depth=e, release=False)
-    d.release(1, 0)
-    for e in (2, 3, 4):
-        d.insert(e, 1, depth=e - 2, release=False)
-    d.release(4, 3, 2)
-    d._clock(2)
+    _two_categories(d)
     # At t = 2, window 1 s: chat head (idle 2): 0.5 (e^-2 - e^-3) = 0.0428; programming head
     # (idle 1): 0.9 (e^-0.1 - e^-0.2) = 0.0775. Chat's blocks go first (same score, the tail
     # was pushed first), then programming's, tail first.
@@ -473,13 +478,7 @@ def test_wa_per_category_lru_evicts_from_the_category_most_over_its_share() -> N
     wa = d.policy
     assert wa.names == ["chat", "programming"]  # type: ignore[attr-defined]
     wa.share = np.array([0.3, 0.7])  # type: ignore[attr-defined]
-    for e in (0, 1):
-        d.insert(e, 0, depth=e, release=False)
-    d.release(1, 0)
-    for e in (2, 3, 4):
-        d.insert(e, 1, depth=e - 2, release=False)
-    d.release(4, 3, 2)
-    d._clock(2)
+    _two_categories(d)
     # held (chat, programming), held fraction - share: (2, 3): chat over by 0.1 -> its LRU
     # head, the tail 1; (1, 3): programming over by 0.05 -> 4 (tail first); (1, 2): chat
     # over by 1/30 -> 0; chat is empty: 3, 2. (Global LRU would take 1 0 first.)

@@ -329,19 +329,26 @@ class ArrayPolicy(EvictionPolicy):
         self.state = self.init_state(view.num_entries)
         self.rng = getattr(self, "rng", np.random.default_rng(0))
 
-    def _run(self, hook: int, xs: I64, keys: I64 | None = None) -> int:
-        kmax = 0
-        if keys is not None and keys.shape[0]:  # the ghost lists index by key
-            kmax = int(keys.max()) + 1
-        if hook in (0, 6) and self.view.key.shape[0]:  # keys may change without a hook
-            kmax = max(kmax, int(self.view.key.max()) + 1)
+    def _room(self, keys: I64) -> None:
+        """Grow the state for more entries (a radix tree grew) or larger keys: the ghost
+        lists index by key, and an entry's key is announced by on_insert, on_update (a
+        radix split moved it) or on_miss before any hook reads it."""
+        kmax = int(keys.max()) + 1 if keys.shape[0] else 0
         self.state = grow_state(self.state, self.view.num_entries, kmax)
+
+    def _run(self, hook: int, xs: I64) -> int:
+        if 4 * self.view.num_entries + 64 > self.state[0].shape[1]:  # O(1): the view grew
+            self.state = grow_state(self.state, self.view.num_entries, 0)
         ist, fst = self.state
         return int(self._batch(self.code, ist, fst, hook, xs, self.view.key, self.rng))
 
     def on_insert(self, entries: I64) -> None:
         if entries.shape[0]:
+            self._room(self.view.key[entries])
             self._run(0, entries)
+
+    def on_update(self, entries: I64) -> None:
+        self._room(self.view.key[entries])
 
     def on_access(self, entries: I64) -> None:
         if entries.shape[0]:
@@ -360,7 +367,8 @@ class ArrayPolicy(EvictionPolicy):
             self._run(4, entries)
 
     def on_miss(self, keys: I64) -> None:
-        self._run(5, keys, keys)
+        self._room(keys)
+        self._run(5, keys)
 
     def evict(self, n: int) -> I64:
         out = np.empty(n, np.int64)

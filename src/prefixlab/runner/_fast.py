@@ -69,35 +69,40 @@ _LFU_KEY = (("hits", 1), ("last_access", 1), ("depth", -1))
 _MRU_KEY = (("last_access", -1), ("depth", -1))
 
 
-def kernel_code(pol: EvictionPolicy) -> int:
-    """The kernel's code for a policy, or -1 when it must take the generic path.
-
-    Built-in vllm / lru / fifo / sieve by name; any keyed policy (built-in or not) whose
-    hooks are KeyedPolicy's own: its behaviour is its sort key."""
+def policy_family(pol: EvictionPolicy) -> str | None:
+    """Which compiled hooks run a policy: ``"keyed"`` (any keyed policy, built-in or not,
+    whose hooks are KeyedPolicy's own: its behaviour is its sort key), ``"sieve"``,
+    ``"array"`` (ARC, S3-FIFO, LeCaR), a queue policy's name (``"vllm"``, ``"lru"``,
+    ``"fifo"``), or None: the generic path only (a subclass may have changed a hook)."""
     cls = type(pol)
     if isinstance(pol, KeyedPolicy):
-        if not is_plain_keyed(pol):
-            return -1
+        return "keyed" if is_plain_keyed(pol) else None
+    if cls is not registered().get(pol.name):
+        return None
+    if cls is Sieve:
+        return "sieve"
+    if isinstance(pol, ArrayPolicy):
+        return "array"
+    return pol.name if pol.name in _QUEUE_CODES else None
+
+
+def kernel_code(pol: EvictionPolicy) -> int:
+    """The block kernel's code for a policy, or -1 when it must take the generic path."""
+    family = policy_family(pol)
+    if family == "keyed":
+        assert isinstance(pol, KeyedPolicy)
         # Oldest access first, ties deepest first: in this loop every block a request holds
         # was accessed at its index and is released deepest first, so release order is key
         # order and vllm's queue gives the heap's victims (sglang-lru, hashtable; tested).
         # For the same reason lfu's order is one release-ordered list per hit count (evict
         # from the lowest count's front) and mru's one list evicted from the back, each
         # request's blocks appended shallowest first (tested equal to the heap).
-        if tuple(pol.sort_key) in _RELEASE_ORDER_KEYS:
+        key = tuple(pol.sort_key)
+        if key in _RELEASE_ORDER_KEYS:
             return VLLM
-        if tuple(pol.sort_key) == _LFU_KEY:
-            return LFU_LISTS
-        if tuple(pol.sort_key) == _MRU_KEY:
-            return MRU_STACK
-        return KEYED
-    if cls is Sieve:
-        return SIEVE
-    if isinstance(pol, ArrayPolicy) and cls is registered().get(pol.name):
-        return ARRAY
-    if pol.name in _QUEUE_CODES and cls is registered().get(pol.name):
-        return _QUEUE_CODES[pol.name]
-    return -1
+        return LFU_LISTS if key == _LFU_KEY else MRU_STACK if key == _MRU_KEY else KEYED
+    codes = {"sieve": SIEVE, "array": ARRAY, **_QUEUE_CODES}
+    return codes[family] if family is not None else -1
 
 
 @jit(inline=True)

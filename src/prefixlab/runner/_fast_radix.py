@@ -39,7 +39,6 @@ from prefixlab.policies._keyed import (
     heap_pop,
     heap_remove,
     heap_set,
-    is_plain_keyed,
     key_columns,
 )
 from prefixlab.policies._segments import (
@@ -49,9 +48,8 @@ from prefixlab.policies._segments import (
     sq_push,
     sq_renumber,
 )
-from prefixlab.policies.base import EntryView, EvictionPolicy, registered
+from prefixlab.policies.base import EntryView, EvictionPolicy
 from prefixlab.policies.sieve import (
-    Sieve,
     sieve_access,
     sieve_evictable,
     sieve_insert,
@@ -59,6 +57,7 @@ from prefixlab.policies.sieve import (
     sieve_pop,
     sieve_state,
 )
+from prefixlab.runner._fast import policy_family
 
 I64 = npt.NDArray[np.int64]
 LRU, FIFO, KEYED, SIEVE, ARRAY = 1, 2, 3, 4, 5
@@ -69,16 +68,8 @@ H_INSERT, H_ACCESS, H_EVICTABLE, H_PINNED, H_UPDATE, H_SPLIT = range(6)
 
 def radix_code(pol: EvictionPolicy) -> int:
     """The kernel's code for a policy on the radix structure, or -1 (generic path)."""
-    cls = type(pol)
-    if isinstance(pol, KeyedPolicy):
-        return KEYED if is_plain_keyed(pol) else -1
-    if cls is Sieve:
-        return SIEVE
-    if isinstance(pol, ArrayPolicy) and cls is registered().get(pol.name):
-        return ARRAY
-    if pol.name in ("lru", "fifo") and cls is registered().get(pol.name):
-        return LRU if pol.name == "lru" else FIFO
-    return -1
+    codes = {"keyed": KEYED, "sieve": SIEVE, "array": ARRAY, "lru": LRU, "fifo": FIFO}
+    return codes.get(policy_family(pol) or "", -1)
 
 
 # ----------------------------------------------------------------------------- children
