@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -37,6 +38,8 @@ def _dup_heavy() -> Trace:
 FAST_POLICIES = [
     "vllm", "lru", "fifo", "sieve", "sglang-lru", "hashtable", "lfu", "mru", "opt", "arc",
     "s3fifo", "lecar", "s3fifo:small_ratio=0.3,move_to_main_threshold=2", "lecar:seed=3",
+    "lpc-oracle", "lpc-oracle:update_interval_s=0,scale=0.05", "wa", "wa-atc25",
+    "wa-atc25:window_s=5,max_turn=2,min_samples=5",
 ]  # fmt: skip
 
 TRACES = {
@@ -77,7 +80,7 @@ def test_fast_path_capacity_error_names_request() -> None:
         replay(trace, "vllm", ReplayConfig(capacity_blocks=5, block_tokens=bt))
 
 
-RADIX_POLICIES = [p for p in FAST_POLICIES if p != "vllm"]
+RADIX_POLICIES = [p for p in FAST_POLICIES if p != "vllm" and not p.startswith("wa")]
 
 
 @pytest.mark.parametrize("name", sorted(TRACES))
@@ -146,3 +149,29 @@ def test_the_compile_cache_is_keyed_by_every_source_file(
         (tmp_path / f"old{i}").mkdir()
     _jit._prune(tmp_path, keep=4)
     assert len(list(tmp_path.iterdir())) == 4
+
+
+@pytest.mark.parametrize("structure", ["block", "radix"])
+def test_lpc_records_outgrow_the_state_inside_the_kernel(structure: str) -> None:
+    """300 conversations share a 4-block system prompt: each shared block keeps one record
+    per conversation, far more than the state's columns (4 x capacity + 64), so the pool
+    widens mid-run, in the kernel and in the generic path alike."""
+    rng = np.random.default_rng(4)
+    prompt = list(range(1, 65))
+    reqs = [Request(float(i), 96, 1, session_id=f"c{i % 300}",
+                    input_tokens=prompt + rng.integers(100, 10_000, 32).tolist())
+            for i in range(900)]  # fmt: skip
+    trace = Trace.from_requests(reqs)
+    cfg = ReplayConfig(capacity_blocks=40, block_tokens=16, structure=structure)
+    pol = _fast_policy("lpc-oracle", structure)
+    fast = replay(trace, pol, cfg)
+    slow = replay(trace, "lpc-oracle", cfg, fast=False)
+    assert np.array_equal(fast.hit_tokens, slow.hit_tokens) and fast.metrics == slow.metrics
+    assert pol.state[0].shape[1] > 4 * 42 + 64  # widened
+    assert max(len(r) for r in pol.shared.values()) >= 200
+
+
+def _fast_policy(spec: str, structure: str) -> Any:
+    from prefixlab.policies.base import make_policy
+
+    return make_policy(spec, structure)

@@ -11,6 +11,14 @@ driven through the same events as the real policy:
                  choice drawn from a seeded numpy Generator (one draw per victim, same order)
     s3fifo       small / main / ghost FIFOs, counters capped at 3, quick demotion from S
     sieve        one FIFO, a visited bit, a hand walking from the tail towards the head
+    lpc-oracle   per entry the latest (p, t) of its conversation, or for a block several
+                 conversations used the largest by log-odds + scale t (dict of dicts, max);
+                 ranked by the decayed p when it becomes evictable or is touched, everything
+                 re-ranked at most once per interval at an eviction; argmin, ties to the
+                 first to become evictable (per-request p and conversation set directly)
+    wa, wa-atc25 per category, the evictable entries in (last touch, push) order; the head
+                 with the lowest reuse probability in the window (ties: deeper, then lower
+                 category) or of the category most over its share (ties: older head)
     lfu, mru, hashtable, sglang-lru, opt
                  argmin of a priority tuple over the evictable entries, ties to the entry that
                  became evictable first; OPT's next use is recomputed by brute force from the
@@ -311,7 +319,8 @@ class Driver:
         freed = [e for e in chosen if m.ref[e] == 0]
         if freed:
             self.policy.on_evictable(arr(freed))
-            for e in freed:
+            batch_order = getattr(self.model, "evictable_batch", None)  # WA: tail first
+            for e in batch_order(freed) if batch_order else freed:
                 self.model.evictable(e)
 
     def do_remove(self, op: Op) -> None:
@@ -638,6 +647,149 @@ class S3FIFOModel(Model):
 
 
 # ------------------------------------------------------------------------ SIEVE
+class LPCModel(Model):
+    """LPC (Sec. 3.4-3.5): the decayed continuation probability, argmin over evictable."""
+
+    def __init__(self, meta: Meta, probs: list[float], convs: list[int], scale: float,
+                 interval: float) -> None:  # fmt: skip
+        super().__init__(meta)
+        self.probs, self.convs, self.scale, self.interval = probs, convs, scale, interval
+        self.pt: dict[int, tuple[float, float]] = {}
+        self.owner: dict[int, int] = {}
+        self.shared: dict[int, dict[int, tuple[float, float]]] = {}
+        self.free: dict[int, tuple[float, int]] = {}  # entry -> (rank when taken, seq)
+        self.seq = 0
+        self.last_update = -math.inf
+        self.num_shared = 0
+
+    def decayed(self, e: int) -> float:
+        p, t = self.pt[e]
+        if p >= 1.0:
+            return 1.0
+        d = math.exp(-(self.meta.now - t) * self.scale)
+        return p * d / (p * d + 1.0 - p)
+
+    def key(self, pt: tuple[float, float]) -> tuple[float, float]:
+        p, t = pt
+        rank = math.inf if p >= 1.0 else -math.inf if p <= 0.0 else (
+            math.log(p / (1.0 - p)) + self.scale * t)  # fmt: skip
+        return rank, t
+
+    def insert(self, e: int) -> None:
+        r = self.meta.request_index
+        self.pt[e] = (self.probs[r], self.meta.now)
+        self.owner[e] = self.convs[r]
+        self.shared.pop(e, None)
+
+    def access(self, e: int) -> None:
+        r = self.meta.request_index
+        mine, c = (self.probs[r], self.meta.now), self.convs[r]
+        if self.owner[e] == c:
+            self.pt[e] = mine
+        else:
+            if e not in self.shared:
+                self.shared[e] = {self.owner[e]: self.pt[e]}
+                self.owner[e] = -2
+                self.num_shared += 1
+            self.shared[e][c] = mine
+            self.pt[e] = max(self.shared[e].values(), key=self.key)
+        self.update(e)
+
+    def update(self, e: int) -> None:
+        if e in self.free:
+            self.free[e] = (self.decayed(e), self.free[e][1])
+
+    def evictable(self, e: int) -> None:
+        self.free[e] = (self.decayed(e), self.seq)
+        self.seq += 1
+
+    def pinned(self, e: int) -> None:
+        self.free.pop(e, None)
+
+    def remove(self, e: int) -> None:
+        self.free.pop(e, None)
+        self.pt[e] = (0.0, 0.0)
+        self.owner[e] = -1
+        self.shared.pop(e, None)
+
+    def evict(self, n: int) -> list[int]:
+        if n <= 0:  # no victim asked for: no re-rank either
+            return []
+        if self.meta.now - self.last_update >= self.interval:
+            self.last_update = self.meta.now
+            for e in self.free:
+                self.free[e] = (self.decayed(e), self.free[e][1])
+        out = sorted(self.free, key=self.free.__getitem__)[:n]
+        for e in out:
+            del self.free[e]
+        return out
+
+
+class WAModel(Model):
+    """WA: one LRU list per category, heads compared across categories."""
+
+    def __init__(self, meta: Meta, cats: list[int], p: list[float], rate: list[float],
+                 share: list[float], window: float, mode: str) -> None:  # fmt: skip
+        super().__init__(meta)
+        self.cats, self.p, self.rate, self.share = cats, p, rate, share
+        self.window, self.mode = window, mode
+        self.cat: dict[int, int] = {}
+        self.t_last: dict[int, float] = {}
+        self.free: dict[int, int] = {}  # evictable entry -> push seq
+        self.seq = 0
+
+    def _touch(self, e: int) -> None:
+        self.cat[e] = self.cats[self.meta.request_index]
+        self.t_last[e] = self.meta.now
+
+    insert = _touch
+
+    def access(self, e: int) -> None:
+        self._touch(e)
+        if e in self.free:
+            self.evictable(e)
+
+    def evictable(self, e: int) -> None:
+        self.free[e] = self.seq
+        self.seq += 1
+
+    def pinned(self, e: int) -> None:
+        self.free.pop(e, None)
+
+    def remove(self, e: int) -> None:
+        self.free.pop(e, None)
+        self.cat.pop(e, None)
+
+    def pop(self) -> int | None:
+        heads: dict[int, int] = {}
+        for e in self.free:
+            c = self.cat[e]
+            if c not in heads or (self.t_last[e], self.free[e]) < (
+                    self.t_last[heads[c]], self.free[heads[c]]):  # fmt: skip
+                heads[c] = e
+        if not heads:
+            return None
+        held = {c: sum(1 for x in self.cat.values() if x == c) for c in range(len(self.p))}
+        total = max(sum(held.values()), 1)
+
+        def key(c: int) -> tuple[float, float, int]:
+            e = heads[c]
+            if self.mode == "wa":
+                age = max(self.meta.now - self.t_last[e], 0.0)
+                lam = self.rate[c]
+                prob = self.p[c] * (math.exp(-lam * age) - math.exp(-lam * (age + self.window)))
+                return prob, -self.meta.depth[e], c
+            return -(held[c] / total - self.share[c]), self.t_last[e], c
+
+        victim = heads[min(heads, key=key)]
+        del self.free[victim]
+        del self.cat[victim]
+        return victim
+
+    def evictable_batch(self, entries: list[int]) -> list[int]:
+        return sorted(entries, key=lambda e: -self.meta.depth[e])
+
+
 class SieveModel(Model):
     """SIEVE on a list ordered tail (oldest) -> head (newest); the hand names an entry."""
 
@@ -966,6 +1118,82 @@ def test_long_seeded_run_matches_model(case: Case, seed: int) -> None:
 @pytest.mark.parametrize("seed", range(2))
 def test_long_seeded_run_with_reranks_matches_model(case: Case, seed: int) -> None:
     long_run(case, f"rerank{seed}", rekey=True, unique_depths=True)
+
+
+# ------------------------------------------------------------------------ LPC
+LPC_SPECS = [
+    "lpc-oracle:scale=0.3,update_interval_s=5",
+    "lpc-oracle:scale=0.05,update_interval_s=0",
+]
+
+
+def lpc_driver(spec: str, rng: random.Random) -> Driver:
+    """The oracle's code with per-request predictions and conversations set directly: p in
+    {0, 1} and in between (ties and decays), five conversations (blocks get shared)."""
+    n = 20_000
+    probs = [rng.choice([0.0, 1.0, 0.5, rng.random()]) for _ in range(n)]
+    convs = [rng.randrange(5) for _ in range(n)]
+    pol = make_policy(spec)
+    scale, interval = pol.scale, pol.update_interval_s  # type: ignore[attr-defined]
+    driver = Driver(spec, partial(LPCModel, probs=probs, convs=convs, scale=scale,
+                                  interval=interval))  # fmt: skip
+    driver.policy.aux = np.array([np.arange(n, dtype=np.float64), probs, convs])  # type: ignore[attr-defined]
+    return driver
+
+
+@pytest.mark.parametrize("spec", LPC_SPECS)
+@SETTINGS
+@given(seed=st.integers(0, 2**16), ops=op_lists(rekey=True))
+def test_lpc_matches_model(spec: str, seed: int, ops: list[Op]) -> None:
+    run(lpc_driver(spec, random.Random(seed)), ops)
+
+
+@pytest.mark.parametrize("spec", LPC_SPECS)
+@pytest.mark.parametrize("seed", range(3))
+def test_lpc_long_seeded_run_matches_model(spec: str, seed: int) -> None:
+    rng = random.Random(f"{spec}/{seed}")
+    driver = run(lpc_driver(spec, rng), random_ops(rng, 3000, rekey=True))
+    assert driver.num_evicted > 300
+    model = driver.model
+    assert isinstance(model, LPCModel) and model.num_shared > 50
+
+
+# ------------------------------------------------------------------------ WA
+WA_SPECS = ["wa-atc25:window_s=3", "wa"]
+
+
+def wa_driver(spec: str, rng: random.Random) -> Driver:
+    """Three categories, per-request categories and fits set directly (the profiling fit is
+    tested in tests/test_workloads.py)."""
+    n, nc = 20_000, 3
+    cats = [rng.randrange(nc) for _ in range(n)]
+    p = [rng.choice([0.0, 0.5, rng.random()]) for _ in range(nc)]
+    rate = [rng.choice([0.1, 1.0, rng.random() + 0.01]) for _ in range(nc)]
+    share = [0.2, 0.5, 0.3]
+    pol = make_policy(spec)
+    mode = "wa" if pol.mode == "wa" else "lru"  # type: ignore[attr-defined]
+    driver = Driver(spec, partial(WAModel, cats=cats, p=p, rate=rate, share=share,
+                                  window=pol.window_s, mode=mode))  # type: ignore[attr-defined]  # fmt: skip
+    wa = driver.policy
+    wa.names = ["a", "b", "c"]  # type: ignore[attr-defined]
+    wa._fit = (np.array(p), np.array(rate), np.array(share))  # type: ignore[attr-defined]
+    wa.aux = np.array([np.arange(n, dtype=np.float64), cats])  # type: ignore[attr-defined]
+    wa.state = wa.init_state(NUM_ENTRIES)  # type: ignore[attr-defined]
+    return driver
+
+
+@pytest.mark.parametrize("spec", WA_SPECS)
+@SETTINGS
+@given(seed=st.integers(0, 2**16), ops=op_lists(rekey=False))
+def test_wa_matches_model(spec: str, seed: int, ops: list[Op]) -> None:
+    run(wa_driver(spec, random.Random(seed)), ops)
+
+
+@pytest.mark.parametrize("spec", WA_SPECS)
+@pytest.mark.parametrize("seed", range(3))
+def test_wa_long_seeded_run_matches_model(spec: str, seed: int) -> None:
+    rng = random.Random(f"{spec}/{seed}")
+    assert run(wa_driver(spec, rng), random_ops(rng, 3000, rekey=False)).num_evicted > 300
 
 
 # ------------------------------------------------------------------ regression: re-rank ties

@@ -30,8 +30,9 @@ def test_lpc_radix_split_does_not_credit_the_unused_lower_part() -> None:
     trace = _trace([(0.0, "y", [1, 1, 2, 2, 3, 3]), (50.0, "x", [1, 1, 9, 9]),
                     (60.0, "x", [1, 1, 9, 9, 7, 7])])  # fmt: skip
     pol = make_policy("lpc-oracle", "radix")
+    # the generic path: the test reads the tree's node sizes from its view
     replay(trace, pol, ReplayConfig(capacity_blocks=64, structure="radix", block_tokens=2,
-                                    min_recompute_tokens=0))  # fmt: skip
+                                    min_recompute_tokens=0), fast=False)  # fmt: skip
     v = pol.view
     # the node holding y's remainder [2,2,3,3] (2 pages of 2 tokens) under the split point
     (lower,) = [e for e in range(v.num_entries) if v.key[e] >= 0 and v.size[e] == 4]

@@ -54,17 +54,45 @@ HN0 = 4  # heap h's size in slot HN0 + h (3 heaps)
 GHEAD0 = 7  # ghost g: head, tail, count, limit in slots GHEAD0 + 4g .. + 3
 RHEAD0 = 15  # queue q's ring: head, tail in slots RHEAD0 + 2q, + 1
 SLOT = 19  # the policy's own slots start here
+#: set by the caller before each hook: the request index (I[SC, REQ]) and the time
+#: (F[FS, NOW]: the engine's clock, or under replay the request's arrival time)
+REQ = NOW = 63
+#: I[SC, NEG_ROWS]: bit r set when int row r's unused columns hold -1 (a widened state's
+#: new columns are filled so)
+NEG_ROWS = 62
 
 
-def new_state(num_entries: int, num_keys: int, ghost_limits: tuple[int, int]) -> State:
-    """Empty state for ``num_entries`` entries and keys below ``num_keys``."""
+def new_state(
+    num_entries: int, num_keys: int, ghost_limits: tuple[int, int], extra: tuple[int, int] = (0, 0)
+) -> State:
+    """Empty state for ``num_entries`` entries and keys below ``num_keys``; ``extra`` rows
+    (int, float) after the shared ones are the policy's own (rows IROWS.., FROWS..)."""
     n = max(num_entries, 1)
     width = max(4 * n + 64, num_keys, 2 * max(ghost_limits) + 64, 64)
-    ist = np.zeros((IROWS, width), np.int64)
+    ist = np.zeros((IROWS + extra[0], width), np.int64)
     ist[GSEQ0 : GSEQ0 + 2] = -1
+    ist[SC, NEG_ROWS] = (1 << GSEQ0) | (1 << (GSEQ0 + 1))
     ist[SC, GHEAD0 + 3] = ghost_limits[0]
     ist[SC, GHEAD0 + 7] = ghost_limits[1]
-    return ist, np.zeros((FROWS, width), np.float64)
+    return ist, np.zeros((FROWS + extra[1], width), np.float64)
+
+
+@jit()
+def widen(ist: I64, fst: F64, width: int) -> tuple[I64, F64]:
+    """The state copied into ``width`` columns (the same arrays when they are that wide):
+    rows keep their content, new columns hold 0, or -1 in the rows of ``I[SC, NEG_ROWS]``."""
+    old = ist.shape[1]
+    if width <= old:
+        return ist, fst
+    i2 = np.zeros((ist.shape[0], width), np.int64)
+    f2 = np.zeros((fst.shape[0], width), np.float64)
+    mask = ist[SC, NEG_ROWS]
+    for r in range(min(ist.shape[0], 63)):
+        if (mask >> r) & 1:
+            i2[r, old:] = -1
+    i2[:, :old] = ist
+    f2[:, :old] = fst
+    return i2, f2
 
 
 def grow_state(st: State, num_entries: int, num_keys: int) -> State:
@@ -74,14 +102,7 @@ def grow_state(st: State, num_entries: int, num_keys: int) -> State:
     need = max(4 * num_entries + 64, num_keys)
     if need <= width:
         return st
-    wider = max(need, 2 * width)
-    i2 = np.zeros((IROWS, wider), np.int64)
-    i2[GSEQ0 : GSEQ0 + 2] = -1
-    i2[:, :width] = ist
-    i2[SC] = 0
-    i2[SC, : ist.shape[1]] = ist[SC]
-    f2 = np.zeros((FROWS, wider), np.float64)
-    f2[:, :width] = fst
+    i2, f2 = widen(ist, fst, max(need, 2 * width))
     return i2, f2
 
 
@@ -313,10 +334,13 @@ class ArrayPolicy(EvictionPolicy):
     """Base of the policies whose hooks are jit functions over :func:`new_state`.
 
     A subclass sets ``code`` (its number in :mod:`prefixlab.policies._dispatch`) and
-    ``init_state``; the hooks below call the dispatcher in batches."""
+    ``init_state``; the hooks below call the dispatcher in batches. ``aux`` holds the
+    per-request numbers a policy reads from the trace (row 0: arrival times, then the
+    policy's own rows; none for policies without ``needs_trace``)."""
 
     code: ClassVar[int] = -1
     reads_access_metadata = False
+    aux: F64 = np.zeros((1, 0))
 
     def init_state(self, num_entries: int) -> State:
         raise NotImplementedError
@@ -326,6 +350,7 @@ class ArrayPolicy(EvictionPolicy):
 
         super().bind(view)
         self._batch = _dispatch.batch
+        self._reserve = _dispatch.reserve
         self.state = self.init_state(view.num_entries)
         self.rng = getattr(self, "rng", np.random.default_rng(0))
 
@@ -336,11 +361,16 @@ class ArrayPolicy(EvictionPolicy):
         kmax = int(keys.max()) + 1 if keys.shape[0] else 0
         self.state = grow_state(self.state, self.view.num_entries, kmax)
 
-    def _run(self, hook: int, xs: I64) -> int:
+    def _run(self, hook: int, xs: I64, y: int = -1) -> int:
         if 4 * self.view.num_entries + 64 > self.state[0].shape[1]:  # O(1): the view grew
             self.state = grow_state(self.state, self.view.num_entries, 0)
-        ist, fst = self.state
-        return int(self._batch(self.code, ist, fst, hook, xs, self.view.key, self.rng))
+        ist, fst = self._reserve(self.code, *self.state, int(xs.shape[0]))
+        self.state = ist, fst
+        ist[SC, REQ] = self.view.request_index
+        fst[FS, NOW] = self.now()
+        v = self.view
+        n = self._batch(self.code, ist, fst, hook, xs, y, v.key, v.depth, self.rng, self.aux)
+        return int(n)
 
     def on_insert(self, entries: I64) -> None:
         if entries.shape[0]:
@@ -349,6 +379,13 @@ class ArrayPolicy(EvictionPolicy):
 
     def on_update(self, entries: I64) -> None:
         self._room(self.view.key[entries])
+        if entries.shape[0]:
+            self._run(7, entries)
+
+    def on_split(self, upper: int, lower: int) -> None:
+        one = np.array([upper], dtype=np.int64)
+        self._room(self.view.key[one])
+        self._run(8, one, lower)
 
     def on_access(self, entries: I64) -> None:
         if entries.shape[0]:

@@ -1,9 +1,11 @@
-"""Hook dispatch for the array-state policies (ARC, S3-FIFO, LeCaR) by their code.
+"""Hook dispatch for the array-state policies (ARC, S3-FIFO, LeCaR, LPC, WA) by their code.
 
-Their classes (batches) and the replay kernel (one entry at a time) both come through
+Their classes (batches) and the replay kernels (one entry at a time) both come through
 :func:`hook`, so each policy's behaviour lives in its own module's functions only. Hook
 numbers: 0 insert, 1 access, 2 evictable, 3 pinned, 4 remove, 5 miss (x is a key),
-6 evict (returns the victim, -1 when none); :func:`miss_begin` opens a request's misses.
+6 evict (returns the victim, -1 when none), 7 update (re-rank), 8 split (x the new upper
+entry, y the lower one it was cut from); :func:`miss_begin` opens a request's misses and
+:func:`reserve` makes room for a request's allocations before its hooks run.
 """
 
 from __future__ import annotations
@@ -11,12 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from prefixlab._jit import jit
-from prefixlab.policies import arc, lecar, s3fifo
+from prefixlab.policies import arc, lecar, lpc, s3fifo, workload_aware
 from prefixlab.policies._arrays import set_free
 from prefixlab.policies.base import I64
 
-INSERT, ACCESS, EVICTABLE, PINNED, REMOVE, MISS, EVICT = range(7)
-ARC, S3FIFO, LECAR = arc.CODE, s3fifo.CODE, lecar.CODE
+INSERT, ACCESS, EVICTABLE, PINNED, REMOVE, MISS, EVICT, UPDATE, SPLIT = range(9)
+ARC, S3FIFO, LECAR, LPC, WA = arc.CODE, s3fifo.CODE, lecar.CODE, lpc.CODE, workload_aware.CODE
 
 
 @jit()
@@ -26,8 +28,25 @@ def miss_begin(code: int, ist: I64) -> None:
 
 
 @jit()
-def hook(code: int, ist: I64, fst: Any, h: int, x: int, key: I64, rng: Any) -> int:
-    """Run hook h of policy ``code`` on entry (or key) x."""
+def reserve(code: int, ist: I64, fst: Any, n: int) -> tuple[I64, Any]:
+    """The state with room for n more hook calls (the same arrays when there is room)."""
+    if code == LPC:
+        return lpc.lpc_reserve(ist, fst, n)
+    return ist, fst
+
+
+@jit(inline=True)
+def hook(
+    code: int, ist: I64, fst: Any, h: int, x: int, y: int, key: I64, depth: I64, rng: Any,
+    aux: Any,
+) -> int:  # fmt: skip
+    """Run hook h of policy ``code`` on entry (or key) x (y: a split's lower entry)."""
+    if code == LPC:
+        return int(lpc.lpc_hook(ist, fst, h, x, y, aux))
+    if code == WA:
+        return int(workload_aware.wa_hook(ist, fst, h, x, depth, aux))
+    if h == SPLIT:
+        h = INSERT  # the new upper part is announced as an insertion
     if h == INSERT:
         if code == ARC:
             arc.arc_insert(ist, fst, x, key[x])
@@ -69,12 +88,15 @@ def hook(code: int, ist: I64, fst: Any, h: int, x: int, key: I64, rng: Any) -> i
 
 
 @jit()
-def batch(code: int, ist: I64, fst: Any, h: int, xs: I64, key: I64, rng: Any) -> int:
+def batch(
+    code: int, ist: I64, fst: Any, h: int, xs: I64, y: int, key: I64, depth: I64, rng: Any,
+    aux: Any,
+) -> int:  # fmt: skip
     """Run hook h on every x in order; for EVICT fill xs with up to len(xs) victims and
     return how many."""
     if h == EVICT:
         for i in range(xs.shape[0]):
-            v: int = hook(code, ist, fst, EVICT, 0, key, rng)
+            v: int = hook(code, ist, fst, EVICT, 0, y, key, depth, rng, aux)
             if v < 0:
                 return i
             xs[i] = v
@@ -82,5 +104,5 @@ def batch(code: int, ist: I64, fst: Any, h: int, xs: I64, key: I64, rng: Any) ->
     if h == MISS:
         miss_begin(code, ist)
     for i in range(xs.shape[0]):
-        hook(code, ist, fst, h, xs[i], key, rng)
+        hook(code, ist, fst, h, xs[i], y, key, depth, rng, aux)
     return int(xs.shape[0])

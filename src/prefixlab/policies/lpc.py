@@ -19,7 +19,23 @@ ranked by the probability decayed with idle time (the paper's Sec. 3.4.2)::
 
 Blocks enter a min-heap when they become evictable (their sequence finished); a hit pins
 them, taking them out; every ``update_interval_s`` (10 s) every evictable block is
-re-ranked with the current time, and in between the heap keeps the ranks it had.
+re-ranked with the current time, and in between the heap keeps the ranks it had. Ties go
+to the block that became evictable first.
+
+The hooks are jit functions over :mod:`prefixlab.policies._arrays` state, called by the
+class and by the replay kernels: an indexed heap of evictable entries, and per shared
+entry a list of its conversations' (p, t) records, taken from a pool that grows (records
+of an evicted entry are freed)::
+
+    entry rows   OWNER (conversation; -1 none, -2 shared)  HEAD/TAIL/NREC (its records)
+                 BEST (the record it ranks by)  ORDER  HPOS (heap position)
+    heap rows    HE (heap position -> entry) KO, KP (float): its order and rank
+    float rows   P T (per entry), RP RT (records)
+    record rows  RCONV RENTRY RNEXT RSEQ (int), RP RT (float); free ones chained from
+                 FREE_HEAD; TABLE: open addressing (entry, conversation) -> record
+
+A conversation's record is found through the table and the entry keeps the record it
+ranks by, so an access costs O(1) unless the leading conversation's own rank falls.
 
 ``lpc:model=PATH`` uses a trained predictor (``prefixlab lpc train``); ``lpc-oracle`` uses
 the true label (does the conversation continue after this request?) as ``p``. LPC's
@@ -40,23 +56,58 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from prefixlab._jit import jit
 from prefixlab.errors import ConfigError
-from prefixlab.policies.base import I64, EntryView, PriorityPolicy, register
+from prefixlab.policies._arrays import (
+    FROWS,
+    FS,
+    IROWS,
+    NEG_ROWS,
+    NOW,
+    REQ,
+    SC,
+    SLOT,
+    ArrayPolicy,
+    State,
+    new_state,
+    set_free,
+    widen,
+)
+from prefixlab.policies.base import I64, register
 
 F64 = npt.NDArray[np.float64]
+CODE = 4
+# int rows (per entry, then heap positions, then records) and float rows
+OWNER, HEAD, TAIL, ORDER, HPOS, BEST, NREC = range(IROWS, IROWS + 7)
+HE, KO, RCONV, RNEXT, RENTRY, RSEQ, TABLE = range(IROWS + 7, IROWS + 14)
+P, T, KP, RP, RT = range(FROWS, FROWS + 5)
+# scalar slots; float scalars
+HN, NEXT_ORDER, FREE_HEAD, RTOP, NFREE_REC, MAXREC, NEXT_SEQ = (SLOT + i for i in range(7))
+SCALE, INTERVAL, LAST_UPDATE = 0, 1, 2
+# aux rows: arrival, prediction, conversation
+AUX_PROB, AUX_CONV = 1, 2
+
+
+@jit(inline=True)
+def _decayed(p: float, idle: float, scale: float) -> float:
+    if p >= 1.0:  # certainty: d / d = 1 however small d is (even once exp underflows)
+        return 1.0
+    d = math.exp(-idle * scale)
+    pd = p * d
+    den = pd + 1.0 - p
+    return pd / den if den > 0 else 0.0
 
 
 def decayed(p: Any, idle_s: Any, scale: float) -> Any:
-    """LPC's decayed continuation probability (floats or arrays)."""
-    pa = np.asarray(p, dtype=np.float64)
-    d = np.exp(-np.asarray(idle_s, dtype=np.float64) * scale)
-    pd = pa * d
-    den = pd + 1.0 - pa
-    out = np.divide(pd, den, out=np.zeros_like(pd), where=den > 0)
-    # p = 1 is certainty: d / d = 1 however small d is (even once exp underflows to 0)
-    return np.where(pa >= 1.0, 1.0, out)
+    """LPC's decayed continuation probability (floats or arrays, elementwise)."""
+    pa, ia = np.broadcast_arrays(np.asarray(p, np.float64), np.asarray(idle_s, np.float64))
+    out = np.array(
+        [_decayed(float(a), float(b), scale) for a, b in zip(pa.flat, ia.flat, strict=True)]
+    )
+    return out.reshape(pa.shape) if pa.shape else out[0]
 
 
+@jit(inline=True)
 def _rank(p: float, t: float, scale: float) -> float:
     """Order of a conversation's decayed probability at any later time: log-odds + scale t."""
     if p >= 1.0:
@@ -66,8 +117,317 @@ def _rank(p: float, t: float, scale: float) -> float:
     return math.log(p / (1.0 - p)) + scale * t
 
 
-class _LPCBase(PriorityPolicy):
+# ----------------------------------------------------------------------------- heap
+@jit()
+def _sift(ist: I64, fst: F64, i: int) -> None:
+    """Restore heap order around position i (up, then down). Keys are stored by position
+    (KP: the rank, KO: the order it became evictable), so siblings share a cache line."""
+    kp, ko, e = fst[KP, i], ist[KO, i], ist[HE, i]
+    start = i
+    while i > 0:
+        p = (i - 1) // 2
+        pp, po = fst[KP, p], ist[KO, p]
+        if pp < kp or (pp == kp and po < ko):
+            break
+        fst[KP, i], ist[KO, i], ist[HE, i] = pp, po, ist[HE, p]
+        ist[HPOS, ist[HE, i]] = i
+        i = p
+    if i == start:
+        _sift_down(ist, fst, i)
+    else:
+        fst[KP, i], ist[KO, i], ist[HE, i] = kp, ko, e
+        ist[HPOS, e] = i
+
+
+@jit()
+def _sift_down(ist: I64, fst: F64, i: int) -> None:
+    """Move position i's item down to its place (its subtrees are heaps)."""
+    n = ist[SC, HN]
+    kp, ko, e = fst[KP, i], ist[KO, i], ist[HE, i]
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        cp, co = fst[KP, c], ist[KO, c]
+        if c + 1 < n:
+            dp, do = fst[KP, c + 1], ist[KO, c + 1]
+            if dp < cp or (dp == cp and do < co):
+                c, cp, co = c + 1, dp, do
+        if kp < cp or (kp == cp and ko < co):
+            break
+        fst[KP, i], ist[KO, i], ist[HE, i] = cp, co, ist[HE, c]
+        ist[HPOS, ist[HE, i]] = i
+        i = c
+    fst[KP, i], ist[KO, i], ist[HE, i] = kp, ko, e
+    ist[HPOS, e] = i
+
+
+@jit()
+def _rerank(ist: I64, fst: F64, e: int) -> None:
+    """Rank e by its decayed probability now (inserting it in the heap if absent)."""
+    i = ist[HPOS, e]
+    if i < 0:
+        i = ist[SC, HN]
+        ist[SC, HN] = i + 1
+        ist[HE, i] = e
+        ist[KO, i] = ist[ORDER, e]
+    fst[KP, i] = _decayed(fst[P, e], fst[FS, NOW] - fst[T, e], fst[FS, SCALE])
+    _sift(ist, fst, i)
+
+
+@jit()
+def _unheap(ist: I64, fst: F64, e: int) -> None:
+    i = ist[HPOS, e]
+    if i < 0:
+        return
+    last = ist[SC, HN] - 1
+    ist[SC, HN] = last
+    ist[HPOS, e] = -1
+    if i != last:
+        fst[KP, i], ist[KO, i], ist[HE, i] = fst[KP, last], ist[KO, last], ist[HE, last]
+        _sift(ist, fst, i)
+
+
+# ----------------------------------------------------------------------------- records
+@jit(inline=True)
+def _slot(e: int, conv: int, width: int) -> int:
+    return int((e * 1_000_003 + (conv + 2) * 998_244_353) % width)
+
+
+@jit()
+def _find(ist: I64, e: int, conv: int) -> int:
+    """The record of (e, conv), or -1."""
+    w = ist.shape[1]
+    s = _slot(e, conv, w)
+    while True:
+        x = ist[TABLE, s]
+        if x < 0:
+            return -1
+        if ist[RENTRY, x] == e and ist[RCONV, x] == conv:
+            return int(x)
+        s = s + 1 if s + 1 < w else 0
+
+
+@jit()
+def _table_add(ist: I64, x: int) -> None:
+    w = ist.shape[1]
+    s = _slot(ist[RENTRY, x], ist[RCONV, x], w)
+    while ist[TABLE, s] >= 0:
+        s = s + 1 if s + 1 < w else 0
+    ist[TABLE, s] = x
+
+
+@jit()
+def _table_drop(ist: I64, x: int) -> None:
+    """Remove record x from the table (backward-shift deletion keeps probes unbroken)."""
+    w = ist.shape[1]
+    s = _slot(ist[RENTRY, x], ist[RCONV, x], w)
+    while ist[TABLE, s] != x:
+        s = s + 1 if s + 1 < w else 0
+    ist[TABLE, s] = -1
+    j = s
+    while True:
+        j = j + 1 if j + 1 < w else 0
+        y = ist[TABLE, j]
+        if y < 0:
+            return
+        k = _slot(ist[RENTRY, y], ist[RCONV, y], w)
+        if (k <= s or k > j) if s <= j else (k <= s and k > j):
+            ist[TABLE, s] = y
+            ist[TABLE, j] = -1
+            s = j
+
+
+@jit()
+def lpc_reserve(ist: I64, fst: F64, n: int) -> tuple[I64, F64]:
+    """Room for the records of n more hooks (an access adds at most two, a split, at most
+    two per request, copies one entry's, and no entry ever had more than MAXREC), with the
+    table of (entry, conversation) -> record at most half full."""
+    need = 2 * n + 2 * ist[SC, MAXREC] + 2
+    live = ist[SC, RTOP] - ist[SC, NFREE_REC]
+    w = ist.shape[1]
+    if w - ist[SC, RTOP] + ist[SC, NFREE_REC] >= need and 2 * (live + need) <= w:
+        return ist, fst
+    i2, f2 = widen(ist, fst, 2 * w + 4 * need)
+    i2[TABLE] = -1  # slots depend on the width: rebuild
+    for e in range(i2.shape[1]):
+        x = i2[HEAD, e]
+        while x >= 0:
+            _table_add(i2, x)
+            x = i2[RNEXT, x]
+    return i2, f2
+
+
+@jit()
+def _record(ist: I64, fst: F64, e: int, conv: int, p: float, t: float) -> int:
+    """Append a (conversation, p, t) record to e's list; returns it."""
+    r = ist[SC, FREE_HEAD]
+    if r >= 0:
+        ist[SC, FREE_HEAD] = ist[RNEXT, r]
+        ist[SC, NFREE_REC] -= 1
+    else:
+        r = ist[SC, RTOP]
+        ist[SC, RTOP] = r + 1
+    ist[RCONV, r] = conv
+    ist[RENTRY, r] = e
+    ist[RSEQ, r] = ist[SC, NEXT_SEQ]
+    ist[SC, NEXT_SEQ] += 1
+    fst[RP, r] = p
+    fst[RT, r] = t
+    ist[RNEXT, r] = -1
+    ist[NREC, e] += 1
+    ist[SC, MAXREC] = max(ist[SC, MAXREC], ist[NREC, e])
+    tail = ist[TAIL, e]
+    if tail >= 0:
+        ist[RNEXT, tail] = r
+    else:
+        ist[HEAD, e] = r
+    ist[TAIL, e] = r
+    _table_add(ist, r)
+    return int(r)
+
+
+@jit()
+def _forget(ist: I64, e: int) -> None:
+    """Free e's records."""
+    r = ist[HEAD, e]
+    while r >= 0:
+        _table_drop(ist, r)
+        nxt = ist[RNEXT, r]
+        ist[RNEXT, r] = ist[SC, FREE_HEAD]
+        ist[SC, FREE_HEAD] = r
+        ist[SC, NFREE_REC] += 1
+        r = nxt
+    ist[HEAD, e] = -1
+    ist[TAIL, e] = -1
+    ist[NREC, e] = 0
+    ist[BEST, e] = -1
+
+
+@jit(inline=True)
+def _above(ist: I64, fst: F64, x: int, y: int, scale: float) -> bool:
+    """Record x ranks above record y: a larger (log-odds rank, time), or equal and listed
+    first (``max`` over the conversations in the order they came)."""
+    rx, ry = _rank(fst[RP, x], fst[RT, x], scale), _rank(fst[RP, y], fst[RT, y], scale)
+    if rx != ry:
+        return bool(rx > ry)
+    if fst[RT, x] != fst[RT, y]:
+        return bool(fst[RT, x] > fst[RT, y])
+    return bool(ist[RSEQ, x] < ist[RSEQ, y])
+
+
+# ----------------------------------------------------------------------------- hooks
+@jit()
+def _access(ist: I64, fst: F64, e: int, aux: F64) -> None:
+    r = ist[SC, REQ]
+    q, now, c = aux[AUX_PROB, r], fst[FS, NOW], int(aux[AUX_CONV, r])
+    if ist[OWNER, e] == c:  # the conversation's latest prediction replaces its earlier one
+        fst[P, e] = q
+        fst[T, e] = now
+    else:  # another conversation's block: now shared, ranked by the largest
+        scale = fst[FS, SCALE]
+        if ist[OWNER, e] != -2:
+            ist[BEST, e] = _record(ist, fst, e, ist[OWNER, e], fst[P, e], fst[T, e])
+            ist[OWNER, e] = -2
+        best = ist[BEST, e]
+        x = _find(ist, e, c)
+        if x < 0:
+            x = _record(ist, fst, e, c, q, now)
+            if _above(ist, fst, x, best, scale):
+                ist[BEST, e] = x
+        else:
+            old_rank, old_t = _rank(fst[RP, x], fst[RT, x], scale), fst[RT, x]
+            fst[RP, x] = q
+            fst[RT, x] = now
+            new_rank = _rank(q, now, scale)
+            if x != best:
+                if _above(ist, fst, x, best, scale):
+                    ist[BEST, e] = x
+            elif new_rank < old_rank or (new_rank == old_rank and now < old_t):
+                best = ist[HEAD, e]  # the leader fell: look again
+                y = ist[RNEXT, best]
+                while y >= 0:
+                    if _above(ist, fst, y, best, scale):
+                        best = y
+                    y = ist[RNEXT, y]
+                ist[BEST, e] = best
+        best = ist[BEST, e]
+        fst[P, e] = fst[RP, best]
+        fst[T, e] = fst[RT, best]
+    if ist[HPOS, e] >= 0:
+        _rerank(ist, fst, e)
+
+
+@jit(inline=True)
+def lpc_hook(ist: I64, fst: F64, h: int, x: int, y: int, aux: F64) -> int:
+    """Hook h (the numbers of :mod:`prefixlab.policies._dispatch`) on entry x."""
+    if h == 0:  # insert: the request's prediction and time; its conversation owns it
+        r = ist[SC, REQ]
+        fst[P, x] = aux[AUX_PROB, r]
+        fst[T, x] = fst[FS, NOW]
+        ist[OWNER, x] = int(aux[AUX_CONV, r])
+        _forget(ist, x)
+    elif h == 1:
+        _access(ist, fst, x, aux)
+    elif h == 2:  # evictable: ranked now; ties to the first to become evictable
+        set_free(ist, x, True)
+        ist[ORDER, x] = ist[SC, NEXT_ORDER]
+        ist[SC, NEXT_ORDER] += 1
+        _rerank(ist, fst, x)
+    elif h == 3:
+        set_free(ist, x, False)
+        _unheap(ist, fst, x)
+    elif h == 4:  # removed
+        set_free(ist, x, False)
+        _unheap(ist, fst, x)
+        fst[P, x] = 0.0
+        fst[T, x] = 0.0
+        ist[OWNER, x] = -1
+        _forget(ist, x)
+    elif h == 6:
+        return _pop(ist, fst)
+    elif h == 7:  # changed without an access: re-rank, credit nothing
+        if ist[HPOS, x] >= 0:
+            _rerank(ist, fst, x)
+    elif h == 8:  # split: the upper part x inherits the lower part's conversations
+        fst[P, x] = fst[P, y]
+        fst[T, x] = fst[T, y]
+        ist[OWNER, x] = ist[OWNER, y]
+        _forget(ist, x)
+        r = ist[HEAD, y]
+        while r >= 0:
+            copy = _record(ist, fst, x, ist[RCONV, r], fst[RP, r], fst[RT, r])
+            if r == ist[BEST, y]:
+                ist[BEST, x] = copy
+            r = ist[RNEXT, r]
+    return 0
+
+
+@jit()
+def _pop(ist: I64, fst: F64) -> int:
+    now = fst[FS, NOW]
+    if now - fst[FS, LAST_UPDATE] >= fst[FS, INTERVAL]:  # new ranks for every evictable
+        fst[FS, LAST_UPDATE] = now
+        n = ist[SC, HN]
+        scale = fst[FS, SCALE]
+        for i in range(n):
+            e = ist[HE, i]
+            fst[KP, i] = _decayed(fst[P, e], now - fst[T, e], scale)
+        for i in range(n // 2 - 1, -1, -1):
+            _sift_down(ist, fst, i)
+    if ist[SC, HN] == 0:
+        return -1
+    e = ist[HE, 0]
+    _unheap(ist, fst, e)
+    set_free(ist, e, False)
+    _forget(ist, e)
+    return int(e)
+
+
+class _LPCBase(ArrayPolicy):
     needs_trace: ClassVar[bool] = True
+    reads_access_metadata = True  # not for ranking: kept for inspection (hits per block)
+    code = CODE
 
     def __init__(self, update_interval_s: float = 10.0, scale: float = 1e-2,
                  predictor_bytes: int = 0) -> None:  # fmt: skip
@@ -86,22 +446,21 @@ class _LPCBase(PriorityPolicy):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
         self.update_interval_s = float(update_interval_s)
         self.scale = float(scale)
-        self._probs: F64 = np.zeros(0)
-        self._conv: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
-        self._last_update = -math.inf
 
     def params(self) -> dict[str, Any]:
         return {"update_interval_s": self.update_interval_s, "scale": self.scale,
                 "predictor_bytes": self.predictor_bytes}  # fmt: skip
 
-    def bind(self, view: EntryView) -> None:
-        super().bind(view)
-        self.p = np.zeros(view.num_entries, dtype=np.float64)
-        self.t = np.zeros(view.num_entries, dtype=np.float64)
-        #: the one conversation using an entry (-1: none), or -2 when it is shared
-        self.owner = np.full(view.num_entries, -1, dtype=np.int64)
-        #: shared entries: conversation -> its latest (p, t)
-        self.shared: dict[int, dict[int, tuple[float, float]]] = {}
+    def init_state(self, num_entries: int) -> State:
+        ist, fst = new_state(num_entries, 1, (0, 0), (14, 5))
+        for row in (OWNER, HEAD, TAIL, HPOS, BEST, TABLE):
+            ist[row] = -1
+            ist[SC, NEG_ROWS] |= 1 << row
+        ist[SC, FREE_HEAD] = -1
+        fst[FS, SCALE] = self.scale
+        fst[FS, INTERVAL] = self.update_interval_s
+        fst[FS, LAST_UPDATE] = -math.inf
+        return ist, fst
 
     def request_probabilities(self, trace: Any) -> F64:
         raise NotImplementedError
@@ -109,87 +468,48 @@ class _LPCBase(PriorityPolicy):
     def prepare_trace(self, trace: Any, clock: str) -> None:
         from prefixlab.learn.features import conversations
 
-        self._probs = np.asarray(self.request_probabilities(trace), dtype=np.float64)
-        if self._probs.shape[0] != len(trace):
-            raise ConfigError(f"{self.name}: {self._probs.shape[0]} probabilities, "
+        probs = np.asarray(self.request_probabilities(trace), dtype=np.float64)
+        if probs.shape[0] != len(trace):
+            raise ConfigError(f"{self.name}: {probs.shape[0]} probabilities, "
                               f"{len(trace)} requests")  # fmt: skip
         keys = conversations(trace)[0]
         ids: dict[str, int] = {}
-        self._conv = np.array([ids.setdefault(k, len(ids)) for k in keys], dtype=np.int64)
+        conv = np.array([ids.setdefault(k, len(ids)) for k in keys], dtype=np.float64)
         super().prepare_trace(trace, clock)
+        self.aux = np.stack([self._arrival, probs, conv])
 
-    # ------------------------------------------------------------------ time
-    def _prob(self) -> float:
-        if not self._probs.shape[0]:
+    def _run(self, hook: int, xs: I64, y: int = -1) -> int:
+        if hook in (0, 1) and not self.aux.shape[1]:
             raise ConfigError(f"policy '{self.name}' needs the trace (run it through a runner)")
-        return float(self._probs[self.view.request_index])
+        return super()._run(hook, xs, y)
 
-    # ------------------------------------------------------------------ hooks
-    def on_insert(self, entries: I64) -> None:
-        self.p[entries] = self._prob()
-        self.t[entries] = self.now()
-        self.owner[entries] = self._conv[self.view.request_index]
-        for e in entries.tolist():
-            self.shared.pop(e, None)
+    # For inspection and tests: each entry's (p, t), its owner, the shared entries' records.
+    @property
+    def p(self) -> F64:
+        return self.state[1][P, : self.view.num_entries]
 
-    def on_access(self, entries: I64) -> None:
-        q, now = self._prob(), self.now()
-        c = int(self._conv[self.view.request_index])
-        own = self.owner[entries] == c
-        mine = entries[own]
-        self.p[mine] = q  # the conversation's latest prediction replaces its earlier one
-        self.t[mine] = now
-        for e in entries[~own].tolist():  # another conversation's block: now shared
-            convs = self.shared.get(e)
-            if convs is None:
-                convs = {int(self.owner[e]): (float(self.p[e]), float(self.t[e]))}
-                self.shared[e] = convs
-                self.owner[e] = -2
-            convs[c] = (q, now)
-            self.p[e], self.t[e] = max(convs.values(), key=self._key)
-        super().on_access(entries)
+    @property
+    def t(self) -> F64:
+        return self.state[1][T, : self.view.num_entries]
 
-    def _key(self, pt: tuple[float, float]) -> tuple[float, float]:
-        """A conversation's (p, t) ranked by its decayed probability at any later time."""
-        return _rank(pt[0], pt[1], self.scale), pt[1]
+    @property
+    def owner(self) -> I64:
+        return self.state[0][OWNER, : self.view.num_entries]
 
-    def on_update(self, entries: I64) -> None:
-        """Changed without an access (a duplicate dropped, ...): re-rank, credit nothing."""
-        PriorityPolicy.on_access(self, entries)
-
-    def on_split(self, upper: int, lower: int) -> None:
-        """The new upper part inherits the lower part's conversations, probability and time
-        (the request that split it is credited only if it reuses it: that is an access)."""
-        self.p[upper] = self.p[lower]
-        self.t[upper] = self.t[lower]
-        self.owner[upper] = self.owner[lower]
-        if lower in self.shared:
-            self.shared[upper] = dict(self.shared[lower])
-
-    def on_remove(self, entries: I64) -> None:
-        super().on_remove(entries)
-        self.p[entries] = 0.0
-        self.t[entries] = 0.0
-        self.owner[entries] = -1
-        for e in entries.tolist():
-            self.shared.pop(e, None)
-
-    def priorities(self, entries: I64) -> list[Any]:
-        cur = decayed(self.p[entries], self.now() - self.t[entries], self.scale)
-        out: list[Any] = cur.tolist()
+    @property
+    def shared(self) -> dict[int, dict[int, tuple[float, float]]]:
+        """Shared entry -> conversation -> its latest (p, t)."""
+        ist, fst = self.state
+        out: dict[int, dict[int, tuple[float, float]]] = {}
+        for e in np.flatnonzero(ist[OWNER] == -2).tolist():
+            recs: dict[int, tuple[float, float]] = {}
+            r = int(ist[HEAD, e])
+            while r >= 0:
+                recs[int(ist[RCONV, r])] = (float(fst[RP, r]), float(fst[RT, r]))
+                r = int(ist[RNEXT, r])
+            if recs:
+                out[e] = recs
         return out
-
-    def priority(self, e: int) -> Any:
-        return float(decayed(self.p[e], self.now() - self.t[e], self.scale))
-
-    def evict(self, n: int) -> I64:
-        now = self.now()
-        if now - self._last_update >= self.update_interval_s:
-            self._last_update = now
-            free = np.flatnonzero(self._free)
-            self._heap = []
-            self._push(free)  # new tokens: the old ranks are dropped
-        return super().evict(n)
 
 
 @register("lpc")

@@ -34,19 +34,41 @@ recently used block.
 
 Time: the engine runner's simulated clock; under the replay runner, the arrival time of the
 request being processed.
+
+The hooks are jit functions over :mod:`prefixlab.policies._arrays` state, called by the
+class and by the replay kernel. Each category's evictable blocks form a list sorted by
+(last touch, push order), inserted from its tail (under replay every push is the latest,
+so that is O(1))::
+
+    entry rows     CAT TOKEN PREV NEXT (int), TLAST (float)
+    category rows  HEAD TAIL EVICTABLE (int), HELD PROB RATE SHARE (float)
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
+from prefixlab._jit import jit
 from prefixlab.errors import ConfigError
-from prefixlab.policies.base import I64, EntryView, EvictionPolicy, register
+from prefixlab.policies._arrays import (
+    FROWS,
+    FS,
+    IROWS,
+    NEG_ROWS,
+    NOW,
+    REQ,
+    SC,
+    SLOT,
+    ArrayPolicy,
+    State,
+    new_state,
+    set_free,
+)
+from prefixlab.policies.base import I64, register
 from prefixlab.workload.trace import BlockLayout
 
 F64 = npt.NDArray[np.float64]
@@ -93,13 +115,141 @@ def fit_categories(
     return p.astype(np.float64), rate.astype(np.float64), reused
 
 
+# int rows (per entry, then per category) and float rows; scalar slots
+CAT, TOKEN, PREV, NEXT, HEAD, TAIL, EVICTABLE = range(IROWS, IROWS + 7)
+TLAST, HELD, PROB, RATE, SHARE = range(FROWS, FROWS + 5)
+NEXT_TOKEN, NCATS, MODE = SLOT, SLOT + 1, SLOT + 2
+WINDOW = 0  # float scalar
+AUX_CAT = 1  # aux rows: arrival, category
+CODE = 5
+
+
+@jit(inline=True)
+def _reuse(p: float, lam: float, age: float, window: float) -> float:
+    """P(reuse within ``window``) of a block idle ``age``: p (e^-lam age - e^-lam (age+w))."""
+    return p * (math.exp(-lam * age) - math.exp(-lam * (age + window)))
+
+
+@jit()
+def _unlist(ist: I64, e: int) -> bool:
+    """Take e out of its category's list; True if it was there (evictable)."""
+    if ist[TOKEN, e] < 0:
+        return False
+    c, p, n = ist[CAT, e], ist[PREV, e], ist[NEXT, e]
+    if p >= 0:
+        ist[NEXT, p] = n
+    else:
+        ist[HEAD, c] = n
+    if n >= 0:
+        ist[PREV, n] = p
+    else:
+        ist[TAIL, c] = p
+    ist[TOKEN, e] = -1
+    ist[EVICTABLE, c] -= 1
+    set_free(ist, e, False)
+    return True
+
+
+@jit()
+def _push(ist: I64, fst: F64, e: int) -> None:
+    """List e in its category, after every entry touched earlier or at its time."""
+    c, t = ist[CAT, e], fst[TLAST, e]
+    ist[TOKEN, e] = ist[SC, NEXT_TOKEN]
+    ist[SC, NEXT_TOKEN] += 1
+    ist[EVICTABLE, c] += 1
+    set_free(ist, e, True)
+    p = ist[TAIL, c]
+    while p >= 0 and fst[TLAST, p] > t:
+        p = ist[PREV, p]
+    n = ist[NEXT, p] if p >= 0 else ist[HEAD, c]
+    ist[PREV, e], ist[NEXT, e] = p, n
+    if p >= 0:
+        ist[NEXT, p] = e
+    else:
+        ist[HEAD, c] = e
+    if n >= 0:
+        ist[PREV, n] = e
+    else:
+        ist[TAIL, c] = e
+
+
+@jit()
+def _touch(ist: I64, fst: F64, e: int, aux: F64) -> None:
+    c = int(aux[AUX_CAT, ist[SC, REQ]])
+    if ist[CAT, e] >= 0:
+        fst[HELD, ist[CAT, e]] -= 1.0
+    ist[CAT, e] = c
+    fst[HELD, c] += 1.0
+    fst[TLAST, e] = fst[FS, NOW]
+
+
+@jit()
+def _choose(ist: I64, fst: F64, depth: I64) -> int:
+    """The head with the lowest reuse probability (wa-atc25: ties to the deeper block,
+    then the lower category), or (wa) the head of the category most over its share (ties
+    to the older head, then the lower category); -1 when nothing is evictable."""
+    now = fst[FS, NOW]
+    window = fst[FS, WINDOW]
+    total = 0.0
+    for c in range(ist[SC, NCATS]):
+        total += fst[HELD, c]
+    total = max(total, 1.0)
+    best = -1
+    k0, k1 = 0.0, 0.0
+    for c in range(ist[SC, NCATS]):
+        if ist[EVICTABLE, c] <= 0:
+            continue
+        e = ist[HEAD, c]
+        if ist[SC, MODE] == 0:
+            age = max(now - fst[TLAST, e], 0.0)
+            a = _reuse(fst[PROB, c], fst[RATE, c], age, window)
+            b = -float(depth[e])
+        else:
+            a = -(fst[HELD, c] / total - fst[SHARE, c])
+            b = fst[TLAST, e]
+        if best < 0 or a < k0 or (a == k0 and b < k1):
+            best, k0, k1 = e, a, b
+    return int(best)
+
+
+@jit(inline=True)
+def wa_hook(ist: I64, fst: F64, h: int, x: int, depth: I64, aux: F64) -> int:
+    """Hook h (the numbers of :mod:`prefixlab.policies._dispatch`) on entry x."""
+    if h == 0:
+        _touch(ist, fst, x, aux)
+    elif h == 1:  # re-listed in its (new) category with its new time
+        free = _unlist(ist, x)
+        _touch(ist, fst, x, aux)
+        if free:
+            _push(ist, fst, x)
+    elif h == 2:
+        _push(ist, fst, x)
+    elif h == 3:
+        _unlist(ist, x)
+    elif h == 4:
+        _unlist(ist, x)
+        if ist[CAT, x] >= 0:
+            fst[HELD, ist[CAT, x]] -= 1.0
+        ist[CAT, x] = -1
+    elif h == 6:
+        e = _choose(ist, fst, depth)
+        if e >= 0:
+            _unlist(ist, e)
+            fst[HELD, ist[CAT, e]] -= 1.0
+            ist[CAT, e] = -1
+        return e
+    return 0
+
+
 @register("wa-atc25")
-class WorkloadAware(EvictionPolicy):
+class WorkloadAware(ArrayPolicy):
     """WA (ATC'25): per-category reuse probability and exponential reuse time; tail first."""
 
     structures: ClassVar[frozenset[str]] = frozenset({"block"})
     needs_trace: ClassVar[bool] = True
     needs_future: ClassVar[bool] = True  # the profiling window's block keys (its past only)
+    reads_access_metadata = True  # not for ranking: kept for inspection
+    code = CODE
     #: "wa": ATC'25's reuse probability; "per-category-lru": the UniCache paper's WA
     mode: ClassVar[str] = "wa"
 
@@ -127,27 +277,26 @@ class WorkloadAware(EvictionPolicy):
         self.max_turn = max_turn
         self.min_samples = min_samples
         self._layout: BlockLayout | None = None
-        self._req_cat: I64 = np.zeros(0, dtype=np.int64)
         self.names: list[str] = []
-        self.p: F64 = np.zeros(0)
-        self.rate: F64 = np.zeros(0)
-        self.share: F64 = np.zeros(0)
+        self._fit: tuple[F64, F64, F64] = (np.zeros(0), np.zeros(0), np.zeros(0))
 
     def params(self) -> dict[str, Any]:
         return {"profile": self.profile, "window_s": self.window_s, "max_turn": self.max_turn,
                 "min_samples": self.min_samples}  # fmt: skip
 
     # ------------------------------------------------------------------ set-up
-    def bind(self, view: EntryView) -> None:
-        super().bind(view)
-        n = view.num_entries
-        self.cat = np.full(n, -1, dtype=np.int64)
-        self.t_last = np.zeros(n, dtype=np.float64)
-        self._token = np.full(n, -1, dtype=np.int64)
-        self._next = 0
-        self._heaps: list[list[tuple[float, int, int]]] = []  # (t_last, token, entry)
-        self._evictable = np.zeros(0, dtype=np.int64)
-        self._held = np.zeros(0, dtype=np.float64)
+    def init_state(self, num_entries: int) -> State:
+        nc = len(self.names)
+        ist, fst = new_state(max(num_entries, nc), 1, (0, 0), (7, 5))
+        for row in (CAT, TOKEN, PREV, NEXT, HEAD, TAIL):
+            ist[row] = -1
+            ist[SC, NEG_ROWS] |= 1 << row
+        ist[SC, NCATS] = nc
+        ist[SC, MODE] = 0 if self.mode == "wa" else 1
+        fst[FS, WINDOW] = self.window_s
+        p, rate, share = self._fit
+        fst[PROB, :nc], fst[RATE, :nc], fst[SHARE, :nc] = p, rate, share
+        return ist, fst
 
     def prepare(self, future: BlockLayout) -> None:
         self._layout = future
@@ -157,109 +306,50 @@ class WorkloadAware(EvictionPolicy):
             raise ConfigError(
                 f"policy '{self.name}' needs the block layout (run it through a runner)"
             )
-        self.names, self._req_cat = categories(trace, self.max_turn)
+        self.names, req_cat = categories(trace, self.max_turn)
         super().prepare_trace(trace, clock)
         upto = max(1, math.ceil(self.profile * len(trace)))
         nc = len(self.names)
-        self.p, self.rate, reuses = fit_categories(self._layout, self._arrival, self._req_cat,
-                                                   nc, upto, self.min_samples)  # fmt: skip
+        p, rate, reuses = fit_categories(self._layout, self._arrival, req_cat, nc, upto,
+                                         self.min_samples)  # fmt: skip
         total = float(reuses.sum())
-        self.share = reuses / total if total > 0 else np.full(nc, 1.0 / max(nc, 1))
-        self._heaps = [[] for _ in range(nc)]
-        self._evictable = np.zeros(nc, dtype=np.int64)
-        self._held = np.zeros(nc, dtype=np.float64)
+        share = reuses / total if total > 0 else np.full(nc, 1.0 / max(nc, 1))
+        self._fit = (p, rate, share)
+        self.aux = np.stack([self._arrival, req_cat.astype(np.float64)])
+        if hasattr(self, "view"):  # bound before: the categories' rows start now
+            self.state = self.init_state(self.view.num_entries)
+
+    def _run(self, hook: int, xs: I64, y: int = -1) -> int:
+        if hook in (0, 1) and not self.aux.shape[1]:
+            raise ConfigError(f"policy '{self.name}' needs the trace (run it through a runner)")
+        return super()._run(hook, xs, y)
+
+    def on_evictable(self, entries: I64) -> None:
+        # released together: tail (deepest) first
+        super().on_evictable(entries[np.argsort(-self.view.depth[entries], kind="stable")])
 
     def reuse_probability(self, c: int, age: float) -> float:
         """P(reuse within the next ``window_s``) of a block of category ``c`` idle ``age``."""
-        lam = float(self.rate[c])
-        return float(self.p[c]) * (math.exp(-lam * age) - math.exp(-lam * (age + self.window_s)))
+        return float(_reuse(float(self.p[c]), float(self.rate[c]), age, self.window_s))
 
-    # ------------------------------------------------------------------ hooks
-    def _touch(self, entries: I64) -> None:
-        if not self._req_cat.shape[0]:
-            raise ConfigError(f"policy '{self.name}' needs the trace (run it through a runner)")
-        c = int(self._req_cat[self.view.request_index])
-        old = self.cat[entries]
-        np.subtract.at(self._held, old[old >= 0], 1.0)
-        self.cat[entries] = c
-        self._held[c] += float(entries.shape[0])
-        self.t_last[entries] = self.now()
+    # The fitted parameters per category: the state's once bound (tests may set them).
+    def _param(self, i: int, row: int) -> F64:
+        if hasattr(self, "state"):
+            return self.state[1][row, : len(self._fit[i])]
+        return self._fit[i]
 
-    def on_insert(self, entries: I64) -> None:
-        self._touch(entries)
+    def _set_param(self, i: int, row: int, value: Any) -> None:
+        fit = list(self._fit)
+        fit[i] = np.asarray(value, dtype=np.float64)
+        self._fit = (fit[0], fit[1], fit[2])
+        if hasattr(self, "state"):
+            self.state[1][row, : fit[i].shape[0]] = fit[i]
 
-    def on_access(self, entries: I64) -> None:
-        free = self._unlist(entries)
-        self._touch(entries)
-        self._push(free)
-
-    def on_evictable(self, entries: I64) -> None:
-        self._push(entries)
-
-    def on_pinned(self, entries: I64) -> None:
-        self._unlist(entries)
-
-    def on_remove(self, entries: I64) -> None:
-        self._unlist(entries)
-        c = self.cat[entries]
-        np.subtract.at(self._held, c[c >= 0], 1.0)
-        self.cat[entries] = -1
-
-    def _unlist(self, entries: I64) -> I64:
-        live = entries[self._token[entries] >= 0]
-        np.subtract.at(self._evictable, self.cat[live], 1)
-        self._token[entries] = -1
-        return live
-
-    def _push(self, entries: I64) -> None:
-        # released together: tail (deepest) first
-        order = np.argsort(-self.view.depth[entries], kind="stable")
-        for e in entries[order].tolist():
-            c = int(self.cat[e])
-            tok = self._next
-            self._next += 1
-            self._token[e] = tok
-            self._evictable[c] += 1
-            heapq.heappush(self._heaps[c], (float(self.t_last[e]), tok, e))
-
-    def _head(self, c: int) -> int:
-        h = self._heaps[c]
-        while h:
-            _, tok, e = h[0]
-            if self._token[e] == tok:
-                return e
-            heapq.heappop(h)
-        return -1
-
-    def evict(self, n: int) -> I64:
-        now = self.now()
-        out: list[int] = []
-        while len(out) < n:
-            best, best_key = -1, None
-            total = max(float(self._held.sum()), 1.0)
-            for c in range(len(self._heaps)):
-                if self._evictable[c] <= 0:
-                    continue
-                e = self._head(c)
-                if self.mode == "wa":
-                    age = max(now - float(self.t_last[e]), 0.0)
-                    key: tuple[float, ...] = (self.reuse_probability(c, age),
-                                              -float(self.view.depth[e]), float(c))  # fmt: skip
-                else:  # the category most over its share of the capacity
-                    over = float(self._held[c]) / total - float(self.share[c])
-                    key = (-over, float(self.t_last[e]), float(c))
-                if best_key is None or key < best_key:
-                    best, best_key = e, key
-            if best < 0:
-                break
-            c = int(self.cat[best])
-            heapq.heappop(self._heaps[c])
-            self._token[best] = -1
-            self._evictable[c] -= 1
-            self._held[c] -= 1.0
-            self.cat[best] = -1
-            out.append(best)
-        return np.array(out, dtype=np.int64)
+    p = property(lambda self: self._param(0, PROB), lambda self, v: self._set_param(0, PROB, v))
+    rate = property(lambda self: self._param(1, RATE), lambda self, v: self._set_param(1, RATE, v))
+    share = property(
+        lambda self: self._param(2, SHARE), lambda self, v: self._set_param(2, SHARE, v)
+    )
 
 
 @register("wa")

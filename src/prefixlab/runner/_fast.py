@@ -5,7 +5,9 @@ fuses match -> acquire -> commit -> release for the whole trace in one call, wit
 structures of the generic path: a chain of holders per key (registration order; the head is
 the one a lookup takes) and a stack of empty blocks whose top is reused first. vllm, lru
 and fifo keep a queue with lazy invalidation; keyed policies (opt, or any sort key) and
-SIEVE, ARC, S3-FIFO and LeCaR call the hook functions their classes call, so each policy
+SIEVE, ARC, S3-FIFO, LeCaR, LPC and WA call the hook functions their classes call (the
+last five through ``policies._dispatch``, given each request's index and arrival time),
+so each policy
 has one source. A keyed policy is defined by its sort key alone, and in this loop every
 block a request releases was accessed by that request, so three sort keys have cheaper
 exact orders than the heap: oldest access first (sglang-lru, hashtable) is release order,
@@ -28,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab._jit import HAVE_NUMBA, jit
-from prefixlab.policies._arrays import ArrayPolicy, grow_state, new_state
+from prefixlab.policies._arrays import FS, NOW, REQ, SC, ArrayPolicy, grow_state, new_state
 from prefixlab.policies._dispatch import (
     ACCESS,
     EVICT,
@@ -36,8 +38,10 @@ from prefixlab.policies._dispatch import (
     INSERT,
     MISS,
     PINNED,
+    UPDATE,
     hook,
     miss_begin,
+    reserve,
 )
 from prefixlab.policies._keyed import (
     KeyedPolicy,
@@ -72,7 +76,7 @@ _MRU_KEY = (("last_access", -1), ("depth", -1))
 def policy_family(pol: EvictionPolicy) -> str | None:
     """Which compiled hooks run a policy: ``"keyed"`` (any keyed policy, built-in or not,
     whose hooks are KeyedPolicy's own: its behaviour is its sort key), ``"sieve"``,
-    ``"array"`` (ARC, S3-FIFO, LeCaR), a queue policy's name (``"vllm"``, ``"lru"``,
+    ``"array"`` (ARC, S3-FIFO, LeCaR, LPC, WA), a queue policy's name (``"vllm"``, ``"lru"``,
     ``"fifo"``), or None: the generic path only (a subclass may have changed a hook)."""
     cls = type(pol)
     if isinstance(pol, KeyedPolicy):
@@ -197,11 +201,13 @@ def _kernel(
     fst: Any,
     acode: int,
     rng: Any,
+    aux: Any,
     hit_tokens: Any,
     hit_blocks: Any,
     out: Any,
-) -> None:
-    """out[0] = evictions, out[1] = the request that could not fit (or -1).
+) -> tuple[Any, Any]:
+    """out[0] = evictions, out[1] = the request that could not fit (or -1); returns the
+    array policy's state (a policy that allocates may have widened it).
 
     vllm, lru and fifo order blocks in the queue their classes use (``policies._segments``):
     vllm queues a block when it is released and invalidates it when a hit takes it; lru
@@ -254,6 +260,11 @@ def _kernel(
         nk = key_offsets[r + 1] - k0
         nl = num_lookup[r]
         nh = held[r]
+        if array:  # the request and its time (the arrival), room for its allocations
+            ist, fst = reserve(acode, ist, fst, nh)
+            ist[SC, REQ] = r
+            if aux.shape[1] > r:
+                fst[FS, NOW] = aux[0, r]
         # ---- match: longest run of keys with a holder (the first registered one)
         h = 0
         while h < nl:
@@ -273,7 +284,7 @@ def _kernel(
         if need > n_empty + cached_free - hit_free:
             out[0] = evictions
             out[1] = r
-            return
+            return ist, fst
         for i in range(h):
             b = blocks[i]
             if policy == LRU:  # a hit is an access
@@ -281,7 +292,7 @@ def _kernel(
             elif sieve:
                 sieve_access(flag, b)
             elif array:
-                hook(acode, ist, fst, ACCESS, b, bkey, rng)
+                hook(acode, ist, fst, ACCESS, b, -1, bkey, depth, rng, aux)
             if ref[b] == 0:  # it leaves the evictable pool
                 if policy == VLLM:  # touch takes it out of the free queue
                     stamp[b] = -1
@@ -290,7 +301,7 @@ def _kernel(
                 elif sieve:
                     sieve_pinned(flag, sst, b)
                 elif array:
-                    hook(acode, ist, fst, PINNED, b, bkey, rng)
+                    hook(acode, ist, fst, PINNED, b, -1, bkey, depth, rng, aux)
                 elif lists:
                     _l_unlink(bl, bht, b)
                 cached_free -= 1
@@ -301,7 +312,7 @@ def _kernel(
         if array and nk > h:  # the keys it will cache that it missed, before any eviction
             miss_begin(acode, ist)
             for j in range(h, nk):
-                hook(acode, ist, fst, MISS, keys[k0 + j], bkey, rng)
+                hook(acode, ist, fst, MISS, keys[k0 + j], -1, bkey, depth, rng, aux)
         take = min(need, n_empty)
         for j in range(take):
             n_empty -= 1
@@ -310,7 +321,7 @@ def _kernel(
         if nv > 0:
             _evict(nv, policy, victims, qb, qs, stamp, ref, qstate, hk, he, hpos, hn, link,
                    flag, sst, bkey, chains, primary, cols, signs, la, nhits, depth, created,
-                   occ_start, occ_req, r, ist, fst, acode, rng, bl, bht, lo)  # fmt: skip
+                   occ_start, occ_req, r, ist, fst, acode, rng, aux, bl, bht, lo)  # fmt: skip
             for j in range(nv):
                 blocks[h + take + j] = victims[j]
             cached_free -= nv
@@ -324,15 +335,15 @@ def _kernel(
             bkey[b] = k
             primary[b] = chains[0, k] < 0
             _list_append(b, chains[2], chains[3], chains[0:2, k])
+            depth[b] = j
             if keyed or lists:
-                depth[b] = j
                 created[b] = now
                 la[b] = now
                 nhits[b] = 0
             elif sieve:
                 sieve_insert(link, flag, sst, b)
             elif array:
-                hook(acode, ist, fst, INSERT, b, bkey, rng)
+                hook(acode, ist, fst, INSERT, b, -1, bkey, depth, rng, aux)
             elif policy != VLLM:  # lru / fifo: an insertion
                 sq_push(qb, qs, stamp, qstate, b)
         # ---- release, tail first; keyless blocks go back on top of the empty stack
@@ -355,7 +366,7 @@ def _kernel(
                     elif sieve:
                         sieve_evictable(flag, sst, b)
                     elif array:
-                        hook(acode, ist, fst, EVICTABLE, b, bkey, rng)
+                        hook(acode, ist, fst, EVICTABLE, b, -1, bkey, depth, rng, aux)
                     elif policy == LFU_LISTS:
                         _l_append(bl, bht, nhits[b], b)
                         lo[0] = min(lo[0], nhits[b])
@@ -372,7 +383,7 @@ def _kernel(
             nv = cached_free - max_free
             _evict(nv, policy, victims, qb, qs, stamp, ref, qstate, hk, he, hpos, hn, link,
                    flag, sst, bkey, chains, primary, cols, signs, la, nhits, depth, created,
-                   occ_start, occ_req, r, ist, fst, acode, rng, bl, bht, lo)  # fmt: skip
+                   occ_start, occ_req, r, ist, fst, acode, rng, aux, bl, bht, lo)  # fmt: skip
             for j in range(nv):
                 released[n_rel] = victims[j]
                 n_rel += 1
@@ -382,6 +393,7 @@ def _kernel(
             empty[n_empty] = released[i]
             n_empty += 1
     out[0] = evictions
+    return ist, fst
 
 
 @jit()
@@ -390,7 +402,7 @@ def _evict(
     hk: Any, he: Any, hpos: Any, hn: Any, link: Any, flag: Any, sst: Any, bkey: Any,
     chains: Any, primary: Any, cols: Any, signs: Any, la: Any, nhits: Any, depth: Any,
     created: Any, occ_start: Any, occ_req: Any, r: int, ist: Any, fst: Any, acode: int,
-    rng: Any, bl: Any, bht: Any, lo: Any,
+    rng: Any, aux: Any, bl: Any, bht: Any, lo: Any,
 ) -> None:  # fmt: skip
     """Choose n victims (the caller knows they exist), then drop their keys in order."""
     for j in range(n):
@@ -402,7 +414,7 @@ def _evict(
         elif policy == SIEVE:
             victims[j] = sieve_pop(link, flag, sst)
         elif policy == ARRAY:
-            victims[j] = hook(acode, ist, fst, EVICT, 0, bkey, rng)
+            victims[j] = hook(acode, ist, fst, EVICT, 0, -1, bkey, depth, rng, aux)
         elif policy == LFU_LISTS:
             while bht[0, lo[0]] < 0:
                 lo[0] += 1
@@ -420,6 +432,8 @@ def _evict(
             entry_key(cols, signs, up, la, nhits, depth, created, primary, bkey, occ_start,
                       occ_req, r, kbuf)  # fmt: skip
             heap_set(hk, he, hpos, hn, up, kbuf[0], kbuf[1], kbuf[2], hk[hpos[up], 3])
+        elif up >= 0 and policy == ARRAY:  # a promoted duplicate: re-rank it (on_update)
+            hook(acode, ist, fst, UPDATE, up, -1, bkey, depth, rng, aux)
 
 
 def replay_fast(
@@ -451,21 +465,25 @@ def replay_fast(
     # Array-state policies (ARC, S3-FIFO, LeCaR) bring their state and generator; the
     # others get a one-entry placeholder (the kernel's argument types never change).
     acode, st, rng = -1, new_state(1, 1, (1, 1)), np.random.default_rng(0)
+    aux = np.zeros((1, 0))
     if code == ARRAY:
         assert isinstance(policy, ArrayPolicy)
         policy.bind(EntryView(capacity))
         policy.state = grow_state(policy.state, capacity, max(num_keys, 1))
-        acode, st, rng = policy.code, policy.state, policy.rng
+        acode, st, rng, aux = policy.code, policy.state, policy.rng, policy.aux
     n = int(key_offsets.shape[0]) - 1
     hit_tokens = np.zeros(n, np.int64)
     hit_blocks = np.zeros(n, np.int64)
     out = np.zeros(2, np.int64)
-    _kernel(
+    st = _kernel(
         keys, key_offsets, num_lookup, lookup_end, held, capacity, max(num_keys, 1),
         block_tokens, code, -1 if max_free_blocks is None else max_free_blocks,
-        cols, signs, occ_start, occ_req, nu_pos, st[0], st[1], acode, rng, hit_tokens,
+        cols, signs, occ_start, occ_req, nu_pos, st[0], st[1], acode, rng, aux, hit_tokens,
         hit_blocks, out,
     )  # fmt: skip
+    if code == ARRAY:
+        assert isinstance(policy, ArrayPolicy)
+        policy.state = st
     return hit_tokens, hit_blocks, int(out[0]), int(out[1])
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab._jit import jit
-from prefixlab.policies._arrays import ArrayPolicy, grow_state, new_state
+from prefixlab.policies._arrays import FS, NOW, REQ, SC, ArrayPolicy, grow_state, new_state
 from prefixlab.policies._dispatch import (
     ACCESS,
     EVICT,
@@ -30,8 +30,11 @@ from prefixlab.policies._dispatch import (
     INSERT,
     MISS,
     PINNED,
+    SPLIT,
+    UPDATE,
     hook,
     miss_begin,
+    reserve,
 )
 from prefixlab.policies._keyed import (
     KeyedPolicy,
@@ -64,6 +67,7 @@ LRU, FIFO, KEYED, SIEVE, ARRAY = 1, 2, 3, 4, 5
 ROOT = 0
 # policy hooks the tree drives (besides the _dispatch numbers for ARRAY)
 H_INSERT, H_ACCESS, H_EVICTABLE, H_PINNED, H_UPDATE, H_SPLIT = range(6)
+_ARRAY_HOOKS = (INSERT, ACCESS, EVICTABLE, PINNED, UPDATE, SPLIT)  # the same, for _dispatch
 
 
 def radix_code(pol: EvictionPolicy) -> int:
@@ -116,7 +120,7 @@ def _pol(code: int, h: int, e: int, x: int, P: Any) -> int:
     """Hook h of the policy for entry e (x: the lower part of a split)."""
     (qb, qs, stamp, qstate, qfree, hk, he, hpos, hn, cols, signs, la, nhits, depth, created,
      primary, nkey, occ_start, occ_req, after, order, link, flag, sst, ist, fst, acode,
-     rng) = P  # fmt: skip
+     rng, aux) = P  # fmt: skip
     if code in (LRU, FIFO):
         if h == H_INSERT or (h == H_ACCESS and code == LRU):
             if qstate[1] == qb.shape[0]:
@@ -153,14 +157,8 @@ def _pol(code: int, h: int, e: int, x: int, P: Any) -> int:
             sieve_evictable(flag, sst, e)
         elif h == H_PINNED:
             sieve_pinned(flag, sst, e)
-    elif h in (H_INSERT, H_SPLIT):
-        hook(acode, ist, fst, INSERT, e, nkey, rng)
-    elif h == H_ACCESS:
-        hook(acode, ist, fst, ACCESS, e, nkey, rng)
-    elif h == H_EVICTABLE:
-        hook(acode, ist, fst, EVICTABLE, e, nkey, rng)
-    elif h == H_PINNED:
-        hook(acode, ist, fst, PINNED, e, nkey, rng)
+    else:
+        hook(acode, ist, fst, _ARRAY_HOOKS[h], e, x, nkey, depth, rng, aux)
     return 0
 
 
@@ -177,7 +175,7 @@ def _pol_evict(code: int, P: Any) -> int:
         return heap_pop(P[5], P[6], P[7], P[8])
     if code == SIEVE:
         return sieve_pop(P[21], P[22], P[23])
-    return int(hook(P[26], P[24], P[25], EVICT, 0, P[16], P[27]))
+    return int(hook(P[26], P[24], P[25], EVICT, 0, -1, P[16], P[13], P[27], P[28]))
 
 
 @jit()
@@ -187,7 +185,7 @@ def _pol_miss(code: int, P: Any, keys: Any, a: int, b: int) -> None:
         ist, fst, acode, nkey, rng = P[24], P[25], P[26], P[16], P[27]
         miss_begin(acode, ist)
         for j in range(a, b):
-            hook(acode, ist, fst, MISS, keys[j], nkey, rng)
+            hook(acode, ist, fst, MISS, keys[j], -1, nkey, P[13], rng, P[28])
 
 
 # ----------------------------------------------------------------------------- the tree
@@ -195,8 +193,9 @@ def _pol_miss(code: int, P: Any, keys: Any, a: int, b: int) -> None:
 def _kernel(
     keys: Any, key_offsets: Any, num_lookup: Any, lookup_end: Any, held: Any, capacity: int,
     block_tokens: int, code: int, P: Any, hit_tokens: Any, hit_blocks: Any, out: Any,
-) -> None:  # fmt: skip
-    """out[0] = evicted pages, out[1] = the request that could not fit (or -1)."""
+) -> tuple[Any, Any]:  # fmt: skip
+    """out[0] = evicted pages, out[1] = the request that could not fit (or -1); returns the
+    array policy's state (a policy that allocates may have widened it)."""
     nhits, nkey, after = P[12], P[16], P[19]
     size = capacity + 2
     parent = np.full(size, -1, np.int64)
@@ -224,6 +223,15 @@ def _kernel(
         k0 = key_offsets[r]
         nk = key_offsets[r + 1] - k0
         nl = num_lookup[r]
+        if code == ARRAY:  # the request and its time (the arrival), room for allocations
+            i2, f2 = reserve(P[26], P[24], P[25], 2 * nk + 2)
+            if i2.shape[1] != P[24].shape[1]:
+                P = (P[0], P[1], P[2], P[3], P[4], P[5], P[6], P[7], P[8], P[9], P[10],
+                     P[11], P[12], P[13], P[14], P[15], P[16], P[17], P[18], P[19], P[20],
+                     P[21], P[22], P[23], i2, f2, P[26], P[27], P[28])  # fmt: skip
+            i2[SC, REQ] = r
+            if P[28].shape[1] > r:
+                f2[FS, NOW] = P[28][0, r]
         # ---- match (stamping, splitting)
         i, npath = _walk(keys, k0, nl, parent, estart, elen, ref, nchild, evictable, tp, tk,
                          tv, free_ids, path, lowers, uppers, st, code, P)  # fmt: skip
@@ -239,7 +247,7 @@ def _kernel(
         if need > free_now + st[0] - st[2] - newly:
             out[0] = st[4]
             out[1] = r
-            return
+            return P[24], P[25]
         for j in range(npath):
             _pol(code, H_ACCESS, path[j], 0, P)
             nhits[path[j]] += 1
@@ -251,7 +259,7 @@ def _kernel(
             if v < 0:  # the policy found no victim although pages were evictable
                 out[0] = st[4]
                 out[1] = -2 - r
-                return
+                return P[24], P[25]
             _remove_leaf(v, parent, estart, elen, ref, nchild, evictable, keys, tp, tk, tv,
                          free_ids, st, nkey, code, P)  # fmt: skip
         st[1] += need
@@ -281,6 +289,7 @@ def _kernel(
         st[1] -= reserved
         _unlock(last, parent, elen, ref, nchild, evictable, st, code, P)
     out[0] = st[4]
+    return P[24], P[25]
 
 
 @jit()
@@ -443,23 +452,26 @@ def replay_radix_fast(
     keyed_n = size if code == KEYED else 1
     link, flag, sst = sieve_state(size if code == SIEVE else 1)
     acode, st, rng = -1, new_state(1, 1, (1, 1)), np.random.default_rng(0)
+    aux = np.zeros((1, 0))
     if isinstance(policy, ArrayPolicy) and code == ARRAY:
         st = grow_state(policy.state, size, max(num_keys, 1))
-        acode, rng = policy.code, policy.rng
+        acode, rng, aux = policy.code, policy.rng, policy.aux
     P = (
         qb, qs, stamp, np.zeros(3, np.int64), np.zeros(size, np.int64),
         np.zeros((keyed_n, 4), np.float64), np.zeros(keyed_n, np.int64),
         np.full(size, -1, np.int64), np.zeros(1, np.int64), cols, signs,
         view.last_access, view.hits, view.depth, view.created, view.is_primary, view.key,
         occ_start, occ_req, np.zeros(1, np.int64), np.zeros(1, np.int64),
-        link, flag, sst, st[0], st[1], acode, rng,
+        link, flag, sst, st[0], st[1], acode, rng, aux,
     )  # fmt: skip
     n = int(key_offsets.shape[0]) - 1
     hit_tokens = np.zeros(n, np.int64)
     hit_blocks = np.zeros(n, np.int64)
     out = np.zeros(2, np.int64)
-    _kernel(keys, key_offsets, num_lookup, lookup_end, held, capacity, block_tokens, code, P,
-            hit_tokens, hit_blocks, out)  # fmt: skip
+    st = _kernel(keys, key_offsets, num_lookup, lookup_end, held, capacity, block_tokens, code,
+                 P, hit_tokens, hit_blocks, out)  # fmt: skip
+    if isinstance(policy, ArrayPolicy) and code == ARRAY:
+        policy.state = st
     if out[1] <= -2:
         raise AssertionError(f"policy '{policy.name}' found no victim (request {-2 - out[1]})")
     return hit_tokens, hit_blocks, int(out[0]), int(out[1])

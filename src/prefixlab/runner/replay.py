@@ -287,6 +287,8 @@ def _replay_fast(
     _fast.warm_up()
     if pol.needs_future:
         pol.prepare(layout)
+    if pol.needs_trace:
+        pol.prepare_trace(trace, "arrival")
     start = time.perf_counter()
     args = (layout.keys, layout.key_offsets, layout.num_lookup_blocks, layout.lookup_end_tokens,
             layout.num_blocks_held, config.capacity_blocks, layout.num_distinct_keys,
