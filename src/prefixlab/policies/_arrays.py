@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab._jit import jit
+from prefixlab.errors import ConfigError
 from prefixlab.policies.base import I64, EntryView, EvictionPolicy
 
 F64 = npt.NDArray[np.float64]
@@ -54,6 +55,9 @@ HN0 = 4  # heap h's size in slot HN0 + h (3 heaps)
 GHEAD0 = 7  # ghost g: head, tail, count, limit in slots GHEAD0 + 4g .. + 3
 RHEAD0 = 15  # queue q's ring: head, tail in slots RHEAD0 + 2q, + 1
 SLOT = 19  # the policy's own slots start here
+#: hook numbers (:mod:`prefixlab.policies._dispatch` runs them; MISS takes a key, EVICT
+#: returns a victim, SPLIT takes the lower entry as its second operand)
+INSERT, ACCESS, EVICTABLE, PINNED, REMOVE, MISS, EVICT, UPDATE, SPLIT = range(9)
 #: set by the caller before each hook: the request index (I[SC, REQ]) and the time
 #: (F[FS, NOW]: the engine's clock, or under replay the request's arrival time)
 REQ = NOW = 63
@@ -362,6 +366,8 @@ class ArrayPolicy(EvictionPolicy):
         self.state = grow_state(self.state, self.view.num_entries, kmax)
 
     def _run(self, hook: int, xs: I64, y: int = -1) -> int:
+        if self.needs_trace and hook in (INSERT, ACCESS) and not self.aux.shape[1]:
+            raise ConfigError(f"policy '{self.name}' needs the trace (run it through a runner)")
         if 4 * self.view.num_entries + 64 > self.state[0].shape[1]:  # O(1): the view grew
             self.state = grow_state(self.state, self.view.num_entries, 0)
         ist, fst = self._reserve(self.code, *self.state, int(xs.shape[0]))
@@ -375,41 +381,41 @@ class ArrayPolicy(EvictionPolicy):
     def on_insert(self, entries: I64) -> None:
         if entries.shape[0]:
             self._room(self.view.key[entries])
-            self._run(0, entries)
+            self._run(INSERT, entries)
 
     def on_update(self, entries: I64) -> None:
         self._room(self.view.key[entries])
         if entries.shape[0]:
-            self._run(7, entries)
+            self._run(UPDATE, entries)
 
     def on_split(self, upper: int, lower: int) -> None:
         one = np.array([upper], dtype=np.int64)
         self._room(self.view.key[one])
-        self._run(8, one, lower)
+        self._run(SPLIT, one, lower)
 
     def on_access(self, entries: I64) -> None:
         if entries.shape[0]:
-            self._run(1, entries)
+            self._run(ACCESS, entries)
 
     def on_evictable(self, entries: I64) -> None:
         if entries.shape[0]:
-            self._run(2, entries)
+            self._run(EVICTABLE, entries)
 
     def on_pinned(self, entries: I64) -> None:
         if entries.shape[0]:
-            self._run(3, entries)
+            self._run(PINNED, entries)
 
     def on_remove(self, entries: I64) -> None:
         if entries.shape[0]:
-            self._run(4, entries)
+            self._run(REMOVE, entries)
 
     def on_miss(self, keys: I64) -> None:
         self._room(keys)
-        self._run(5, keys)
+        self._run(MISS, keys)
 
     def evict(self, n: int) -> I64:
         out = np.empty(n, np.int64)
-        return out[: self._run(6, out)]
+        return out[: self._run(EVICT, out)]
 
     def num_evictable(self) -> int:
         return int(self.state[0][SC, NFREE])

@@ -2,10 +2,11 @@
 
 Their classes (batches) and the replay kernels (one entry at a time) both come through
 :func:`hook`, so each policy's behaviour lives in its own module's functions only. Hook
-numbers: 0 insert, 1 access, 2 evictable, 3 pinned, 4 remove, 5 miss (x is a key),
-6 evict (returns the victim, -1 when none), 7 update (re-rank), 8 split (x the new upper
-entry, y the lower one it was cut from); :func:`miss_begin` opens a request's misses and
-:func:`reserve` makes room for a request's allocations before its hooks run.
+numbers (named in :mod:`prefixlab.policies._arrays`): insert, access, evictable, pinned,
+remove, miss (x is a key), evict (returns the victim, -1 when none), update (re-rank),
+split (x the new upper entry, y the lower one it was cut from); :func:`miss_begin` opens a
+request's misses and :func:`reserve` makes room for a request's allocations before its
+hooks run.
 """
 
 from __future__ import annotations
@@ -14,10 +15,21 @@ from typing import Any
 
 from prefixlab._jit import jit
 from prefixlab.policies import arc, lecar, lpc, s3fifo, workload_aware
-from prefixlab.policies._arrays import set_free
+from prefixlab.policies._arrays import (
+    ACCESS,
+    EVICT,
+    EVICTABLE,
+    INSERT,
+    MISS,
+    PINNED,
+    REMOVE,
+    SPLIT,
+    UPDATE,
+    set_free,
+)
 from prefixlab.policies.base import I64
 
-INSERT, ACCESS, EVICTABLE, PINNED, REMOVE, MISS, EVICT, UPDATE, SPLIT = range(9)
+__all__ = ["ACCESS", "EVICT", "EVICTABLE", "INSERT", "MISS", "PINNED", "SPLIT", "UPDATE"]
 ARC, S3FIFO, LECAR, LPC, WA = arc.CODE, s3fifo.CODE, lecar.CODE, lpc.CODE, workload_aware.CODE
 
 

@@ -59,14 +59,22 @@ import numpy.typing as npt
 from prefixlab._jit import jit
 from prefixlab.errors import ConfigError
 from prefixlab.policies._arrays import (
+    ACCESS,
+    EVICT,
+    EVICTABLE,
     FROWS,
     FS,
+    INSERT,
     IROWS,
     NEG_ROWS,
     NOW,
+    PINNED,
+    REMOVE,
     REQ,
     SC,
     SLOT,
+    SPLIT,
+    UPDATE,
     ArrayPolicy,
     State,
     new_state,
@@ -92,6 +100,8 @@ AUX_PROB, AUX_CONV = 1, 2
 def _decayed(p: float, idle: float, scale: float) -> float:
     if p >= 1.0:  # certainty: d / d = 1 however small d is (even once exp underflows)
         return 1.0
+    if p <= 0.0:  # 0 d / (0 d + 1) = 0 without computing d
+        return 0.0
     d = math.exp(-idle * scale)
     pd = p * d
     den = pd + 1.0 - p
@@ -360,36 +370,36 @@ def _access(ist: I64, fst: F64, e: int, aux: F64) -> None:
 
 @jit(inline=True)
 def lpc_hook(ist: I64, fst: F64, h: int, x: int, y: int, aux: F64) -> int:
-    """Hook h (the numbers of :mod:`prefixlab.policies._dispatch`) on entry x."""
-    if h == 0:  # insert: the request's prediction and time; its conversation owns it
+    """Hook h (named in :mod:`prefixlab.policies._arrays`) on entry x."""
+    if h == INSERT:  # insert: the request's prediction and time; its conversation owns it
         r = ist[SC, REQ]
         fst[P, x] = aux[AUX_PROB, r]
         fst[T, x] = fst[FS, NOW]
         ist[OWNER, x] = int(aux[AUX_CONV, r])
         _forget(ist, x)
-    elif h == 1:
+    elif h == ACCESS:
         _access(ist, fst, x, aux)
-    elif h == 2:  # evictable: ranked now; ties to the first to become evictable
+    elif h == EVICTABLE:  # evictable: ranked now; ties to the first to become evictable
         set_free(ist, x, True)
         ist[ORDER, x] = ist[SC, NEXT_ORDER]
         ist[SC, NEXT_ORDER] += 1
         _rerank(ist, fst, x)
-    elif h == 3:
+    elif h == PINNED:
         set_free(ist, x, False)
         _unheap(ist, fst, x)
-    elif h == 4:  # removed
+    elif h == REMOVE:  # removed
         set_free(ist, x, False)
         _unheap(ist, fst, x)
         fst[P, x] = 0.0
         fst[T, x] = 0.0
         ist[OWNER, x] = -1
         _forget(ist, x)
-    elif h == 6:
+    elif h == EVICT:
         return _pop(ist, fst)
-    elif h == 7:  # changed without an access: re-rank, credit nothing
+    elif h == UPDATE:  # changed without an access: re-rank, credit nothing
         if ist[HPOS, x] >= 0:
             _rerank(ist, fst, x)
-    elif h == 8:  # split: the upper part x inherits the lower part's conversations
+    elif h == SPLIT:  # split: the upper part x inherits the lower part's conversations
         fst[P, x] = fst[P, y]
         fst[T, x] = fst[T, y]
         ist[OWNER, x] = ist[OWNER, y]
@@ -477,11 +487,6 @@ class _LPCBase(ArrayPolicy):
         conv = np.array([ids.setdefault(k, len(ids)) for k in keys], dtype=np.float64)
         super().prepare_trace(trace, clock)
         self.aux = np.stack([self._arrival, probs, conv])
-
-    def _run(self, hook: int, xs: I64, y: int = -1) -> int:
-        if hook in (0, 1) and not self.aux.shape[1]:
-            raise ConfigError(f"policy '{self.name}' needs the trace (run it through a runner)")
-        return super()._run(hook, xs, y)
 
     # For inspection and tests: each entry's (p, t), its owner, the shared entries' records.
     @property

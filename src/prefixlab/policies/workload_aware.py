@@ -41,7 +41,7 @@ class and by the replay kernel. Each category's evictable blocks form a list sor
 so that is O(1))::
 
     entry rows     CAT TOKEN PREV NEXT (int), TLAST (float)
-    category rows  HEAD TAIL EVICTABLE (int), HELD PROB RATE SHARE (float)
+    category rows  HEAD TAIL COUNT (evictable; int), HELD PROB RATE SHARE (float)
 """
 
 from __future__ import annotations
@@ -55,11 +55,17 @@ import numpy.typing as npt
 from prefixlab._jit import jit
 from prefixlab.errors import ConfigError
 from prefixlab.policies._arrays import (
+    ACCESS,
+    EVICT,
+    EVICTABLE,
     FROWS,
     FS,
+    INSERT,
     IROWS,
     NEG_ROWS,
     NOW,
+    PINNED,
+    REMOVE,
     REQ,
     SC,
     SLOT,
@@ -116,7 +122,7 @@ def fit_categories(
 
 
 # int rows (per entry, then per category) and float rows; scalar slots
-CAT, TOKEN, PREV, NEXT, HEAD, TAIL, EVICTABLE = range(IROWS, IROWS + 7)
+CAT, TOKEN, PREV, NEXT, HEAD, TAIL, COUNT = range(IROWS, IROWS + 7)
 TLAST, HELD, PROB, RATE, SHARE = range(FROWS, FROWS + 5)
 NEXT_TOKEN, NCATS, MODE = SLOT, SLOT + 1, SLOT + 2
 WINDOW = 0  # float scalar
@@ -145,7 +151,7 @@ def _unlist(ist: I64, e: int) -> bool:
     else:
         ist[TAIL, c] = p
     ist[TOKEN, e] = -1
-    ist[EVICTABLE, c] -= 1
+    ist[COUNT, c] -= 1
     set_free(ist, e, False)
     return True
 
@@ -156,7 +162,7 @@ def _push(ist: I64, fst: F64, e: int) -> None:
     c, t = ist[CAT, e], fst[TLAST, e]
     ist[TOKEN, e] = ist[SC, NEXT_TOKEN]
     ist[SC, NEXT_TOKEN] += 1
-    ist[EVICTABLE, c] += 1
+    ist[COUNT, c] += 1
     set_free(ist, e, True)
     p = ist[TAIL, c]
     while p >= 0 and fst[TLAST, p] > t:
@@ -197,7 +203,7 @@ def _choose(ist: I64, fst: F64, depth: I64) -> int:
     best = -1
     k0, k1 = 0.0, 0.0
     for c in range(ist[SC, NCATS]):
-        if ist[EVICTABLE, c] <= 0:
+        if ist[COUNT, c] <= 0:
             continue
         e = ist[HEAD, c]
         if ist[SC, MODE] == 0:
@@ -214,24 +220,24 @@ def _choose(ist: I64, fst: F64, depth: I64) -> int:
 
 @jit(inline=True)
 def wa_hook(ist: I64, fst: F64, h: int, x: int, depth: I64, aux: F64) -> int:
-    """Hook h (the numbers of :mod:`prefixlab.policies._dispatch`) on entry x."""
-    if h == 0:
+    """Hook h (named in :mod:`prefixlab.policies._arrays`) on entry x."""
+    if h == INSERT:
         _touch(ist, fst, x, aux)
-    elif h == 1:  # re-listed in its (new) category with its new time
+    elif h == ACCESS:  # re-listed in its (new) category with its new time
         free = _unlist(ist, x)
         _touch(ist, fst, x, aux)
         if free:
             _push(ist, fst, x)
-    elif h == 2:
+    elif h == EVICTABLE:
         _push(ist, fst, x)
-    elif h == 3:
+    elif h == PINNED:
         _unlist(ist, x)
-    elif h == 4:
+    elif h == REMOVE:
         _unlist(ist, x)
         if ist[CAT, x] >= 0:
             fst[HELD, ist[CAT, x]] -= 1.0
         ist[CAT, x] = -1
-    elif h == 6:
+    elif h == EVICT:
         e = _choose(ist, fst, depth)
         if e >= 0:
             _unlist(ist, e)
@@ -248,7 +254,6 @@ class WorkloadAware(ArrayPolicy):
     structures: ClassVar[frozenset[str]] = frozenset({"block"})
     needs_trace: ClassVar[bool] = True
     needs_future: ClassVar[bool] = True  # the profiling window's block keys (its past only)
-    reads_access_metadata = True  # not for ranking: kept for inspection
     code = CODE
     #: "wa": ATC'25's reuse probability; "per-category-lru": the UniCache paper's WA
     mode: ClassVar[str] = "wa"
@@ -318,11 +323,6 @@ class WorkloadAware(ArrayPolicy):
         self.aux = np.stack([self._arrival, req_cat.astype(np.float64)])
         if hasattr(self, "view"):  # bound before: the categories' rows start now
             self.state = self.init_state(self.view.num_entries)
-
-    def _run(self, hook: int, xs: I64, y: int = -1) -> int:
-        if hook in (0, 1) and not self.aux.shape[1]:
-            raise ConfigError(f"policy '{self.name}' needs the trace (run it through a runner)")
-        return super()._run(hook, xs, y)
 
     def on_evictable(self, entries: I64) -> None:
         # released together: tail (deepest) first

@@ -226,9 +226,7 @@ def _kernel(
         if code == ARRAY:  # the request and its time (the arrival), room for allocations
             i2, f2 = reserve(P[26], P[24], P[25], 2 * nk + 2)
             if i2.shape[1] != P[24].shape[1]:
-                P = (P[0], P[1], P[2], P[3], P[4], P[5], P[6], P[7], P[8], P[9], P[10],
-                     P[11], P[12], P[13], P[14], P[15], P[16], P[17], P[18], P[19], P[20],
-                     P[21], P[22], P[23], i2, f2, P[26], P[27], P[28])  # fmt: skip
+                P = P[:24] + (i2, f2) + P[26:]  # noqa: RUF005 (numba: no starred tuples)
             i2[SC, REQ] = r
             if P[28].shape[1] > r:
                 f2[FS, NOW] = P[28][0, r]
