@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 
 from prefixlab.errors import CapacityError
+from prefixlab.policies import make_policy
 from prefixlab.policies._keyed import KeyedPolicy
+from prefixlab.policies.unicache import AGENTIC, AUX_Q, CHAT, EVICT, STRUCT, UniCache
 from prefixlab.runner import _fast, replay
 from prefixlab.runner._fast_radix import radix_code
 from prefixlab.runner.replay import ReplayConfig
 from prefixlab.workload import Request, Trace
-from prefixlab.workload.generators import generate_sessions
+from prefixlab.workload.generators import GENERATORS, generate_sessions
 from prefixlab.workload.trace import to_hash_form
 
 pytestmark = pytest.mark.skipif(not _fast.HAVE_NUMBA, reason="numba (the 'fast' extra) absent")
@@ -39,7 +41,9 @@ FAST_POLICIES = [
     "vllm", "lru", "fifo", "sieve", "sglang-lru", "hashtable", "lfu", "mru", "opt", "arc",
     "s3fifo", "lecar", "s3fifo:small_ratio=0.3,move_to_main_threshold=2", "lecar:seed=3",
     "lpc-oracle", "lpc-oracle:update_interval_s=0,scale=0.05", "wa", "wa-atc25",
-    "wa-atc25:window_s=5,max_turn=2,min_samples=5",
+    "wa-atc25:window_s=5,max_turn=2,min_samples=5", "unicache",
+    "unicache:stage2=false,offset=request,alg2=clip-ehat,hits=cumulative,update_every=3",
+    "unicache:offset=cached,min_gaps=2",
 ]  # fmt: skip
 
 TRACES = {
@@ -80,7 +84,7 @@ def test_fast_path_capacity_error_names_request() -> None:
         replay(trace, "vllm", ReplayConfig(capacity_blocks=5, block_tokens=bt))
 
 
-RADIX_POLICIES = [p for p in FAST_POLICIES if p != "vllm" and not p.startswith("wa")]
+RADIX_POLICIES = [p for p in FAST_POLICIES if p != "vllm" and not p.startswith(("wa", "unicache"))]
 
 
 @pytest.mark.parametrize("name", sorted(TRACES))
@@ -95,6 +99,29 @@ def test_radix_kernel_equals_generic(name: str, policy: str, scale: float) -> No
     assert np.array_equal(fast.hit_tokens, slow.hit_tokens)
     assert fast.metrics == slow.metrics
     assert fast.metrics["num_evictions"] > 0
+
+
+@pytest.mark.parametrize("spec", [
+    "unicache", "unicache:stage2=false,offset=request,update_every=4",
+    "unicache:offset=cached,fit=given,alg2=clip-ehat,hits=cumulative",
+])  # fmt: skip
+def test_unicache_kernel_on_the_task_mix(spec: str) -> None:
+    """Every queue in play (chat, agentic, templated and untemplated single-turn tasks):
+    the kernel gives the generic path's hits, evictions and weight updates."""
+    trace = GENERATORS["mix"].fn(trace=2, num_requests=300)
+    cfg = ReplayConfig(capacity_blocks=230, block_tokens=64)
+    a, b = make_policy(spec), make_policy(spec)
+    assert isinstance(a, UniCache) and isinstance(b, UniCache)
+    assert _fast.kernel_code(a) >= 0 and _fast.kernel_code(make_policy("unicache-opt")) < 0
+    fast = replay(trace, a, cfg)
+    slow = replay(trace, b, cfg, fast=False)
+    assert np.array_equal(fast.hit_tokens, slow.hit_tokens)
+    assert fast.metrics == slow.metrics and fast.metrics["num_evictions"] > 1000
+    assert len(a.weight_history) == 300 // a.update_every  # every request has a hook
+    assert a.weight_history == b.weight_history
+    assert a.alpha.tolist() == b.alpha.tolist() and len(set(a.alpha.tolist())) > 2
+    assert a.held.tolist() == b.held.tolist()
+    assert set(a.aux[AUX_Q].tolist()) == {EVICT, CHAT, AGENTIC, STRUCT}  # requests' queues
 
 
 class _OldestCreated(KeyedPolicy):

@@ -56,8 +56,9 @@ GHEAD0 = 7  # ghost g: head, tail, count, limit in slots GHEAD0 + 4g .. + 3
 RHEAD0 = 15  # queue q's ring: head, tail in slots RHEAD0 + 2q, + 1
 SLOT = 19  # the policy's own slots start here
 #: hook numbers (:mod:`prefixlab.policies._dispatch` runs them; MISS takes a key, EVICT
-#: returns a victim, SPLIT takes the lower entry as its second operand)
-INSERT, ACCESS, EVICTABLE, PINNED, REMOVE, MISS, EVICT, UPDATE, SPLIT = range(9)
+#: returns a victim, SPLIT takes the lower entry as its second operand; HIT_FREE is ACCESS
+#: then PINNED on an evictable entry a hit pins, which a policy may do in one step)
+INSERT, ACCESS, EVICTABLE, PINNED, REMOVE, MISS, EVICT, UPDATE, SPLIT, HIT_FREE = range(10)
 #: set by the caller before each hook: the request index (I[SC, REQ]) and the time
 #: (F[FS, NOW]: the engine's clock, or under replay the request's arrival time)
 REQ = NOW = 63
@@ -185,6 +186,125 @@ def _heap_compact(ist: I64, h: int) -> int:
         _sift_down(ist, h, i, w)
     ist[SC, HN0 + h] = w
     return w
+
+
+# ----------------------------------------------------------------------------- indexed heaps
+# An *indexed heap* (LPC's evictable blocks, UniCache's queues) holds entries by position:
+# the entry in int row ``he``, its tie-break in int row ``he + 1``, its rank in float row
+# ``kp`` (keys stored by position, so siblings share a cache line); the size in
+# ``I[SC, sn]``; each entry's position in int row ``hpos`` (-1: not in it). The lowest
+# (rank, tie) is on top.
+@jit()
+def iheap_sift_down(ist: I64, fst: F64, kp: int, he: int, hpos: int, sn: int, i: int) -> None:
+    """Move position i's item down to its place (its subtrees are heaps)."""
+    n = ist[SC, sn]
+    ko = he + 1
+    rank, tie, e = fst[kp, i], ist[ko, i], ist[he, i]
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        cp, co = fst[kp, c], ist[ko, c]
+        if c + 1 < n:
+            dp, do = fst[kp, c + 1], ist[ko, c + 1]
+            if dp < cp or (dp == cp and do < co):
+                c, cp, co = c + 1, dp, do
+        if rank < cp or (rank == cp and tie < co):
+            break
+        fst[kp, i], ist[ko, i], ist[he, i] = cp, co, ist[he, c]
+        ist[hpos, ist[he, i]] = i
+        i = c
+    fst[kp, i], ist[ko, i], ist[he, i] = rank, tie, e
+    ist[hpos, e] = i
+
+
+@jit()
+def iheap_sift(ist: I64, fst: F64, kp: int, he: int, hpos: int, sn: int, i: int) -> None:
+    """Restore heap order around position i (up, then down)."""
+    ko = he + 1
+    rank, tie, e = fst[kp, i], ist[ko, i], ist[he, i]
+    start = i
+    while i > 0:
+        p = (i - 1) // 2
+        pp, po = fst[kp, p], ist[ko, p]
+        if pp < rank or (pp == rank and po < tie):
+            break
+        fst[kp, i], ist[ko, i], ist[he, i] = pp, po, ist[he, p]
+        ist[hpos, ist[he, i]] = i
+        i = p
+    if i == start:
+        iheap_sift_down(ist, fst, kp, he, hpos, sn, i)
+    else:
+        fst[kp, i], ist[ko, i], ist[he, i] = rank, tie, e
+        ist[hpos, e] = i
+
+
+@jit()
+def iheap_set(
+    ist: I64, fst: F64, kp: int, he: int, hpos: int, sn: int, e: int, rank: float, tie: int
+) -> None:
+    """Put e in the heap with key (rank, tie), or re-key it there."""
+    i = ist[hpos, e]
+    if i < 0:
+        i = ist[SC, sn]
+        ist[SC, sn] = i + 1
+        ist[he, i] = e
+    fst[kp, i], ist[he + 1, i] = rank, tie
+    iheap_sift(ist, fst, kp, he, hpos, sn, i)
+
+
+@jit()
+def iheap_remove(ist: I64, fst: F64, kp: int, he: int, hpos: int, sn: int, e: int) -> None:
+    """Take e out of the heap (no-op if it is not in it)."""
+    i = ist[hpos, e]
+    if i < 0:
+        return
+    last = ist[SC, sn] - 1
+    ist[SC, sn] = last
+    ist[hpos, e] = -1
+    if i != last:
+        ko = he + 1
+        fst[kp, i], ist[ko, i], ist[he, i] = fst[kp, last], ist[ko, last], ist[he, last]
+        iheap_sift(ist, fst, kp, he, hpos, sn, i)
+
+
+# ----------------------------------------------------------------------------- sorted lists
+# A *sorted list* (WA's categories, UniCache's session queues) links entries through int
+# rows ``prv`` and ``prv + 1`` (previous, next), ordered by (rank in float row ``kr``, tie in
+# int row ``kt``), both by entry; list c's head and tail are ``I[hd, c]`` and
+# ``I[hd + 1, c]``. An insertion walks from the tail: O(1) when ranks arrive in order (times
+# under replay).
+@jit()
+def slist_insert(ist: I64, fst: F64, kr: int, kt: int, prv: int, hd: int, c: int, e: int) -> None:
+    """Link e into list c after every entry ranked below it."""
+    rank, tie = fst[kr, e], ist[kt, e]
+    p = ist[hd + 1, c]
+    while p >= 0 and (fst[kr, p] > rank or (fst[kr, p] == rank and ist[kt, p] > tie)):
+        p = ist[prv, p]
+    n = ist[prv + 1, p] if p >= 0 else ist[hd, c]
+    ist[prv, e], ist[prv + 1, e] = p, n
+    if p >= 0:
+        ist[prv + 1, p] = e
+    else:
+        ist[hd, c] = e
+    if n >= 0:
+        ist[prv, n] = e
+    else:
+        ist[hd + 1, c] = e
+
+
+@jit()
+def slist_remove(ist: I64, prv: int, hd: int, c: int, e: int) -> None:
+    """Unlink e (a member) from list c."""
+    p, n = ist[prv, e], ist[prv + 1, e]
+    if p >= 0:
+        ist[prv + 1, p] = n
+    else:
+        ist[hd, c] = n
+    if n >= 0:
+        ist[prv, n] = p
+    else:
+        ist[hd + 1, c] = p
 
 
 # ----------------------------------------------------------------------------- queues
@@ -365,15 +485,20 @@ class ArrayPolicy(EvictionPolicy):
         kmax = int(keys.max()) + 1 if keys.shape[0] else 0
         self.state = grow_state(self.state, self.view.num_entries, kmax)
 
-    def _run(self, hook: int, xs: I64, y: int = -1) -> int:
-        if self.needs_trace and hook in (INSERT, ACCESS) and not self.aux.shape[1]:
-            raise ConfigError(f"policy '{self.name}' needs the trace (run it through a runner)")
+    def _stamp(self, n: int = 0) -> State:
+        """The state, with room for n hook calls, stamped with the request and the time."""
         if 4 * self.view.num_entries + 64 > self.state[0].shape[1]:  # O(1): the view grew
             self.state = grow_state(self.state, self.view.num_entries, 0)
-        ist, fst = self._reserve(self.code, *self.state, int(xs.shape[0]))
+        ist, fst = self._reserve(self.code, *self.state, n)
         self.state = ist, fst
         ist[SC, REQ] = self.view.request_index
         fst[FS, NOW] = self.now()
+        return ist, fst
+
+    def _run(self, hook: int, xs: I64, y: int = -1) -> int:
+        if self.needs_trace and hook in (INSERT, ACCESS) and not self.aux.shape[1]:
+            raise ConfigError(f"policy '{self.name}' needs the trace (run it through a runner)")
+        ist, fst = self._stamp(int(xs.shape[0]))
         v = self.view
         n = self._batch(self.code, ist, fst, hook, xs, y, v.key, v.depth, self.rng, self.aux)
         return int(n)

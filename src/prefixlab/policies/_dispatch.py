@@ -1,10 +1,12 @@
-"""Hook dispatch for the array-state policies (ARC, S3-FIFO, LeCaR, LPC, WA) by their code.
+"""Hook dispatch for the array-state policies (ARC, S3-FIFO, LeCaR, LPC, WA, UniCache) by
+their code.
 
 Their classes (batches) and the replay kernels (one entry at a time) both come through
 :func:`hook`, so each policy's behaviour lives in its own module's functions only. Hook
 numbers (named in :mod:`prefixlab.policies._arrays`): insert, access, evictable, pinned,
 remove, miss (x is a key), evict (returns the victim, -1 when none), update (re-rank),
-split (x the new upper entry, y the lower one it was cut from); :func:`miss_begin` opens a
+split (x the new upper entry, y the lower one it was cut from), hit-free (access, then
+pinned: LPC, WA and UniCache do it in one step); :func:`miss_begin` opens a
 request's misses and :func:`reserve` makes room for a request's allocations before its
 hooks run.
 """
@@ -14,11 +16,12 @@ from __future__ import annotations
 from typing import Any
 
 from prefixlab._jit import jit
-from prefixlab.policies import arc, lecar, lpc, s3fifo, workload_aware
+from prefixlab.policies import arc, lecar, lpc, s3fifo, unicache, workload_aware
 from prefixlab.policies._arrays import (
     ACCESS,
     EVICT,
     EVICTABLE,
+    HIT_FREE,
     INSERT,
     MISS,
     PINNED,
@@ -29,8 +32,19 @@ from prefixlab.policies._arrays import (
 )
 from prefixlab.policies.base import I64
 
-__all__ = ["ACCESS", "EVICT", "EVICTABLE", "INSERT", "MISS", "PINNED", "SPLIT", "UPDATE"]
+__all__ = [
+    "ACCESS",
+    "EVICT",
+    "EVICTABLE",
+    "HIT_FREE",
+    "INSERT",
+    "MISS",
+    "PINNED",
+    "SPLIT",
+    "UPDATE",
+]
 ARC, S3FIFO, LECAR, LPC, WA = arc.CODE, s3fifo.CODE, lecar.CODE, lpc.CODE, workload_aware.CODE
+UNICACHE = unicache.CODE
 
 
 @jit()
@@ -57,6 +71,8 @@ def hook(
         return int(lpc.lpc_hook(ist, fst, h, x, y, aux))
     if code == WA:
         return int(workload_aware.wa_hook(ist, fst, h, x, depth, aux))
+    if code == UNICACHE:
+        return int(unicache.uc_hook(ist, fst, h, x, depth, aux))
     if h == SPLIT:
         h = INSERT  # the new upper part is announced as an insertion
     if h == INSERT:
@@ -66,14 +82,16 @@ def hook(
             s3fifo.s3fifo_insert(ist, fst, x, key[x])
         else:
             lecar.lecar_insert(ist, fst, x, key[x])
-    elif h == ACCESS:
-        if code == ARC:
-            arc.arc_access(ist, x)
-        elif code == S3FIFO:
-            s3fifo.s3fifo_access(ist, x)
-        else:
-            lecar.lecar_access(ist, x)
-    elif h in (EVICTABLE, PINNED):
+    elif h in (ACCESS, HIT_FREE, EVICTABLE, PINNED):
+        if h in (ACCESS, HIT_FREE):  # a hit (then, for HIT_FREE, pinned)
+            if code == ARC:
+                arc.arc_access(ist, x)
+            elif code == S3FIFO:
+                s3fifo.s3fifo_access(ist, x)
+            else:
+                lecar.lecar_access(ist, x)
+            if h == ACCESS:
+                return 0
         if code == LECAR:
             lecar.lecar_set_free(ist, x, h == EVICTABLE)
         else:

@@ -64,6 +64,7 @@ from prefixlab.policies._arrays import (
     EVICTABLE,
     FROWS,
     FS,
+    HIT_FREE,
     INSERT,
     IROWS,
     NEG_ROWS,
@@ -77,6 +78,9 @@ from prefixlab.policies._arrays import (
     UPDATE,
     ArrayPolicy,
     State,
+    iheap_remove,
+    iheap_set,
+    iheap_sift_down,
     new_state,
     set_free,
     widen,
@@ -87,7 +91,7 @@ F64 = npt.NDArray[np.float64]
 CODE = 4
 # int rows (per entry, then heap positions, then records) and float rows
 OWNER, HEAD, TAIL, ORDER, HPOS, BEST, NREC = range(IROWS, IROWS + 7)
-HE, KO, RCONV, RNEXT, RENTRY, RSEQ, TABLE = range(IROWS + 7, IROWS + 14)
+HE, KO, RCONV, RNEXT, RENTRY, RSEQ, TABLE = range(IROWS + 7, IROWS + 14)  # KO = HE + 1
 P, T, KP, RP, RT = range(FROWS, FROWS + 5)
 # scalar slots; float scalars
 HN, NEXT_ORDER, FREE_HEAD, RTOP, NFREE_REC, MAXREC, NEXT_SEQ = (SLOT + i for i in range(7))
@@ -129,73 +133,15 @@ def _rank(p: float, t: float, scale: float) -> float:
 
 # ----------------------------------------------------------------------------- heap
 @jit()
-def _sift(ist: I64, fst: F64, i: int) -> None:
-    """Restore heap order around position i (up, then down). Keys are stored by position
-    (KP: the rank, KO: the order it became evictable), so siblings share a cache line."""
-    kp, ko, e = fst[KP, i], ist[KO, i], ist[HE, i]
-    start = i
-    while i > 0:
-        p = (i - 1) // 2
-        pp, po = fst[KP, p], ist[KO, p]
-        if pp < kp or (pp == kp and po < ko):
-            break
-        fst[KP, i], ist[KO, i], ist[HE, i] = pp, po, ist[HE, p]
-        ist[HPOS, ist[HE, i]] = i
-        i = p
-    if i == start:
-        _sift_down(ist, fst, i)
-    else:
-        fst[KP, i], ist[KO, i], ist[HE, i] = kp, ko, e
-        ist[HPOS, e] = i
-
-
-@jit()
-def _sift_down(ist: I64, fst: F64, i: int) -> None:
-    """Move position i's item down to its place (its subtrees are heaps)."""
-    n = ist[SC, HN]
-    kp, ko, e = fst[KP, i], ist[KO, i], ist[HE, i]
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        cp, co = fst[KP, c], ist[KO, c]
-        if c + 1 < n:
-            dp, do = fst[KP, c + 1], ist[KO, c + 1]
-            if dp < cp or (dp == cp and do < co):
-                c, cp, co = c + 1, dp, do
-        if kp < cp or (kp == cp and ko < co):
-            break
-        fst[KP, i], ist[KO, i], ist[HE, i] = cp, co, ist[HE, c]
-        ist[HPOS, ist[HE, i]] = i
-        i = c
-    fst[KP, i], ist[KO, i], ist[HE, i] = kp, ko, e
-    ist[HPOS, e] = i
-
-
-@jit()
 def _rerank(ist: I64, fst: F64, e: int) -> None:
     """Rank e by its decayed probability now (inserting it in the heap if absent)."""
-    i = ist[HPOS, e]
-    if i < 0:
-        i = ist[SC, HN]
-        ist[SC, HN] = i + 1
-        ist[HE, i] = e
-        ist[KO, i] = ist[ORDER, e]
-    fst[KP, i] = _decayed(fst[P, e], fst[FS, NOW] - fst[T, e], fst[FS, SCALE])
-    _sift(ist, fst, i)
+    rank = _decayed(fst[P, e], fst[FS, NOW] - fst[T, e], fst[FS, SCALE])
+    iheap_set(ist, fst, KP, HE, HPOS, HN, e, rank, ist[ORDER, e])
 
 
-@jit()
+@jit(inline=True)
 def _unheap(ist: I64, fst: F64, e: int) -> None:
-    i = ist[HPOS, e]
-    if i < 0:
-        return
-    last = ist[SC, HN] - 1
-    ist[SC, HN] = last
-    ist[HPOS, e] = -1
-    if i != last:
-        fst[KP, i], ist[KO, i], ist[HE, i] = fst[KP, last], ist[KO, last], ist[HE, last]
-        _sift(ist, fst, i)
+    iheap_remove(ist, fst, KP, HE, HPOS, HN, e)
 
 
 # ----------------------------------------------------------------------------- records
@@ -379,6 +325,10 @@ def lpc_hook(ist: I64, fst: F64, h: int, x: int, y: int, aux: F64) -> int:
         _forget(ist, x)
     elif h == ACCESS:
         _access(ist, fst, x, aux)
+    elif h == HIT_FREE:  # pinned first: the access then has no rank to update
+        set_free(ist, x, False)
+        _unheap(ist, fst, x)
+        _access(ist, fst, x, aux)
     elif h == EVICTABLE:  # evictable: ranked now; ties to the first to become evictable
         set_free(ist, x, True)
         ist[ORDER, x] = ist[SC, NEXT_ORDER]
@@ -424,7 +374,7 @@ def _pop(ist: I64, fst: F64) -> int:
             e = ist[HE, i]
             fst[KP, i] = _decayed(fst[P, e], now - fst[T, e], scale)
         for i in range(n // 2 - 1, -1, -1):
-            _sift_down(ist, fst, i)
+            iheap_sift_down(ist, fst, KP, HE, HPOS, HN, i)
     if ist[SC, HN] == 0:
         return -1
     e = ist[HE, 0]

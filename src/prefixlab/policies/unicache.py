@@ -45,11 +45,24 @@ one needed last goes first; the rest are ranked by UniCache.
 
 Time: the engine runner's simulated clock; under the replay runner, the arrival time of the
 request being processed. The block cache only (offsets are block positions).
+
+The hooks are jit functions over :mod:`prefixlab.policies._arrays` state, called by the
+class and by the replay kernel. Each queue ranks its evictable blocks by (rank, the order
+they became evictable): the session queues in a sorted list (ranks are access times, which
+arrive in order under replay), the others in an indexed heap. The weights, counts, gap
+statistics and parameters are state slots::
+
+    entry rows   QUEUE HPOS ORDER PREV NEXT (int), TLAST SPAN (float)
+    chat, agentic  a sorted list by (TLAST, ORDER): heads and tails in LHEAD LTAIL
+    evict, struct  an indexed heap: HEAP0 + 2h (entries), + 1 (ties); ranks in KP0 + h
+    depth rows   DCOUNT: structural blocks cached per depth (offset=cached)
+
+The weights after each update are written to the per-request ``aux`` rows ``AUX_W0..``
+(NaN where no update happened): :attr:`UniCache.weight_history` reads them.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -57,12 +70,45 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from prefixlab.errors import ConfigError
-from prefixlab.policies.base import I64, EntryView, EvictionPolicy, register
+from prefixlab._jit import jit
+from prefixlab.policies import _arrays
+from prefixlab.policies._arrays import (
+    ACCESS,
+    EVICTABLE,
+    FREE,
+    FROWS,
+    FS,
+    HIT_FREE,
+    INSERT,
+    IROWS,
+    NEG_ROWS,
+    NFREE,
+    NOW,
+    PINNED,
+    REMOVE,
+    REQ,
+    SC,
+    SLOT,
+    ArrayPolicy,
+    State,
+    iheap_remove,
+    iheap_set,
+    new_state,
+    set_free,
+    slist_insert,
+    slist_remove,
+)
+from prefixlab.policies.base import I64, EntryView, register
 from prefixlab.policies.opt_online import waiting_positions
-from prefixlab.workload.arrivals import GAP_PRESETS, lognormal_cdf, previous_turn_gaps
+from prefixlab.workload.arrivals import (
+    GAP_PRESETS,
+    lognormal_cdf,
+    lognormal_cdf_scalar,
+    previous_turn_gaps,
+)
 
 F64 = npt.NDArray[np.float64]
+HOOK_EVICT = _arrays.EVICT  # the hook (EVICT below is the evict-first queue)
 
 QUEUES = ("evict", "chat", "agentic", "structural")
 #: the structural score's ``max_offset``: the deepest structural block ever seen, the deepest
@@ -82,6 +128,29 @@ DEFAULT_TASKS = {
     "tool-use": "structural",
     "document-qa": "structural",
 }
+CODE = 6
+__all__ = ["AGENTIC", "CHAT", "EVICT", "QUEUES", "STRUCT", "UniCache", "UniCacheOPT",
+           "lognormal_cdf", "parse_tasks", "update_weights"]  # fmt: skip
+
+# int rows: per entry (PREV, NEXT: the session queues' links); per session queue its list's
+# head and tail; the evict-first (h = 0) and structural (h = 1) heaps (entries HEAP0 + 2h,
+# ties + 1); per depth
+QUEUE, HPOS, ORDER, PREV, NEXT, LHEAD, LTAIL = range(IROWS, IROWS + 7)
+HEAP0 = IROWS + 7
+DCOUNT = HEAP0 + 4
+# float rows: per entry; the heaps' ranks
+TLAST, SPAN, KP0 = FROWS, FROWS + 1, FROWS + 2
+# int scalar slots
+HN0 = SLOT  # heap h's size: HN0 + h
+EVC0 = SLOT + 2  # queue q's evictable blocks (a set-aside block still counts)
+COUNTER, MAXOFF, DTOP, SINCE, SEEN, EVERY, MINGAPS = (SLOT + 6 + i for i in range(7))
+GIVEN, STAGE2, OFFSET, PAPER, WINDOW, NENT, BTOK = (SLOT + 13 + i for i in range(7))
+# float scalar slots: per queue held, hits, alpha, credit; gap statistics (n, sum, sum of
+# squares) per queue; parameters; the given gap models (mu, sigma) of chat and agentic
+HELD0, HITS0, ALPHA0, CREDIT0, GAP0 = 0, 4, 8, 12, 16
+TEMP, BETA, EPS, MODEL0 = 28, 29, 30, 31
+# aux rows: arrival, queue, prompt tokens, gap to the session's previous turn; weights out
+AUX_Q, AUX_IN, AUX_GAP, AUX_W0 = 1, 2, 3, 4
 
 
 def parse_tasks(spec: str) -> dict[str, int]:
@@ -96,6 +165,73 @@ def parse_tasks(spec: str) -> dict[str, int]:
                 f"{', '.join(QUEUES)}; got '{item}'"
             )
         out[task] = QUEUES.index(queue)
+    return out
+
+
+# ----------------------------------------------------------------------------- Algorithm 2
+_lncdf = jit(inline=True)(lognormal_cdf_scalar)
+
+
+@jit(inline=True)
+def _pow(x: float, y: float) -> float:
+    """``x ** y`` as numpy's array power computes it (its exact cases for y = 0, 1, 2, 0.5, -1)."""
+    if y == 2.0:
+        return x * x
+    if y == 1.0:
+        return x
+    if y == 0.5:
+        return math.sqrt(x)
+    if y == -1.0:
+        return 1.0 / x
+    if y == 0.0:
+        return 1.0
+    return float(x**y)
+
+
+@jit()
+def _alg2(
+    alpha: F64, hits: F64, held: F64, temperature: float, beta: float, eps: float, paper: bool
+) -> F64:
+    out: F64 = alpha.copy()
+    m = 0
+    for i in range(held.shape[0]):
+        if held[i] > 0:
+            m += 1
+    if m == 0:
+        return out
+    e = np.empty(m)
+    live = np.empty(m, np.int64)
+    j = 0
+    for i in range(held.shape[0]):
+        if held[i] > 0:
+            e[j] = hits[i] / (held[i] + eps)
+            live[j] = i
+            j += 1
+    if e.max() <= 0.0:
+        return out  # no hits anywhere in the window: nothing to learn from
+    total = 0.0
+    for i in range(m):
+        total += e[i]
+    mean = total / m
+    inv_t = 1.0 / temperature
+    e_hat = np.empty(m)
+    for i in range(m):
+        e_hat[i] = _pow(e[i] / (mean + eps), inv_t) if paper else _pow(e[i] / mean + eps, inv_t)
+    total = 0.0
+    for i in range(m):
+        total += e_hat[i]
+    mu = total / m
+    total = 0.0
+    for i in range(m):
+        total += (e_hat[i] - mu) * (e_hat[i] - mu)
+    sd = math.sqrt(total / m)
+    low, high = max(0.001, mu - 2.0 * sd), min(10.0, mu + 2.0 * sd)
+    for i in range(m):
+        q = live[i]
+        if paper:
+            out[q] = min(max(beta * alpha[q] + (1.0 - beta) * e_hat[i], low), high)
+        else:
+            out[q] = beta * alpha[q] + (1.0 - beta) * min(max(e_hat[i], low), high)
     return out
 
 
@@ -120,32 +256,316 @@ def update_weights(
     Sigma is the population standard deviation (the paper does not say which). A window
     without a hit anywhere changes nothing (the paper's bounds would cross).
     """
-    out: F64 = alpha.copy()
-    live = held > 0
-    if not live.any():
-        return out
-    e = hits[live] / (held[live] + eps)
-    if float(e.max()) <= 0.0:
-        return out  # no hits anywhere in the window: nothing to learn from
-    if order == "paper":
-        e_hat = (e / (float(e.mean()) + eps)) ** (1.0 / temperature)
-        mu, sd = float(e_hat.mean()), float(e_hat.std())
-        raw = beta * alpha[live] + (1.0 - beta) * e_hat
-        out[live] = np.minimum(np.maximum(raw, max(0.001, mu - 2.0 * sd)), min(10.0, mu + 2.0 * sd))
-        return out
-    e_hat = (e / float(e.mean()) + eps) ** (1.0 / temperature)
-    mu, sd = float(e_hat.mean()), float(e_hat.std())
-    e_hat = np.clip(e_hat, max(0.001, mu - 2.0 * sd), min(10.0, mu + 2.0 * sd))
-    out[live] = beta * alpha[live] + (1.0 - beta) * e_hat
+    f = np.asarray
+    out: F64 = _alg2(f(alpha, np.float64), f(hits, np.float64), f(held, np.float64),
+                     float(temperature), float(beta), float(eps), order == "paper")  # fmt: skip
     return out
 
 
+@jit()
+def _update(ist: I64, fst: F64, aux: F64, at: int) -> None:
+    """Algorithm 2 over the weighted queues at request ``at``; the hit window restarts."""
+    alpha, hits, held = np.empty(3), np.empty(3), np.empty(3)
+    paper = ist[SC, PAPER] != 0
+    for i in range(3):
+        q = WEIGHTED[i]
+        alpha[i] = fst[FS, ALPHA0 + q]
+        hits[i] = fst[FS, HITS0 + q]
+        # paper: C_q is the share of the capacity the queue holds
+        held[i] = fst[FS, HELD0 + q] / max(ist[SC, NENT], 1) if paper else fst[FS, HELD0 + q]
+    new = _alg2(alpha, hits, held, fst[FS, TEMP], fst[FS, BETA], fst[FS, EPS], paper)
+    for i in range(3):
+        fst[FS, ALPHA0 + WEIGHTED[i]] = new[i]
+        aux[AUX_W0 + i, at] = new[i]
+    if ist[SC, WINDOW]:
+        for q in range(4):
+            fst[FS, HITS0 + q] = 0.0
+
+
+@jit()
+def _catch_up(ist: I64, fst: F64, aux: F64) -> None:
+    """Learn the gaps of requests seen since the last hook, in order, once each; update
+    the weights every ``update_every`` requests."""
+    r = ist[SC, REQ]
+    for i in range(ist[SC, SEEN] + 1, r + 1):
+        g = aux[AUX_GAP, i]
+        q = int(aux[AUX_Q, i])
+        if q in (CHAT, AGENTIC) and g > 0:
+            lg = math.log(g)
+            fst[FS, GAP0 + 3 * q] += 1.0
+            fst[FS, GAP0 + 3 * q + 1] += lg
+            fst[FS, GAP0 + 3 * q + 2] += lg * lg
+        ist[SC, SINCE] += 1
+        if ist[SC, SINCE] >= ist[SC, EVERY]:
+            ist[SC, SINCE] = 0
+            _update(ist, fst, aux, i)
+    if r > ist[SC, SEEN]:
+        ist[SC, SEEN] = r
+
+
+@jit()
+def _gap(ist: I64, fst: F64, q: int) -> tuple[float, float]:
+    """(mu, sigma) of session queue q's log-normal gap model now."""
+    m = MODEL0 + 2 * (q - CHAT)
+    n = fst[FS, GAP0 + 3 * q]
+    if ist[SC, GIVEN] or n < ist[SC, MINGAPS]:
+        return fst[FS, m], fst[FS, m + 1]
+    mu = fst[FS, GAP0 + 3 * q + 1] / n
+    var = max(fst[FS, GAP0 + 3 * q + 2] / n - mu * mu, 0.0)
+    return mu, max(math.sqrt(var), 1e-6)
+
+
+# ----------------------------------------------------------------------------- scores
+@jit()
+def _offset_scale(ist: I64, fst: F64, e: int) -> float:
+    if ist[SC, OFFSET] == 0:  # global
+        return float(ist[SC, MAXOFF])
+    if ist[SC, OFFSET] == 2:  # request
+        return float(fst[SPAN, e])
+    top = ist[SC, DTOP]  # cached: the deepest structural block cached now
+    while top > 0 and ist[DCOUNT, top] == 0:
+        top -= 1
+    ist[SC, DTOP] = top
+    return float(max(top, 1))
+
+
+@jit()
+def _local(ist: I64, fst: F64, depth: I64, e: int, q: int, now: float) -> float:
+    """``s`` of entry e in queue q (lower goes first)."""
+    if q == STRUCT:
+        return 1.0 - float(depth[e]) / _offset_scale(ist, fst, e)
+    if q == EVICT:
+        return 0.0
+    mu, sigma = _gap(ist, fst, q)
+    return 1.0 - _lncdf(now - fst[TLAST, e], mu, sigma)
+
+
+@jit(inline=True)
+def _rank(ist: I64, fst: F64, depth: I64, e: int, q: int) -> float:
+    # session queues: oldest last access first (s falls with idle time); the others:
+    # largest offset first
+    if q in (CHAT, AGENTIC):
+        return float(fst[TLAST, e])
+    if q == STRUCT and ist[SC, OFFSET] == 2:
+        return -float(depth[e]) / float(fst[SPAN, e])
+    return -float(depth[e])
+
+
+# ----------------------------------------------------------------------------- queues
+# A session queue's evictable blocks are a sorted list by (last access, order): appended at
+# its tail under replay. The evict-first and structural queues are indexed heaps by (rank,
+# order).
+@jit()
+def _heap_put(ist: I64, fst: F64, depth: I64, e: int) -> None:
+    """Rank e (evictable) in its queue."""
+    q = ist[QUEUE, e]
+    if q in (CHAT, AGENTIC):
+        slist_insert(ist, fst, TLAST, ORDER, PREV, LHEAD, q, e)
+        return
+    h = 0 if q == EVICT else 1
+    rank = _rank(ist, fst, depth, e, q)
+    iheap_set(ist, fst, KP0 + h, HEAP0 + 2 * h, HPOS, HN0 + h, e, rank, ist[ORDER, e])
+
+
+@jit()
+def _heap_take(ist: I64, fst: F64, e: int) -> None:
+    """Take e out of its queue's ranking."""
+    q = ist[QUEUE, e]
+    if q in (CHAT, AGENTIC):
+        slist_remove(ist, PREV, LHEAD, q, e)
+        return
+    h = 0 if q == EVICT else 1
+    iheap_remove(ist, fst, KP0 + h, HEAP0 + 2 * h, HPOS, HN0 + h, e)
+
+
+@jit()
+def _push(ist: I64, fst: F64, depth: I64, e: int) -> None:
+    ist[SC, EVC0 + ist[QUEUE, e]] += 1
+    set_free(ist, e, True)
+    _heap_put(ist, fst, depth, e)
+
+
+@jit()
+def _unlist(ist: I64, fst: F64, e: int) -> bool:
+    """Take e out of its queue's evictable blocks; True if it was evictable."""
+    if not ist[FREE, e]:
+        return False
+    ist[SC, EVC0 + ist[QUEUE, e]] -= 1
+    _heap_take(ist, fst, e)
+    set_free(ist, e, False)
+    return True
+
+
+@jit()
+def _move(ist: I64, depth: I64, fst: F64, e: int, q: int) -> None:
+    """Set e's queue (-1: none), keeping the counts."""
+    old = ist[QUEUE, e]
+    if old >= 0:
+        fst[FS, HELD0 + old] -= 1.0
+    if q >= 0:
+        fst[FS, HELD0 + q] += 1.0
+    ist[QUEUE, e] = q
+    if ist[SC, OFFSET] == 1:  # cached
+        d = depth[e]
+        if old == STRUCT:
+            ist[DCOUNT, d] -= 1
+        if q == STRUCT:
+            ist[DCOUNT, d] += 1
+            if d > ist[SC, DTOP]:
+                ist[SC, DTOP] = d
+
+
+@jit()
+def _assign(ist: I64, fst: F64, depth: I64, e: int, aux: F64) -> None:
+    r = ist[SC, REQ]
+    q = int(aux[AUX_Q, r])
+    n_in = int(aux[AUX_IN, r])
+    bt = ist[SC, BTOK]
+    if q in (EVICT, STRUCT) and (depth[e] + 1) * bt > n_in:
+        q = EVICT  # single-turn: decode blocks are never reused
+    _move(ist, depth, fst, e, q)
+    fst[SPAN, e] = max(n_in // bt, 1)
+    if q == STRUCT and depth[e] > ist[SC, MAXOFF]:
+        ist[SC, MAXOFF] = depth[e]
+
+
+@jit()
+def _drop(ist: I64, fst: F64, depth: I64, e: int) -> None:
+    """Entry e leaves the cache (evicted; out of its heap already)."""
+    q = ist[QUEUE, e]
+    set_free(ist, e, False)
+    ist[SC, EVC0 + q] -= 1
+    fst[FS, HELD0 + q] -= 1.0
+    ist[QUEUE, e] = -1
+    if q == STRUCT and ist[SC, OFFSET] == 1:
+        ist[DCOUNT, depth[e]] -= 1
+
+
+@jit(inline=True)
+def _head(ist: I64, q: int) -> int:
+    if q in (CHAT, AGENTIC):
+        return int(ist[LHEAD, q])
+    h = 0 if q == EVICT else 1
+    return int(ist[HEAP0 + 2 * h, 0]) if ist[SC, HN0 + h] > 0 else -1
+
+
+@jit()
+def _choose(ist: I64, fst: F64, depth: I64) -> int:
+    """The next victim (not yet taken), or -1: evict-first, then stage 2 (or, without it,
+    each queue's share of the victims in proportion to its evictable blocks)."""
+    e = _head(ist, EVICT)
+    if e >= 0:
+        return e
+    if not ist[SC, STAGE2]:
+        total = 0
+        for q in WEIGHTED:
+            if _head(ist, q) >= 0:  # only queues with a candidate left (unicache-opt)
+                total += ist[SC, EVC0 + q]
+        if total == 0:
+            return -1
+        pick = -1
+        for q in WEIGHTED:
+            if _head(ist, q) >= 0:
+                fst[FS, CREDIT0 + q] += ist[SC, EVC0 + q] / float(total)
+                if pick < 0 or fst[FS, CREDIT0 + q] > fst[FS, CREDIT0 + pick]:
+                    pick = q
+        fst[FS, CREDIT0 + pick] -= 1.0
+        return _head(ist, pick)
+    best, best_g = -1, math.inf
+    now = fst[FS, NOW]
+    for q in WEIGHTED:
+        h = _head(ist, q)
+        if h < 0:
+            continue
+        g = fst[FS, ALPHA0 + q] * _local(ist, fst, depth, h, q, now)
+        if g < best_g:
+            best, best_g = h, g
+    return best
+
+
+@jit(inline=True)
+def uc_hook(ist: I64, fst: F64, h: int, x: int, depth: I64, aux: F64) -> int:
+    """Hook h (named in :mod:`prefixlab.policies._arrays`) on entry x."""
+    if h == INSERT:
+        _catch_up(ist, fst, aux)
+        _assign(ist, fst, depth, x, aux)
+        fst[TLAST, x] = fst[FS, NOW]
+    elif h in (ACCESS, HIT_FREE):  # HIT_FREE: the hit pins it too
+        _catch_up(ist, fst, aux)
+        q = ist[QUEUE, x]
+        if q >= 0:  # the queue the hit block was in earns it
+            fst[FS, HITS0 + q] += 1.0
+        free = _unlist(ist, fst, x)
+        _assign(ist, fst, depth, x, aux)
+        fst[TLAST, x] = max(fst[TLAST, x], fst[FS, NOW])
+        if free and h == ACCESS:  # re-ranked in its (new) queue
+            _push(ist, fst, depth, x)
+    elif h == EVICTABLE:
+        ist[ORDER, x] = ist[SC, COUNTER]
+        ist[SC, COUNTER] += 1
+        _push(ist, fst, depth, x)
+    elif h == PINNED:
+        _unlist(ist, fst, x)
+    elif h == REMOVE:
+        _unlist(ist, fst, x)
+        _move(ist, depth, fst, x, -1)
+    elif h == HOOK_EVICT:
+        e = _choose(ist, fst, depth)
+        if e >= 0:
+            _heap_take(ist, fst, e)
+            _drop(ist, fst, depth, e)
+        return e
+    return 0  # update: a duplicate key promoted: same queue, same age
+
+
+@jit()
+def _evict_opt(
+    ist: I64, fst: F64, depth: I64, key: I64, wk: I64, wp: I64, out: I64
+) -> int:  # fmt: skip
+    """unicache-opt: UniCache's victims, a block whose key a waiting request needs (wk,
+    sorted, at waiting position wp) set aside while any other can go; then the set-aside
+    blocks, the one needed last first (deepest first among equals)."""
+    n = out.shape[0]
+    k = 0
+    aside = np.empty(ist[SC, NFREE], np.int64)  # at most every evictable block
+    na = 0
+    while k < n:
+        e = _choose(ist, fst, depth)
+        if e < 0:
+            break
+        i = np.searchsorted(wk, key[e])
+        if i < wk.shape[0] and wk[i] == key[e]:
+            _heap_take(ist, fst, e)  # set aside, still evictable
+            aside[na] = e
+            na += 1
+            continue
+        _heap_take(ist, fst, e)
+        _drop(ist, fst, depth, e)
+        out[k] = e
+        k += 1
+    rank = np.empty(na, np.int64)
+    for j in range(na):
+        e = aside[j]
+        rank[j] = -(wp[np.searchsorted(wk, key[e])] * (1 << 32) + depth[e])
+    for j in np.argsort(rank, kind="mergesort"):
+        e = aside[j]
+        if k < n:
+            _drop(ist, fst, depth, e)
+            out[k] = e
+            k += 1
+        else:
+            _heap_put(ist, fst, depth, e)
+    return k
+
+
+# ----------------------------------------------------------------------------- policies
 @register("unicache")
-class UniCache(EvictionPolicy):
+class UniCache(ArrayPolicy):
     """UniCache: evict-first, session-reuse and structural-reuse queues, hit-efficiency weights."""
 
     structures: ClassVar[frozenset[str]] = frozenset({"block"})
     needs_trace: ClassVar[bool] = True
+    code = CODE
 
     def __init__(
         self,
@@ -206,275 +626,98 @@ class UniCache(EvictionPolicy):
         self.alg2 = alg2
         self.hit_count = hits
         self._task_queue = parse_tasks(tasks)
-        # per-trace state (prepare_trace)
-        self._req_queue: I64 = np.zeros(0, dtype=np.int64)
-        self._req_input: I64 = np.zeros(0, dtype=np.int64)
-        self._req_gap: F64 = np.zeros(0)
 
     # ------------------------------------------------------------------ set-up
-    def bind(self, view: EntryView) -> None:
-        super().bind(view)
-        n = view.num_entries
-        self.queue = np.full(n, -1, dtype=np.int64)  # queue of a cached entry, -1 if none
-        self.t_last = np.zeros(n, dtype=np.float64)
-        self.span = np.ones(n, dtype=np.float64)  # prompt blocks of the entry's request
-        self._token = np.full(n, -1, dtype=np.int64)  # live heap item of an evictable entry
-        self._order = np.zeros(n, dtype=np.int64)
-        self._next = 0
-        # per queue, a lazily invalidated min-heap: an entry's latest push is its live item
-        self._heaps: list[list[tuple[Any, int, int, int]]] = [[] for _ in QUEUES]
-        self._evictable = np.zeros(len(QUEUES), dtype=np.int64)
-        self.held = np.zeros(len(QUEUES), dtype=np.float64)
-        self.hits = np.zeros(len(QUEUES), dtype=np.float64)
-        self.alpha = np.ones(len(QUEUES), dtype=np.float64)
-        self.max_offset = 1  # the deepest structural block ever seen (offset=global)
-        # offset=cached: structural blocks cached per depth, and a max-heap of depths
-        self._depth_count = np.zeros(64, dtype=np.int64)
-        self._depth_listed = np.zeros(64, dtype=bool)
-        self._depths: list[int] = []
-        self._credit = np.zeros(len(QUEUES), dtype=np.float64)
-        self._since_update = 0
-        self._seen = -1  # requests up to here have had their gap counted
-        # online log-normal fit per session queue: count, sum of log gaps, sum of squares
-        self._gap_stats = np.zeros((len(QUEUES), 3), dtype=np.float64)
-        self.weight_history: list[tuple[int, list[float]]] = []
+    def init_state(self, num_entries: int) -> State:
+        ist, fst = new_state(num_entries, 1, (0, 0), (DCOUNT + 1 - IROWS, KP0 + 2 - FROWS))
+        for row in (QUEUE, HPOS, LHEAD, LTAIL):
+            ist[row] = -1
+            ist[SC, NEG_ROWS] |= 1 << row
+        ist[SC, MAXOFF] = 1  # the deepest structural block ever seen (offset=global)
+        ist[SC, SEEN] = -1  # requests up to here have had their gap counted
+        ist[SC, EVERY] = self.update_every
+        ist[SC, MINGAPS] = self.min_gaps
+        ist[SC, GIVEN] = self.fit == "given"
+        ist[SC, STAGE2] = self.stage2
+        ist[SC, OFFSET] = OFFSETS.index(self.offset)
+        ist[SC, PAPER] = self.alg2 == "paper"
+        ist[SC, WINDOW] = self.hit_count == "window"
+        ist[SC, NENT] = num_entries
+        ist[SC, BTOK] = max(int(self.view.size[0]), 1) if num_entries else 1
+        fst[FS, ALPHA0 : ALPHA0 + 4] = 1.0
+        fst[FS, TEMP], fst[FS, BETA], fst[FS, EPS] = self.temperature, self.beta, self.eps
+        models = (self.chat_mu, self.chat_sigma, self.agentic_mu, self.agentic_sigma)
+        fst[FS, MODEL0 : MODEL0 + 4] = models
+        return ist, fst
+
+    def _room(self, keys: I64) -> None:
+        pass  # nothing is indexed by key
+
+    def _stamp(self, n: int = 0) -> State:
+        ist, fst = super()._stamp(n)
+        ist[SC, BTOK] = max(int(self.view.size[0]), 1)  # the block cache's block tokens
+        return ist, fst
 
     def prepare_trace(self, trace: Any, clock: str) -> None:
         n = len(trace)
-        queues = np.empty(n, dtype=np.int64)
+        queues = np.empty(n, dtype=np.float64)
         for i, (task, session) in enumerate(zip(trace.task, trace.session_id, strict=True)):
             q = self._task_queue.get(task) if task is not None else None
             # unlabelled: a request of a session is chat-like, else templated-like
             queues[i] = q if q is not None else (CHAT if session is not None else STRUCT)
-        self._req_queue = queues
-        self._req_input = np.asarray(trace.input_length, dtype=np.int64)
-        self._req_gap = previous_turn_gaps(trace.session_id, trace.arrival_s)
         super().prepare_trace(trace, clock)
+        gaps = previous_turn_gaps(trace.session_id, trace.arrival_s)
+        inputs = np.asarray(trace.input_length, dtype=np.float64)
+        weights = np.full((len(WEIGHTED), n), np.nan)
+        self.aux = np.concatenate([np.stack([self._arrival, queues, inputs, gaps]), weights])
 
-    # ------------------------------------------------------------------ time, fit
-    def _request(self) -> int:
-        r = self.view.request_index
-        if not self._req_queue.shape[0]:
-            raise ConfigError(f"policy '{self.name}' needs the trace (run it through a runner)")
-        if r > self._seen:  # learn the gaps of newly seen requests, in order, once
-            for i in range(self._seen + 1, r + 1):
-                g = self._req_gap[i]
-                q = int(self._req_queue[i])
-                if q in (CHAT, AGENTIC) and g > 0:
-                    lg = math.log(g)
-                    self._gap_stats[q] += (1.0, lg, lg * lg)
-                self._since_update += 1
-                if self._since_update >= self.update_every:
-                    self._since_update = 0
-                    self.update_weights(i)
-            self._seen = r
-        return r
+    # ------------------------------------------------------------------ inspection
+    def _entries(self, st: int, row: int) -> Any:
+        return self.state[st][row, : self.view.num_entries]
+
+    @property
+    def queue(self) -> I64:
+        """Each entry's queue (-1: none)."""
+        return self._entries(0, QUEUE)  # type: ignore[no-any-return]
+
+    @property
+    def t_last(self) -> F64:
+        return self._entries(1, TLAST)  # type: ignore[no-any-return]
+
+    @property
+    def span(self) -> F64:
+        """Each entry's request's prompt length in blocks (offset=request)."""
+        return self._entries(1, SPAN)  # type: ignore[no-any-return]
+
+    def _per_queue(self, slot: int) -> F64:
+        return self.state[1][FS, slot : slot + len(QUEUES)]
+
+    # views into the state: writing them (tests set weights) changes the policy
+    held = property(lambda self: self._per_queue(HELD0), doc="blocks held per queue")
+    hits = property(lambda self: self._per_queue(HITS0), doc="hits per queue (the window's)")
+    alpha = property(lambda self: self._per_queue(ALPHA0), doc="each queue's weight")
+
+    @property
+    def max_offset(self) -> int:
+        """The deepest structural block ever seen."""
+        return int(self.state[0][SC, MAXOFF])
+
+    @property
+    def weight_history(self) -> list[tuple[int, list[float]]]:
+        """(request index, weights of chat, agentic, structural) after each update."""
+        if self.aux.shape[0] <= AUX_W0:
+            return []
+        w = self.aux[AUX_W0 : AUX_W0 + len(WEIGHTED)]
+        return [(int(at), w[:, at].tolist()) for at in np.flatnonzero(~np.isnan(w[0]))]
 
     def gap_params(self, q: int) -> tuple[float, float]:
         """(mu, sigma) of the queue's log-normal gap model now."""
-        given = (self.chat_mu, self.chat_sigma) if q == CHAT else (self.agentic_mu,
-                                                                   self.agentic_sigma)  # fmt: skip
-        n, s1, s2 = self._gap_stats[q]
-        if self.fit == "given" or n < self.min_gaps:
-            return given
-        mu = s1 / n
-        var = max(s2 / n - mu * mu, 0.0)
-        return mu, max(math.sqrt(var), 1e-6)
+        mu, sigma = _gap(*self.state, q)
+        return float(mu), float(sigma)
 
-    # ------------------------------------------------------------------ scores
     def local_priority(self, e: int, q: int, now: float) -> float:
         """``s`` of entry ``e`` in queue ``q`` (lower goes first)."""
-        if q == STRUCT:
-            return 1.0 - float(self.view.depth[e]) / self._offset_scale(e)
-        if q == EVICT:
-            return 0.0
-        mu, sigma = self.gap_params(q)
-        return 1.0 - float(lognormal_cdf(now - float(self.t_last[e]), mu, sigma))
-
-    def _offset_scale(self, e: int) -> float:
-        if self.offset == "global":
-            return float(self.max_offset)
-        if self.offset == "request":
-            return float(self.span[e])
-        listed, count = self._depths, self._depth_count
-        while listed and count[-listed[0]] == 0:
-            self._depth_listed[-heapq.heappop(listed)] = False
-        return float(max(-listed[0], 1)) if listed else 1.0
-
-    def _item(self, e: int, q: int, tok: int) -> tuple[Any, int, int, int]:
-        return (self._heap_key(e, q), int(self._order[e]), tok, e)
-
-    def _heap_key(self, e: int, q: int) -> Any:
-        # session queues: oldest last access first (s falls with idle time); the others:
-        # largest offset first
-        if q in (CHAT, AGENTIC):
-            return float(self.t_last[e])
-        if q == STRUCT and self.offset == "request":
-            return -float(self.view.depth[e]) / float(self.span[e])
-        return -int(self.view.depth[e])
-
-    # ------------------------------------------------------------------ hooks
-    def _assign(self, entries: I64, r: int) -> None:
-        base = int(self._req_queue[r])
-        v = self.view
-        q = np.full(entries.shape[0], base, dtype=np.int64)
-        if base in (EVICT, STRUCT):  # single-turn: decode blocks are never reused
-            decode = (v.depth[entries] + 1) * v.size[entries] > self._req_input[r]
-            q[decode] = EVICT
-        self._move(entries, q)
-        self.span[entries] = (
-            max(self._req_input[r] // int(v.size[entries[0]]), 1) if entries.shape[0] else 1
-        )
-        s = entries[q == STRUCT]
-        if s.shape[0]:
-            self.max_offset = max(self.max_offset, int(v.depth[s].max()))
-
-    def _move(self, entries: I64, q: I64) -> None:
-        """Set the queue of ``entries`` (-1: none), keeping the counts."""
-        old = self.queue[entries]
-        np.subtract.at(self.held, old[old >= 0], 1.0)
-        np.add.at(self.held, q[q >= 0], 1.0)
-        self.queue[entries] = q
-        if self.offset == "cached":
-            depth = self.view.depth
-            np.subtract.at(self._depth_count, depth[entries[old == STRUCT]], 1)
-            d = depth[entries[q == STRUCT]]
-            if d.shape[0]:
-                top = int(d.max())
-                if top >= self._depth_count.shape[0]:
-                    grow = max(self._depth_count.shape[0], top + 1 - self._depth_count.shape[0])
-                    self._depth_count = np.concatenate(
-                        [self._depth_count, np.zeros(grow, dtype=np.int64)]
-                    )
-                    self._depth_listed = np.concatenate(
-                        [self._depth_listed, np.zeros(grow, dtype=bool)]
-                    )
-                np.add.at(self._depth_count, d, 1)
-                for x in np.unique(d).tolist():
-                    if not self._depth_listed[x]:
-                        self._depth_listed[x] = True
-                        heapq.heappush(self._depths, -x)
-
-    def _drop(self, e: int) -> None:
-        """Entry ``e`` leaves the cache (evicted)."""
-        q = int(self.queue[e])
-        self._token[e] = -1
-        self._evictable[q] -= 1
-        self.held[q] -= 1.0
-        self.queue[e] = -1
-        if q == STRUCT and self.offset == "cached":
-            self._depth_count[int(self.view.depth[e])] -= 1
-
-    def on_insert(self, entries: I64) -> None:
-        r = self._request()
-        self._assign(entries, r)
-        self.t_last[entries] = self.now()
-
-    def on_access(self, entries: I64) -> None:
-        r = self._request()
-        q = self.queue[entries]
-        np.add.at(self.hits, q[q >= 0], 1.0)  # the queue the hit block was in earns it
-        free = self._unlist(entries)
-        self._assign(entries, r)
-        self.t_last[entries] = np.maximum(self.t_last[entries], self.now())
-        self._push(free)  # re-ranked in its (new) queue
-
-    def on_update(self, entries: I64) -> None:
-        pass  # a duplicate key promoted: same queue, same age
-
-    def on_evictable(self, entries: I64) -> None:
-        self._order[entries] = np.arange(self._next, self._next + entries.shape[0])
-        self._next += int(entries.shape[0])
-        self._push(entries)
-
-    def on_pinned(self, entries: I64) -> None:
-        self._unlist(entries)
-
-    def on_remove(self, entries: I64) -> None:
-        self._unlist(entries)
-        self._move(entries, np.full(entries.shape[0], -1, dtype=np.int64))
-
-    def _unlist(self, entries: I64) -> I64:
-        """Take entries out of the heaps (lazily); returns those that were evictable."""
-        live = entries[self._token[entries] >= 0]
-        np.subtract.at(self._evictable, self.queue[live], 1)
-        self._token[entries] = -1
-        return live
-
-    def _push(self, entries: I64) -> None:
-        for e in entries.tolist():
-            q = int(self.queue[e])
-            tok = self._next
-            self._next += 1
-            self._token[e] = tok
-            self._evictable[q] += 1
-            heapq.heappush(self._heaps[q], (self._heap_key(e, q), int(self._order[e]), tok, e))
-
-    # ------------------------------------------------------------------ eviction
-    def _head(self, q: int) -> int:
-        items = self._heaps[q]
-        while items:
-            _, _, tok, e = items[0]
-            if self._token[e] == tok:
-                return e
-            heapq.heappop(items)
-        return -1
-
-    def _take(self, e: int) -> None:
-        heapq.heappop(self._heaps[int(self.queue[e])])
-        self._drop(e)
-
-    def update_weights(self, at: int) -> None:
-        """Algorithm 2 over the weighted queues (at request ``at``); the hit window restarts."""
-        idx = list(WEIGHTED)
-        held = self.held[idx]
-        if self.alg2 == "paper":  # C_q: the share of the capacity the queue holds
-            held = held / max(self.view.num_entries, 1)
-        new = update_weights(self.alpha[idx], self.hits[idx], held, self.temperature,
-                             self.beta, self.eps, self.alg2)  # fmt: skip
-        self.alpha[idx] = new
-        self.weight_history.append((at, [float(a) for a in new]))
-        if self.hit_count == "window":
-            self.hits[:] = 0.0
-
-    def choose(self, now: float, skip: Any = None) -> int:
-        """The next victim (not yet taken), or -1: evict-first, then stage 2 (or the
-        proportional split without it). ``skip(e)`` hides heads (unicache-opt)."""
-        e = self._head(EVICT)
-        if e >= 0:
-            return e
-        best, best_g = -1, math.inf
-        if not self.stage2:
-            # only queues with a candidate left (unicache-opt sets needed blocks aside)
-            heads = {q: self._head(q) for q in WEIGHTED}
-            live = [q for q in WEIGHTED if heads[q] >= 0]
-            if not live:
-                return -1
-            total = float(sum(int(self._evictable[q]) for q in live))
-            for q in live:
-                self._credit[q] += self._evictable[q] / total
-            pick = max(live, key=lambda q: (self._credit[q], -q))
-            self._credit[pick] -= 1.0
-            return heads[pick]
-        for q in WEIGHTED:
-            h = self._head(q)
-            if h < 0:
-                continue
-            g = self.alpha[q] * self.local_priority(h, q, now)
-            if g < best_g:
-                best, best_g = h, g
-        return best
-
-    def evict(self, n: int) -> I64:
-        now = self.now()
-        out: list[int] = []
-        while len(out) < n:
-            e = self.choose(now)
-            if e < 0:
-                break
-            self._take(e)
-            out.append(e)
-        return np.array(out, dtype=np.int64)
+        return float(_local(*self.state, self.view.depth, e, q, float(now)))
 
     def params(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in (
@@ -492,35 +735,18 @@ class UniCacheOPT(UniCache):
 
     def bind(self, view: EntryView) -> None:
         super().bind(view)
-        self._next_use: dict[int, int] = {}
+        self._wk = np.zeros(0, dtype=np.int64)
+        self._wp = np.zeros(0, dtype=np.int64)
 
     def on_waiting(self, waiting_keys: Sequence[I64]) -> None:
-        self._next_use = waiting_positions(waiting_keys)
+        known = waiting_positions(waiting_keys)
+        keys = np.fromiter(known, dtype=np.int64, count=len(known))
+        order = np.argsort(keys)
+        self._wk = keys[order]
+        self._wp = np.fromiter(known.values(), dtype=np.int64, count=len(known))[order]
 
     def evict(self, n: int) -> I64:
-        now = self.now()
-        out: list[int] = []
-        aside: list[int] = []  # needed by a waiting request: kept while others can go
-        known = self._next_use
-        key = self.view.key
-        while len(out) < n:
-            e = self.choose(now)
-            if e < 0:
-                break
-            q = int(self.queue[e])
-            if int(key[e]) in known:
-                heapq.heappop(self._heaps[q])  # set aside, still evictable
-                aside.append(e)
-                continue
-            self._take(e)
-            out.append(e)
-        # the rest from the set-aside blocks, the one needed last first
-        aside.sort(key=lambda e: (-known[int(key[e])], -int(self.view.depth[e])))
-        for e in aside:
-            q = int(self.queue[e])
-            if len(out) < n:
-                self._drop(e)
-                out.append(e)
-            else:
-                heapq.heappush(self._heaps[q], self._item(e, q, int(self._token[e])))
-        return np.array(out, dtype=np.int64)
+        ist, fst = self._stamp()
+        out = np.empty(n, np.int64)
+        k = _evict_opt(ist, fst, self.view.depth, self.view.key, self._wk, self._wp, out)
+        return out[:k]

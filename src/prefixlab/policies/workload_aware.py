@@ -60,6 +60,7 @@ from prefixlab.policies._arrays import (
     EVICTABLE,
     FROWS,
     FS,
+    HIT_FREE,
     INSERT,
     IROWS,
     NEG_ROWS,
@@ -73,6 +74,8 @@ from prefixlab.policies._arrays import (
     State,
     new_state,
     set_free,
+    slist_insert,
+    slist_remove,
 )
 from prefixlab.policies.base import I64, register
 from prefixlab.workload.trace import BlockLayout
@@ -122,7 +125,7 @@ def fit_categories(
 
 
 # int rows (per entry, then per category) and float rows; scalar slots
-CAT, TOKEN, PREV, NEXT, HEAD, TAIL, COUNT = range(IROWS, IROWS + 7)
+CAT, TOKEN, PREV, NEXT, HEAD, TAIL, COUNT = range(IROWS, IROWS + 7)  # sorted lists: NEXT = PREV + 1
 TLAST, HELD, PROB, RATE, SHARE = range(FROWS, FROWS + 5)
 NEXT_TOKEN, NCATS, MODE = SLOT, SLOT + 1, SLOT + 2
 WINDOW = 0  # float scalar
@@ -141,17 +144,9 @@ def _unlist(ist: I64, e: int) -> bool:
     """Take e out of its category's list; True if it was there (evictable)."""
     if ist[TOKEN, e] < 0:
         return False
-    c, p, n = ist[CAT, e], ist[PREV, e], ist[NEXT, e]
-    if p >= 0:
-        ist[NEXT, p] = n
-    else:
-        ist[HEAD, c] = n
-    if n >= 0:
-        ist[PREV, n] = p
-    else:
-        ist[TAIL, c] = p
+    slist_remove(ist, PREV, HEAD, ist[CAT, e], e)
     ist[TOKEN, e] = -1
-    ist[COUNT, c] -= 1
+    ist[COUNT, ist[CAT, e]] -= 1
     set_free(ist, e, False)
     return True
 
@@ -159,24 +154,11 @@ def _unlist(ist: I64, e: int) -> bool:
 @jit()
 def _push(ist: I64, fst: F64, e: int) -> None:
     """List e in its category, after every entry touched earlier or at its time."""
-    c, t = ist[CAT, e], fst[TLAST, e]
     ist[TOKEN, e] = ist[SC, NEXT_TOKEN]
     ist[SC, NEXT_TOKEN] += 1
-    ist[COUNT, c] += 1
+    ist[COUNT, ist[CAT, e]] += 1
     set_free(ist, e, True)
-    p = ist[TAIL, c]
-    while p >= 0 and fst[TLAST, p] > t:
-        p = ist[PREV, p]
-    n = ist[NEXT, p] if p >= 0 else ist[HEAD, c]
-    ist[PREV, e], ist[NEXT, e] = p, n
-    if p >= 0:
-        ist[NEXT, p] = e
-    else:
-        ist[HEAD, c] = e
-    if n >= 0:
-        ist[PREV, n] = e
-    else:
-        ist[TAIL, c] = e
+    slist_insert(ist, fst, TLAST, TOKEN, PREV, HEAD, ist[CAT, e], e)
 
 
 @jit()
@@ -228,6 +210,9 @@ def wa_hook(ist: I64, fst: F64, h: int, x: int, depth: I64, aux: F64) -> int:
         _touch(ist, fst, x, aux)
         if free:
             _push(ist, fst, x)
+    elif h == HIT_FREE:  # pinned by the hit: off its list
+        _unlist(ist, x)
+        _touch(ist, fst, x, aux)
     elif h == EVICTABLE:
         _push(ist, fst, x)
     elif h == PINNED:

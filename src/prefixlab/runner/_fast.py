@@ -35,9 +35,9 @@ from prefixlab.policies._dispatch import (
     ACCESS,
     EVICT,
     EVICTABLE,
+    HIT_FREE,
     INSERT,
     MISS,
-    PINNED,
     UPDATE,
     hook,
     miss_begin,
@@ -76,13 +76,13 @@ _MRU_KEY = (("last_access", -1), ("depth", -1))
 def policy_family(pol: EvictionPolicy) -> str | None:
     """Which compiled hooks run a policy: ``"keyed"`` (any keyed policy, built-in or not,
     whose hooks are KeyedPolicy's own: its behaviour is its sort key), ``"sieve"``,
-    ``"array"`` (ARC, S3-FIFO, LeCaR, LPC, WA), a queue policy's name (``"vllm"``, ``"lru"``,
-    ``"fifo"``), or None: the generic path only (a subclass may have changed a hook)."""
+    ``"array"`` (ARC, S3-FIFO, LeCaR, LPC, WA, UniCache), a queue policy's name (``"vllm"``,
+    ``"lru"``, ``"fifo"``), or None: the generic path only (a subclass may have changed a hook)."""
     cls = type(pol)
     if isinstance(pol, KeyedPolicy):
         return "keyed" if is_plain_keyed(pol) else None
-    if cls is not registered().get(pol.name):
-        return None
+    if cls is not registered().get(pol.name) or pol.uses_lookahead:
+        return None  # a subclass, or a policy reading the engine's waiting queue
     if cls is Sieve:
         return "sieve"
     if isinstance(pol, ArrayPolicy):
@@ -291,8 +291,9 @@ def _kernel(
                 sq_push(qb, qs, stamp, qstate, b)
             elif sieve:
                 sieve_access(flag, b)
-            elif array:
-                hook(acode, ist, fst, ACCESS, b, -1, bkey, depth, rng, aux)
+            elif array:  # a hit; on an evictable block it pins it too
+                hook(acode, ist, fst, HIT_FREE if ref[b] == 0 else ACCESS, b, -1, bkey, depth,
+                     rng, aux)  # fmt: skip
             if ref[b] == 0:  # it leaves the evictable pool
                 if policy == VLLM:  # touch takes it out of the free queue
                     stamp[b] = -1
@@ -300,8 +301,6 @@ def _kernel(
                 # pinned block drops it, its release re-keys it (one heap step, not two)
                 elif sieve:
                     sieve_pinned(flag, sst, b)
-                elif array:
-                    hook(acode, ist, fst, PINNED, b, -1, bkey, depth, rng, aux)
                 elif lists:
                     _l_unlink(bl, bht, b)
                 cached_free -= 1
@@ -462,13 +461,16 @@ def replay_fast(
         occ_start = getattr(policy, "occ_start", occ_start)
         occ_req = getattr(policy, "occ_req", occ_req)
         nu_pos = getattr(policy, "next_use_pos", nu_pos)
-    # Array-state policies (ARC, S3-FIFO, LeCaR) bring their state and generator; the
-    # others get a one-entry placeholder (the kernel's argument types never change).
+    # Array-state policies (ARC, S3-FIFO, LeCaR, LPC, WA, UniCache) bring their state and
+    # generator; the others get a one-entry placeholder (the kernel's argument types never
+    # change).
     acode, st, rng = -1, new_state(1, 1, (1, 1)), np.random.default_rng(0)
     aux = np.zeros((1, 0))
     if code == ARRAY:
         assert isinstance(policy, ArrayPolicy)
-        policy.bind(EntryView(capacity))
+        view = EntryView(capacity)
+        view.size[:] = block_tokens  # every block holds block_tokens (UniCache reads it)
+        policy.bind(view)
         policy.state = grow_state(policy.state, capacity, max(num_keys, 1))
         acode, st, rng, aux = policy.code, policy.state, policy.rng, policy.aux
     n = int(key_offsets.shape[0]) - 1

@@ -37,16 +37,20 @@ F64 = npt.NDArray[np.float64]
 GAP_PRESETS = {"chat": (4.15, 0.971), "agentic": (1.81, 1.092)}
 
 
+def lognormal_cdf_scalar(x: float, mu: float, sigma: float) -> float:
+    """:func:`lognormal_cdf` of one number (UniCache compiles it into its hooks)."""
+    if x <= 0.0:
+        return 0.0
+    if sigma <= 0:
+        return 1.0 if x >= math.exp(mu) else 0.0
+    return 0.5 * (1.0 + math.erf((math.log(x) - mu) / (sigma * math.sqrt(2.0))))
+
+
 def lognormal_cdf(x: Any, mu: float, sigma: float) -> Any:
     """P(gap <= x) for a log-normal gap: a float for a float (the policies' hot path), an
     array for an array; 0 for x <= 0, and a step at exp(mu) when sigma is 0."""
     if np.ndim(x) == 0:
-        xf = float(x)
-        if xf <= 0.0:
-            return 0.0
-        if sigma <= 0:
-            return 1.0 if xf >= math.exp(mu) else 0.0
-        return 0.5 * (1.0 + math.erf((math.log(xf) - mu) / (sigma * math.sqrt(2.0))))
+        return lognormal_cdf_scalar(float(x), mu, sigma)
     arr = np.asarray(x, dtype=np.float64)
     if sigma <= 0:
         return (arr >= math.exp(mu)).astype(np.float64)
