@@ -232,7 +232,7 @@ def _kernel(
                 f2[FS, NOW] = P[28][0, r]
         # ---- match (stamping, splitting)
         i, npath = _walk(keys, k0, nl, parent, estart, elen, ref, nchild, evictable, tp, tk,
-                         tv, free_ids, path, lowers, uppers, st, code, P)  # fmt: skip
+                         tv, free_ids, path, lowers, uppers, st, code, P, 0, 0)  # fmt: skip
         hit_blocks[r] = i
         hit_tokens[r] = lookup_end[r] if i == nl else i * block_tokens
         # ---- acquire: lock the path, reserve pages for the rest
@@ -264,7 +264,7 @@ def _kernel(
         reserved = need
         # ---- commit: insert every keyed page of the request
         i, npath = _walk(keys, k0, nk, parent, estart, elen, ref, nchild, evictable, tp, tk,
-                         tv, free_ids, path, lowers, uppers, st, code, P)  # fmt: skip
+                         tv, free_ids, path, lowers, uppers, st, code, P, i, npath)  # fmt: skip
         node = path[npath - 1] if npath else ROOT
         for j in range(npath):
             _pol(code, H_ACCESS, path[j], 0, P)
@@ -354,11 +354,19 @@ def _new_node(par: int, es: int, el: int, keys: Any, parent: Any, estart: Any, e
 @jit()
 def _walk(keys: Any, k0: int, n: int, parent: Any, estart: Any, elen: Any, ref: Any,
           nchild: Any, evictable: Any, tp: Any, tk: Any, tv: Any, free_ids: Any, path: Any,
-          lowers: Any, uppers: Any, st: Any, code: int, P: Any) -> tuple[int, int]:  # fmt: skip
+          lowers: Any, uppers: Any, st: Any, code: int, P: Any, i: int,
+          npath: int) -> tuple[int, int]:  # fmt: skip
     """Longest matched prefix of keys[k0:k0 + n] (pages) and its node path, splitting the
-    edge where the match ends inside it; stamps as RadixCache._walk does."""
+    edge where the match ends inside it; stamps as RadixCache._walk does.
+
+    The walk starts after ``path[:npath]``, which matched the first i pages (0, 0: from
+    the root). The commit walk resumes the match walk so: the matched path is locked, so
+    between the two nothing on it changed, and a walk from the root would pass it again
+    without a split and end where the match did (a node boundary, the match having split
+    there)."""
     la, nhits, created, nkey = P[11], P[12], P[14], P[16]
-    node, i, npath, nsplit = ROOT, 0, 0, 0
+    node = path[npath - 1] if npath else ROOT
+    nsplit = 0
     while i < n:
         s = _slot(tp, tk, tv, node, keys[k0 + i])
         child = tv[s]
