@@ -96,8 +96,9 @@ def _common(a: I64, b: I64) -> int:
     n = min(a.shape[0], b.shape[0])
     if n == 0:
         return 0
-    diff = np.flatnonzero(a[:n] != b[:n])
-    return int(diff[0]) if diff.shape[0] else n
+    differ = a[:n] != b[:n]
+    i = int(differ.argmax())  # the first difference, or 0 when there is none
+    return i if differ[i] else n
 
 
 class HybridCache:
@@ -412,12 +413,13 @@ class HybridCache:
         parent = child.parent
         assert parent is not None
         # no eviction runs while a request inserts, so the new node needs no lock
-        upper = Node(self._next_id, parent, child.start, child.tokens[:m].copy(),
+        # both parts view the edge's own array (never written in place)
+        upper = Node(self._next_id, parent, child.start, child.tokens[:m],
                      last_access=self.clock)  # fmt: skip
         self._next_id += 1
         parent.children[int(upper.tokens[0])] = upper
         self.nodes[upper.id] = upper
-        child.tokens = child.tokens[m:].copy()
+        child.tokens = child.tokens[m:]
         child.start += m  # its end stays
         child.parent = upper
         upper.children[int(child.tokens[0])] = child
