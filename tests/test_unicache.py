@@ -461,6 +461,20 @@ def test_offset_cached_shrinks_with_the_deepest_cached_block() -> None:
     assert pol.max_offset == 3  # the global reading keeps 3
 
 
+def test_offset_cached_counts_blocks_deeper_than_the_state() -> None:
+    """A driver may place blocks deeper than the state's width (a runner cannot: a request
+    holds all its blocks): the per-depth counts grow. Two structural blocks at offsets 10
+    and 150 of a 400-token prompt: the deeper goes first (s = 0), then the other (the
+    deepest cached is now 10: s = 0 again)."""
+    pol = UniCache(offset="cached")
+    d = Drive(pol, [row(0.0, "programming", n_in=400)], num_entries=4)
+    d.store(0, [0, 1], depths=[10, 150])
+    assert pol.local_priority(1, STRUCT, 0.0) == 0.0
+    assert d.evict(1) == [1]
+    assert pol.local_priority(0, STRUCT, 0.0) == 0.0
+    assert d.evict(2) == [0]
+
+
 def test_stage2_off_splits_victims_in_proportion() -> None:
     """stage2=false: the evict queue still goes first (entry 6, no credit used); then each
     call adds held_q / total to each non-empty queue's credit and the largest credit (ties to

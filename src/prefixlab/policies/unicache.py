@@ -97,6 +97,7 @@ from prefixlab.policies._arrays import (
     set_free,
     slist_insert,
     slist_remove,
+    widen,
 )
 from prefixlab.policies.base import I64, EntryView, register
 from prefixlab.policies.opt_online import waiting_positions
@@ -174,7 +175,13 @@ _lncdf = jit(inline=True)(lognormal_cdf_scalar)
 
 @jit(inline=True)
 def _pow(x: float, y: float) -> float:
-    """``x ** y`` as numpy's array power computes it (its exact cases for y = 0, 1, 2, 0.5, -1)."""
+    """``x ** y``: the C library's ``pow``, with numpy's exact cases for y = 0, 1, 2, 0.5, -1.
+
+    The same bits compiled and interpreted, on any CPU. (numpy's array power uses SIMD code
+    on AVX-512 machines, which differs from ``pow`` in the last bit for about one result in
+    twenty: the Python implementation before this one gave weights that depended on the CPU,
+    and differ from these in the last bit in a few updates; victims were the same in every
+    test and comparison.)"""
     if y == 2.0:
         return x * x
     if y == 1.0:
@@ -245,6 +252,7 @@ def update_weights(
     order: str = "paper",
 ) -> F64:
     """One step of Algorithm 2 over the queues that hold blocks (the others keep theirs).
+    Sums run left to right (numpy's pairwise sums agree below eight queues).
 
     ``order="paper"`` is Algorithm 2 as printed: ``E_q = H_q / (C_q + eps)``,
     ``E_bar = mean(E) + eps`` (line 12), ``E^_q = (E_q / E_bar) ^ (1 / T)`` (line 15),
@@ -652,6 +660,22 @@ class UniCache(ArrayPolicy):
 
     def _room(self, keys: I64) -> None:
         pass  # nothing is indexed by key
+
+    def _deep(self, entries: I64) -> None:
+        """Room for the structural blocks' counts per depth (offset=cached): under a runner a
+        request holds all its blocks at once, so depths stay below the capacity; a driver
+        may place blocks deeper."""
+        d = int(self.view.depth[entries].max()) + 1 if entries.shape[0] else 0
+        if d > self.state[0].shape[1]:
+            self.state = widen(*self.state, 2 * d)
+
+    def on_insert(self, entries: I64) -> None:
+        self._deep(entries)
+        super().on_insert(entries)
+
+    def on_access(self, entries: I64) -> None:
+        self._deep(entries)
+        super().on_access(entries)
 
     def _stamp(self, n: int = 0) -> State:
         ist, fst = super()._stamp(n)
