@@ -56,15 +56,19 @@ class _Lazy:
         return self.target(*args, **kwargs)
 
 
-def jit(*, inline: bool = False) -> Callable[[F], F]:
+def jit(*, inline: bool = False, nrt: bool = True) -> Callable[[F], F]:
     """Decorator: compile ``fn`` with numba (``cache=True``) on first use of any kernel.
 
-    ``inline=True`` inlines it into compiled callers (small hot helpers)."""
+    ``inline=True`` inlines it into compiled callers (small hot helpers). ``nrt=False``
+    compiles it without numba's reference counting, for functions that allocate nothing
+    (every array they see is their caller's): a call then costs no atomic increments and
+    decrements of its array arguments, which dominated the array policies' hooks."""
 
     def wrap(fn: F) -> F:
+        options = {"inline": inline, "nrt": nrt}
         if _done:
-            return _compile_one(fn, {"inline": inline})  # type: ignore[return-value]
-        lazy = _Lazy(fn, {"inline": inline})
+            return _compile_one(fn, options)  # type: ignore[return-value]
+        lazy = _Lazy(fn, options)
         _PENDING.append(lazy)
         return lazy  # type: ignore[return-value]
 
@@ -78,6 +82,10 @@ def _compile_one(fn: Callable[..., Any], options: dict[str, Any]) -> Callable[..
 
     if options.get("inline"):
         return njit(cache=True, inline="always")(fn)
+    if not options.get("nrt", True):
+        flags: dict[str, Any] = {"cache": True, "_nrt": False}  # numba's own name for it
+        compiled: Callable[..., Any] = njit(**flags)(fn)
+        return compiled
     return njit(cache=True)(fn)
 
 

@@ -112,7 +112,7 @@ def grow_state(st: State, num_entries: int, num_keys: int) -> State:
 
 
 # ----------------------------------------------------------------------------- lazy heaps
-@jit()
+@jit(nrt=False)
 def heap_push(ist: I64, h: int, a: int, b: int, e: int) -> None:
     """Push item (a, b, e) on lazy heap h (ordered by a, then b)."""
     ra, rb, re = HEAP0 + 3 * h, HEAP0 + 3 * h + 1, HEAP0 + 3 * h + 2
@@ -130,7 +130,7 @@ def heap_push(ist: I64, h: int, a: int, b: int, e: int) -> None:
     ist[ra, i], ist[rb, i], ist[re, i] = a, b, e
 
 
-@jit()
+@jit(nrt=False)
 def _sift_down(ist: I64, h: int, i: int, n: int) -> None:
     ra, rb, re = HEAP0 + 3 * h, HEAP0 + 3 * h + 1, HEAP0 + 3 * h + 2
     a, b, e = ist[ra, i], ist[rb, i], ist[re, i]
@@ -150,7 +150,7 @@ def _sift_down(ist: I64, h: int, i: int, n: int) -> None:
     ist[ra, i], ist[rb, i], ist[re, i] = a, b, e
 
 
-@jit()
+@jit(nrt=False)
 def heap_drop_top(ist: I64, h: int) -> None:
     """Remove lazy heap h's top item."""
     n = ist[SC, HN0 + h] - 1
@@ -161,7 +161,7 @@ def heap_drop_top(ist: I64, h: int) -> None:
         _sift_down(ist, h, 0, n)
 
 
-@jit()
+@jit(nrt=False)
 def _heap_compact(ist: I64, h: int) -> int:
     """Keep only live items (an item is live while its entry's key fields still equal
     it: queue heaps check membership and position, LeCaR's LFU heap its stamp), then
@@ -194,7 +194,7 @@ def _heap_compact(ist: I64, h: int) -> int:
 # ``kp`` (keys stored by position, so siblings share a cache line); the size in
 # ``I[SC, sn]``; each entry's position in int row ``hpos`` (-1: not in it). The lowest
 # (rank, tie) is on top.
-@jit()
+@jit(nrt=False)
 def iheap_sift_down(ist: I64, fst: F64, kp: int, he: int, hpos: int, sn: int, i: int) -> None:
     """Move position i's item down to its place (its subtrees are heaps)."""
     n = ist[SC, sn]
@@ -218,7 +218,7 @@ def iheap_sift_down(ist: I64, fst: F64, kp: int, he: int, hpos: int, sn: int, i:
     ist[hpos, e] = i
 
 
-@jit()
+@jit(nrt=False)
 def iheap_sift(ist: I64, fst: F64, kp: int, he: int, hpos: int, sn: int, i: int) -> None:
     """Restore heap order around position i (up, then down)."""
     ko = he + 1
@@ -239,7 +239,7 @@ def iheap_sift(ist: I64, fst: F64, kp: int, he: int, hpos: int, sn: int, i: int)
         ist[hpos, e] = i
 
 
-@jit()
+@jit(nrt=False)
 def iheap_set(
     ist: I64, fst: F64, kp: int, he: int, hpos: int, sn: int, e: int, rank: float, tie: int
 ) -> None:
@@ -253,7 +253,7 @@ def iheap_set(
     iheap_sift(ist, fst, kp, he, hpos, sn, i)
 
 
-@jit()
+@jit(nrt=False)
 def iheap_remove(ist: I64, fst: F64, kp: int, he: int, hpos: int, sn: int, e: int) -> None:
     """Take e out of the heap (no-op if it is not in it)."""
     i = ist[hpos, e]
@@ -274,7 +274,7 @@ def iheap_remove(ist: I64, fst: F64, kp: int, he: int, hpos: int, sn: int, e: in
 # int row ``kt``), both by entry; list c's head and tail are ``I[hd, c]`` and
 # ``I[hd + 1, c]``. An insertion walks from the tail: O(1) when ranks arrive in order (times
 # under replay).
-@jit()
+@jit(nrt=False)
 def slist_insert(ist: I64, fst: F64, kr: int, kt: int, prv: int, hd: int, c: int, e: int) -> None:
     """Link e into list c after every entry ranked below it."""
     rank, tie = fst[kr, e], ist[kt, e]
@@ -293,7 +293,7 @@ def slist_insert(ist: I64, fst: F64, kr: int, kt: int, prv: int, hd: int, c: int
         ist[hd + 1, c] = e
 
 
-@jit()
+@jit(nrt=False)
 def slist_remove(ist: I64, prv: int, hd: int, c: int, e: int) -> None:
     """Unlink e (a member) from list c."""
     p, n = ist[prv, e], ist[prv + 1, e]
@@ -308,7 +308,7 @@ def slist_remove(ist: I64, prv: int, hd: int, c: int, e: int) -> None:
 
 
 # ----------------------------------------------------------------------------- queues
-@jit()
+@jit(nrt=False)
 def _ring_push(ist: I64, q: int, p: int, e: int) -> None:
     """Append item (p, e) to queue q's ring, compacting it to its live items when full."""
     rp, re, h = RING0 + 2 * q, RING0 + 2 * q + 1, RHEAD0 + 2 * q
@@ -325,7 +325,7 @@ def _ring_push(ist: I64, q: int, p: int, e: int) -> None:
     ist[SC, h + 1] = t + 1
 
 
-@jit()
+@jit(nrt=False)
 def fq_append(ist: I64, q: int, e: int) -> None:
     """Put e at the back of queue q (moving it there if it is a member)."""
     if ist[MEMBER, e] != q + 1:
@@ -341,7 +341,7 @@ def fq_append(ist: I64, q: int, e: int) -> None:
         ist[MISSING, e] = 1
 
 
-@jit()
+@jit(nrt=False)
 def fq_discard(ist: I64, q: int, e: int) -> None:
     """Take e out of queue q (no-op if it is not a member); its items go stale."""
     if ist[MEMBER, e] == q + 1:
@@ -350,7 +350,7 @@ def fq_discard(ist: I64, q: int, e: int) -> None:
         ist[SC, LEN0 + q] -= 1
 
 
-@jit()
+@jit(nrt=False)
 def fq_oldest_free(ist: I64, q: int) -> int:
     """Queue q's oldest evictable member, or -1 (drops stale and pinned items in front)."""
     rp, re, h = RING0 + 2 * q, RING0 + 2 * q + 1, RHEAD0 + 2 * q
@@ -381,7 +381,7 @@ def fq_oldest_free(ist: I64, q: int) -> int:
     return int(heap)
 
 
-@jit()
+@jit(nrt=False)
 def set_free(ist: I64, e: int, free: bool) -> None:
     """e became evictable (True) or pinned (False)."""
     if free == (ist[FREE, e] != 0):
@@ -395,12 +395,12 @@ def set_free(ist: I64, e: int, free: bool) -> None:
 
 
 # ----------------------------------------------------------------------------- ghosts
-@jit()
+@jit(nrt=False)
 def ghost_contains(ist: I64, g: int, key: int) -> bool:
     return bool(ist[GSEQ0 + g, key] >= 0)
 
 
-@jit()
+@jit(nrt=False)
 def ghost_len(ist: I64, g: int) -> int:
     return int(ist[SC, GHEAD0 + 4 * g + 2])
 
@@ -415,7 +415,7 @@ def ghost_pop(ist: I64, fst: F64, g: int, key: int) -> float:
     return float(fst[GWHEN0 + g, key])
 
 
-@jit()
+@jit(nrt=False)
 def ghost_trim(ist: I64, g: int, limit: int) -> None:
     """Drop the oldest keys until at most ``limit`` remain."""
     s, rk, rs = GHEAD0 + 4 * g, GRING0 + 2 * g, GRING0 + 2 * g + 1
@@ -429,7 +429,7 @@ def ghost_trim(ist: I64, g: int, limit: int) -> None:
             ist[SC, s + 2] -= 1
 
 
-@jit()
+@jit(nrt=False)
 def ghost_add(ist: I64, fst: F64, g: int, key: int, when: float) -> None:
     """Add key at the back (moving it there if present), then trim to the list's limit."""
     s, rk, rs = GHEAD0 + 4 * g, GRING0 + 2 * g, GRING0 + 2 * g + 1

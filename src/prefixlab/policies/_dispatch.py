@@ -61,7 +61,7 @@ def reserve(code: int, ist: I64, fst: Any, n: int) -> tuple[I64, Any]:
     return ist, fst
 
 
-@jit(inline=True)
+@jit(nrt=False)
 def hook(
     code: int, ist: I64, fst: Any, h: int, x: int, y: int, key: I64, depth: I64, rng: Any,
     aux: Any,

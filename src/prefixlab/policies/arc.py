@@ -44,7 +44,7 @@ C, MISS_IN_B2, NO_GHOST, BATCH = (SLOT + i for i in range(4))
 TO_T2, ANNOUNCED = K0, K1
 
 
-@jit()
+@jit(nrt=False)
 def _make_directory_room(ist: I64) -> None:
     """Case IV of the paper: a page in no list keeps |L1| <= c and |L1|+|L2| <= 2c."""
     c = ist[SC, C]
@@ -58,7 +58,7 @@ def _make_directory_room(ist: I64) -> None:
         ghost_trim(ist, 1, ghost_len(ist, 1) - 1)
 
 
-@jit()
+@jit(nrt=False)
 def _adapt(ist: I64, fst: F64, key: int) -> bool:
     """Adapt p if ``key`` is a ghost; True when it goes to T2."""
     b1, b2 = ghost_len(ist, 0), ghost_len(ist, 1)
@@ -74,14 +74,14 @@ def _adapt(ist: I64, fst: F64, key: int) -> bool:
     return False
 
 
-@jit()
+@jit(nrt=False)
 def arc_miss_begin(ist: I64) -> None:
     """A request's missed keys follow: ARC adapts p before REPLACE picks its victims."""
     ist[SC, MISS_IN_B2] = 0
     ist[SC, BATCH] += 1
 
 
-@jit()
+@jit(nrt=False)
 def arc_miss(ist: I64, fst: F64, key: int) -> None:
     ist[ANNOUNCED, key] = ist[SC, BATCH]
     if _adapt(ist, fst, key):
@@ -90,7 +90,7 @@ def arc_miss(ist: I64, fst: F64, key: int) -> None:
         _make_directory_room(ist)
 
 
-@jit()
+@jit(nrt=False)
 def arc_insert(ist: I64, fst: F64, e: int, key: int) -> None:
     if ist[TO_T2, key]:
         ist[TO_T2, key] = 0
@@ -108,20 +108,20 @@ def arc_insert(ist: I64, fst: F64, e: int, key: int) -> None:
         fq_append(ist, 0, e)
 
 
-@jit()
+@jit(nrt=False)
 def arc_access(ist: I64, e: int) -> None:
     fq_discard(ist, 0, e)
     fq_append(ist, 1, e)
 
 
-@jit()
+@jit(nrt=False)
 def arc_remove(ist: I64, e: int) -> None:
     set_free(ist, e, False)
     fq_discard(ist, 0, e)
     fq_discard(ist, 1, e)
 
 
-@jit()
+@jit(nrt=False)
 def arc_pop(ist: I64, fst: F64, key: I64) -> int:
     if ist[SC, NFREE] == 0:
         return -1

@@ -54,7 +54,7 @@ DISCOUNT, W_LRU, RATE = 0, 1, 2
 LFU = 2  # lazy heap 2: (hits, stamp) items of tracked entries
 
 
-@jit()
+@jit(nrt=False)
 def _lfu_push(ist: I64, e: int) -> None:
     """Give e a live LFU item if it is free, else mark it so that freeing it does."""
     if ist[FREE, e]:
@@ -64,7 +64,7 @@ def _lfu_push(ist: I64, e: int) -> None:
         ist[DROPPED, e] = 1
 
 
-@jit()
+@jit(nrt=False)
 def _lfu_victim(ist: I64) -> int:
     """Fewest hits, then oldest stamp, among free entries. Stale items and pinned
     entries' items are dropped (freeing a pinned entry pushes it back)."""
@@ -79,7 +79,7 @@ def _lfu_victim(ist: I64) -> int:
     return -1
 
 
-@jit()
+@jit(nrt=False)
 def _touch(ist: I64, e: int) -> None:
     ist[SC, TIME] += 1
     ist[STAMP, e] = ist[SC, TIME]
@@ -87,7 +87,7 @@ def _touch(ist: I64, e: int) -> None:
     _lfu_push(ist, e)
 
 
-@jit()
+@jit(nrt=False)
 def lecar_regret(ist: I64, fst: Any, key: int) -> None:
     """A miss on a key in an expert's history is regret for that expert."""
     for g in range(2):
@@ -102,28 +102,28 @@ def lecar_regret(ist: I64, fst: Any, key: int) -> None:
             fst[FS, W_LRU] = w_lru / (w_lru + w_lfu)
 
 
-@jit()
+@jit(nrt=False)
 def lecar_insert(ist: I64, fst: Any, e: int, key: int) -> None:
     lecar_regret(ist, fst, key)  # a no-op when on_miss already charged it
     ist[FREQ, e] = 1
     _touch(ist, e)
 
 
-@jit()
+@jit(nrt=False)
 def lecar_access(ist: I64, e: int) -> None:
     if ist[FREQ, e] > 0:
         ist[FREQ, e] += 1
         _touch(ist, e)
 
 
-@jit()
+@jit(nrt=False)
 def lecar_set_free(ist: I64, e: int, free: bool) -> None:
     set_free(ist, e, free)
     if free and ist[FREQ, e] > 0 and ist[DROPPED, e]:
         _lfu_push(ist, e)
 
 
-@jit()
+@jit(nrt=False)
 def lecar_remove(ist: I64, e: int) -> None:
     set_free(ist, e, False)
     fq_discard(ist, 0, e)

@@ -132,7 +132,7 @@ def _rank(p: float, t: float, scale: float) -> float:
 
 
 # ----------------------------------------------------------------------------- heap
-@jit()
+@jit(nrt=False)
 def _rerank(ist: I64, fst: F64, e: int) -> None:
     """Rank e by its decayed probability now (inserting it in the heap if absent)."""
     rank = _decayed(fst[P, e], fst[FS, NOW] - fst[T, e], fst[FS, SCALE])
@@ -150,7 +150,7 @@ def _slot(e: int, conv: int, width: int) -> int:
     return int((e * 1_000_003 + (conv + 2) * 998_244_353) % width)
 
 
-@jit()
+@jit(nrt=False)
 def _find(ist: I64, e: int, conv: int) -> int:
     """The record of (e, conv), or -1."""
     w = ist.shape[1]
@@ -164,7 +164,7 @@ def _find(ist: I64, e: int, conv: int) -> int:
         s = s + 1 if s + 1 < w else 0
 
 
-@jit()
+@jit(nrt=False)
 def _table_add(ist: I64, x: int) -> None:
     w = ist.shape[1]
     s = _slot(ist[RENTRY, x], ist[RCONV, x], w)
@@ -173,7 +173,7 @@ def _table_add(ist: I64, x: int) -> None:
     ist[TABLE, s] = x
 
 
-@jit()
+@jit(nrt=False)
 def _table_drop(ist: I64, x: int) -> None:
     """Remove record x from the table (backward-shift deletion keeps probes unbroken)."""
     w = ist.shape[1]
@@ -214,7 +214,7 @@ def lpc_reserve(ist: I64, fst: F64, n: int) -> tuple[I64, F64]:
     return i2, f2
 
 
-@jit()
+@jit(nrt=False)
 def _record(ist: I64, fst: F64, e: int, conv: int, p: float, t: float) -> int:
     """Append a (conversation, p, t) record to e's list; returns it."""
     r = ist[SC, FREE_HEAD]
@@ -243,7 +243,7 @@ def _record(ist: I64, fst: F64, e: int, conv: int, p: float, t: float) -> int:
     return int(r)
 
 
-@jit()
+@jit(nrt=False)
 def _forget(ist: I64, e: int) -> None:
     """Free e's records."""
     r = ist[HEAD, e]
@@ -273,7 +273,7 @@ def _above(ist: I64, fst: F64, x: int, y: int, scale: float) -> bool:
 
 
 # ----------------------------------------------------------------------------- hooks
-@jit()
+@jit(nrt=False)
 def _access(ist: I64, fst: F64, e: int, aux: F64) -> None:
     r = ist[SC, REQ]
     q, now, c = aux[AUX_PROB, r], fst[FS, NOW], int(aux[AUX_CONV, r])
@@ -363,7 +363,7 @@ def lpc_hook(ist: I64, fst: F64, h: int, x: int, y: int, aux: F64) -> int:
     return 0
 
 
-@jit()
+@jit(nrt=False)
 def _pop(ist: I64, fst: F64) -> int:
     now = fst[FS, NOW]
     if now - fst[FS, LAST_UPDATE] >= fst[FS, INTERVAL]:  # new ranks for every evictable

@@ -40,7 +40,7 @@ FREQ, HAS_FREQ = P0, P1  # entry rows
 SMALL_TARGET, THRESHOLD = SLOT, SLOT + 1  # scalar slots
 
 
-@jit()
+@jit(nrt=False)
 def s3fifo_insert(ist: I64, fst: Any, e: int, key: int) -> None:
     ist[FREQ, e] = 0
     ist[HAS_FREQ, e] = 1
@@ -51,13 +51,13 @@ def s3fifo_insert(ist: I64, fst: Any, e: int, key: int) -> None:
         fq_append(ist, 0, e)
 
 
-@jit()
+@jit(nrt=False)
 def s3fifo_access(ist: I64, e: int) -> None:
     if ist[HAS_FREQ, e]:
         ist[FREQ, e] = min(ist[FREQ, e] + 1, 3)
 
 
-@jit()
+@jit(nrt=False)
 def s3fifo_remove(ist: I64, e: int) -> None:
     set_free(ist, e, False)
     fq_discard(ist, 0, e)
@@ -65,7 +65,7 @@ def s3fifo_remove(ist: I64, e: int) -> None:
     ist[HAS_FREQ, e] = 0
 
 
-@jit()
+@jit(nrt=False)
 def _evict_small(ist: I64, fst: Any, key: I64) -> int:
     e = fq_oldest_free(ist, 0)
     while e >= 0:
@@ -80,7 +80,7 @@ def _evict_small(ist: I64, fst: Any, key: I64) -> int:
     return -1
 
 
-@jit()
+@jit(nrt=False)
 def _evict_main(ist: I64) -> int:
     # Every pass over a free entry decrements its counter (<= 3), so this terminates.
     e = fq_oldest_free(ist, 1)
@@ -95,7 +95,7 @@ def _evict_main(ist: I64) -> int:
     return -1
 
 
-@jit()
+@jit(nrt=False)
 def s3fifo_pop(ist: I64, fst: Any, key: I64) -> int:
     if ist[SC, NFREE] == 0:
         return -1

@@ -150,6 +150,7 @@ GIVEN, STAGE2, OFFSET, PAPER, WINDOW, NENT, BTOK = (SLOT + 13 + i for i in range
 # squares) per queue; parameters; the given gap models (mu, sigma) of chat and agentic
 HELD0, HITS0, ALPHA0, CREDIT0, GAP0 = 0, 4, 8, 12, 16
 TEMP, BETA, EPS, MODEL0 = 28, 29, 30, 31
+WORK = 35  # Algorithm 2's 21 slots (7 runs of 3)
 # aux rows: arrival, queue, prompt tokens, gap to the session's previous turn; weights out
 AUX_Q, AUX_IN, AUX_GAP, AUX_W0 = 1, 2, 3, 4
 
@@ -195,51 +196,54 @@ def _pow(x: float, y: float) -> float:
     return float(x**y)
 
 
-@jit()
+@jit(nrt=False)
 def _alg2(
-    alpha: F64, hits: F64, held: F64, temperature: float, beta: float, eps: float, paper: bool
-) -> F64:
-    out: F64 = alpha.copy()
+    w: F64, row: int, base: int, n: int, temperature: float, beta: float, eps: float,
+    paper: bool,
+) -> None:  # fmt: skip
+    """Algorithm 2 on ``n`` queues laid out in ``w[row, base:]`` as seven runs of n: the
+    weights, hits and holdings (inputs), the new weights (output), then scratch (E, E^ and
+    the live queues' indices). No allocation: the hooks call it."""
+    a, h, c, out = base, base + n, base + 2 * n, base + 3 * n
+    e, e_hat, live = base + 4 * n, base + 5 * n, base + 6 * n
     m = 0
-    for i in range(held.shape[0]):
-        if held[i] > 0:
+    for i in range(n):
+        w[row, out + i] = w[row, a + i]
+        if w[row, c + i] > 0:
+            w[row, e + m] = w[row, h + i] / (w[row, c + i] + eps)
+            w[row, live + m] = i
             m += 1
     if m == 0:
-        return out
-    e = np.empty(m)
-    live = np.empty(m, np.int64)
-    j = 0
-    for i in range(held.shape[0]):
-        if held[i] > 0:
-            e[j] = hits[i] / (held[i] + eps)
-            live[j] = i
-            j += 1
-    if e.max() <= 0.0:
-        return out  # no hits anywhere in the window: nothing to learn from
+        return
+    top = w[row, e]
+    for i in range(m):
+        top = max(top, w[row, e + i])
+    if top <= 0.0:
+        return  # no hits anywhere in the window: nothing to learn from
     total = 0.0
     for i in range(m):
-        total += e[i]
+        total += w[row, e + i]
     mean = total / m
     inv_t = 1.0 / temperature
-    e_hat = np.empty(m)
     for i in range(m):
-        e_hat[i] = _pow(e[i] / (mean + eps), inv_t) if paper else _pow(e[i] / mean + eps, inv_t)
+        x = w[row, e + i] / (mean + eps) if paper else w[row, e + i] / mean + eps
+        w[row, e_hat + i] = _pow(x, inv_t)
     total = 0.0
     for i in range(m):
-        total += e_hat[i]
+        total += w[row, e_hat + i]
     mu = total / m
     total = 0.0
     for i in range(m):
-        total += (e_hat[i] - mu) * (e_hat[i] - mu)
+        total += (w[row, e_hat + i] - mu) * (w[row, e_hat + i] - mu)
     sd = math.sqrt(total / m)
     low, high = max(0.001, mu - 2.0 * sd), min(10.0, mu + 2.0 * sd)
     for i in range(m):
-        q = live[i]
+        q = int(w[row, live + i])
+        x = w[row, e_hat + i]
         if paper:
-            out[q] = min(max(beta * alpha[q] + (1.0 - beta) * e_hat[i], low), high)
+            w[row, out + q] = min(max(beta * w[row, a + q] + (1.0 - beta) * x, low), high)
         else:
-            out[q] = beta * alpha[q] + (1.0 - beta) * min(max(e_hat[i], low), high)
-    return out
+            w[row, out + q] = beta * w[row, a + q] + (1.0 - beta) * min(max(x, low), high)
 
 
 def update_weights(
@@ -264,33 +268,35 @@ def update_weights(
     Sigma is the population standard deviation (the paper does not say which). A window
     without a hit anywhere changes nothing (the paper's bounds would cross).
     """
-    f = np.asarray
-    out: F64 = _alg2(f(alpha, np.float64), f(hits, np.float64), f(held, np.float64),
-                     float(temperature), float(beta), float(eps), order == "paper")  # fmt: skip
+    n = int(np.asarray(alpha).shape[0])
+    w = np.zeros((1, 7 * n))
+    w[0, : 3 * n] = np.concatenate([np.asarray(v, dtype=np.float64) for v in (alpha, hits, held)])
+    _alg2(w, 0, 0, n, float(temperature), float(beta), float(eps), order == "paper")
+    out: F64 = w[0, 3 * n : 4 * n].copy()
     return out
 
 
-@jit()
+@jit(nrt=False)
 def _update(ist: I64, fst: F64, aux: F64, at: int) -> None:
     """Algorithm 2 over the weighted queues at request ``at``; the hit window restarts."""
-    alpha, hits, held = np.empty(3), np.empty(3), np.empty(3)
     paper = ist[SC, PAPER] != 0
     for i in range(3):
         q = WEIGHTED[i]
-        alpha[i] = fst[FS, ALPHA0 + q]
-        hits[i] = fst[FS, HITS0 + q]
+        fst[FS, WORK + i] = fst[FS, ALPHA0 + q]
+        fst[FS, WORK + 3 + i] = fst[FS, HITS0 + q]
         # paper: C_q is the share of the capacity the queue holds
-        held[i] = fst[FS, HELD0 + q] / max(ist[SC, NENT], 1) if paper else fst[FS, HELD0 + q]
-    new = _alg2(alpha, hits, held, fst[FS, TEMP], fst[FS, BETA], fst[FS, EPS], paper)
+        held = fst[FS, HELD0 + q]
+        fst[FS, WORK + 6 + i] = held / max(ist[SC, NENT], 1) if paper else held
+    _alg2(fst, FS, WORK, 3, fst[FS, TEMP], fst[FS, BETA], fst[FS, EPS], paper)
     for i in range(3):
-        fst[FS, ALPHA0 + WEIGHTED[i]] = new[i]
-        aux[AUX_W0 + i, at] = new[i]
+        fst[FS, ALPHA0 + WEIGHTED[i]] = fst[FS, WORK + 9 + i]
+        aux[AUX_W0 + i, at] = fst[FS, WORK + 9 + i]
     if ist[SC, WINDOW]:
         for q in range(4):
             fst[FS, HITS0 + q] = 0.0
 
 
-@jit()
+@jit(nrt=False)
 def _catch_up(ist: I64, fst: F64, aux: F64) -> None:
     """Learn the gaps of requests seen since the last hook, in order, once each; update
     the weights every ``update_every`` requests."""
@@ -311,7 +317,7 @@ def _catch_up(ist: I64, fst: F64, aux: F64) -> None:
         ist[SC, SEEN] = r
 
 
-@jit()
+@jit(nrt=False)
 def _gap(ist: I64, fst: F64, q: int) -> tuple[float, float]:
     """(mu, sigma) of session queue q's log-normal gap model now."""
     m = MODEL0 + 2 * (q - CHAT)
@@ -324,7 +330,7 @@ def _gap(ist: I64, fst: F64, q: int) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------- scores
-@jit()
+@jit(nrt=False)
 def _offset_scale(ist: I64, fst: F64, e: int) -> float:
     if ist[SC, OFFSET] == 0:  # global
         return float(ist[SC, MAXOFF])
@@ -337,7 +343,7 @@ def _offset_scale(ist: I64, fst: F64, e: int) -> float:
     return float(max(top, 1))
 
 
-@jit()
+@jit(nrt=False)
 def _local(ist: I64, fst: F64, depth: I64, e: int, q: int, now: float) -> float:
     """``s`` of entry e in queue q (lower goes first)."""
     if q == STRUCT:
@@ -363,7 +369,7 @@ def _rank(ist: I64, fst: F64, depth: I64, e: int, q: int) -> float:
 # A session queue's evictable blocks are a sorted list by (last access, order): appended at
 # its tail under replay. The evict-first and structural queues are indexed heaps by (rank,
 # order).
-@jit()
+@jit(nrt=False)
 def _heap_put(ist: I64, fst: F64, depth: I64, e: int) -> None:
     """Rank e (evictable) in its queue."""
     q = ist[QUEUE, e]
@@ -375,7 +381,7 @@ def _heap_put(ist: I64, fst: F64, depth: I64, e: int) -> None:
     iheap_set(ist, fst, KP0 + h, HEAP0 + 2 * h, HPOS, HN0 + h, e, rank, ist[ORDER, e])
 
 
-@jit()
+@jit(nrt=False)
 def _heap_take(ist: I64, fst: F64, e: int) -> None:
     """Take e out of its queue's ranking."""
     q = ist[QUEUE, e]
@@ -386,14 +392,14 @@ def _heap_take(ist: I64, fst: F64, e: int) -> None:
     iheap_remove(ist, fst, KP0 + h, HEAP0 + 2 * h, HPOS, HN0 + h, e)
 
 
-@jit()
+@jit(nrt=False)
 def _push(ist: I64, fst: F64, depth: I64, e: int) -> None:
     ist[SC, EVC0 + ist[QUEUE, e]] += 1
     set_free(ist, e, True)
     _heap_put(ist, fst, depth, e)
 
 
-@jit()
+@jit(nrt=False)
 def _unlist(ist: I64, fst: F64, e: int) -> bool:
     """Take e out of its queue's evictable blocks; True if it was evictable."""
     if not ist[FREE, e]:
@@ -404,7 +410,7 @@ def _unlist(ist: I64, fst: F64, e: int) -> bool:
     return True
 
 
-@jit()
+@jit(nrt=False)
 def _move(ist: I64, depth: I64, fst: F64, e: int, q: int) -> None:
     """Set e's queue (-1: none), keeping the counts."""
     old = ist[QUEUE, e]
@@ -423,7 +429,7 @@ def _move(ist: I64, depth: I64, fst: F64, e: int, q: int) -> None:
                 ist[SC, DTOP] = d
 
 
-@jit()
+@jit(nrt=False)
 def _assign(ist: I64, fst: F64, depth: I64, e: int, aux: F64) -> None:
     r = ist[SC, REQ]
     q = int(aux[AUX_Q, r])
@@ -437,7 +443,7 @@ def _assign(ist: I64, fst: F64, depth: I64, e: int, aux: F64) -> None:
         ist[SC, MAXOFF] = depth[e]
 
 
-@jit()
+@jit(nrt=False)
 def _drop(ist: I64, fst: F64, depth: I64, e: int) -> None:
     """Entry e leaves the cache (evicted; out of its heap already)."""
     q = ist[QUEUE, e]
@@ -457,7 +463,7 @@ def _head(ist: I64, q: int) -> int:
     return int(ist[HEAP0 + 2 * h, 0]) if ist[SC, HN0 + h] > 0 else -1
 
 
-@jit()
+@jit(nrt=False)
 def _choose(ist: I64, fst: F64, depth: I64) -> int:
     """The next victim (not yet taken), or -1: evict-first, then stage 2 (or, without it,
     each queue's share of the victims in proportion to its evictable blocks)."""
@@ -495,11 +501,13 @@ def _choose(ist: I64, fst: F64, depth: I64) -> int:
 def uc_hook(ist: I64, fst: F64, h: int, x: int, depth: I64, aux: F64) -> int:
     """Hook h (named in :mod:`prefixlab.policies._arrays`) on entry x."""
     if h == INSERT:
-        _catch_up(ist, fst, aux)
+        if ist[SC, REQ] > ist[SC, SEEN]:  # a new request: learn its gap, maybe update
+            _catch_up(ist, fst, aux)
         _assign(ist, fst, depth, x, aux)
         fst[TLAST, x] = fst[FS, NOW]
     elif h in (ACCESS, HIT_FREE):  # HIT_FREE: the hit pins it too
-        _catch_up(ist, fst, aux)
+        if ist[SC, REQ] > ist[SC, SEEN]:
+            _catch_up(ist, fst, aux)
         q = ist[QUEUE, x]
         if q >= 0:  # the queue the hit block was in earns it
             fst[FS, HITS0 + q] += 1.0

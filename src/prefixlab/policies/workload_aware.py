@@ -139,7 +139,7 @@ def _reuse(p: float, lam: float, age: float, window: float) -> float:
     return p * (math.exp(-lam * age) - math.exp(-lam * (age + window)))
 
 
-@jit()
+@jit(nrt=False)
 def _unlist(ist: I64, e: int) -> bool:
     """Take e out of its category's list; True if it was there (evictable)."""
     if ist[TOKEN, e] < 0:
@@ -151,7 +151,7 @@ def _unlist(ist: I64, e: int) -> bool:
     return True
 
 
-@jit()
+@jit(nrt=False)
 def _push(ist: I64, fst: F64, e: int) -> None:
     """List e in its category, after every entry touched earlier or at its time."""
     ist[TOKEN, e] = ist[SC, NEXT_TOKEN]
@@ -161,7 +161,7 @@ def _push(ist: I64, fst: F64, e: int) -> None:
     slist_insert(ist, fst, TLAST, TOKEN, PREV, HEAD, ist[CAT, e], e)
 
 
-@jit()
+@jit(nrt=False)
 def _touch(ist: I64, fst: F64, e: int, aux: F64) -> None:
     c = int(aux[AUX_CAT, ist[SC, REQ]])
     if ist[CAT, e] >= 0:
@@ -171,7 +171,7 @@ def _touch(ist: I64, fst: F64, e: int, aux: F64) -> None:
     fst[TLAST, e] = fst[FS, NOW]
 
 
-@jit()
+@jit(nrt=False)
 def _choose(ist: I64, fst: F64, depth: I64) -> int:
     """The head with the lowest reuse probability (wa-atc25: ties to the deeper block,
     then the lower category), or (wa) the head of the category most over its share (ties
