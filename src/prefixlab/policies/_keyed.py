@@ -54,7 +54,7 @@ def _move(hk: Any, he: Any, pos: Any, src: int, dst: int) -> None:
     pos[e] = dst
 
 
-@jit()
+@jit(nrt=False)
 def _sift(hk: Any, he: Any, pos: Any, n: int, i: int) -> None:
     """Restore heap order around row i (up, then down), moving rows into a hole."""
     k0, k1, k2, k3 = hk[i, 0], hk[i, 1], hk[i, 2], hk[i, 3]
@@ -87,7 +87,7 @@ def _sift(hk: Any, he: Any, pos: Any, n: int, i: int) -> None:
     pos[e] = i
 
 
-@jit()
+@jit(nrt=False)
 def heap_set(
     hk: Any, he: Any, pos: Any, hn: Any, e: int, k0: float, k1: float, k2: float, order: float
 ) -> None:
@@ -105,7 +105,7 @@ def heap_set(
     _sift(hk, he, pos, hn[0], i)
 
 
-@jit()
+@jit(nrt=False)
 def heap_remove(hk: Any, he: Any, pos: Any, hn: Any, e: int) -> None:
     """Take e out of the heap (no-op when absent)."""
     i = pos[e]
@@ -123,7 +123,7 @@ def heap_remove(hk: Any, he: Any, pos: Any, hn: Any, e: int) -> None:
         _sift(hk, he, pos, last, i)
 
 
-@jit()
+@jit(nrt=False)
 def heap_pop(hk: Any, he: Any, pos: Any, hn: Any) -> int:
     """Remove and return the entry with the smallest key, or -1."""
     if hn[0] == 0:
@@ -134,7 +134,7 @@ def heap_pop(hk: Any, he: Any, pos: Any, hn: Any) -> int:
 
 
 # ----------------------------------------------------------------------------- keys
-@jit()
+@jit(nrt=False)
 def next_use(occ_start: Any, occ_req: Any, key: int, after: int) -> float:
     """The first request after ``after`` whose lookup range holds ``key`` (inf: never)."""
     lo, hi = occ_start[key], occ_start[key + 1]

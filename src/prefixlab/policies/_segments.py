@@ -100,7 +100,7 @@ def sq_pop_batch(
     return int(out.shape[0])
 
 
-@jit()
+@jit(nrt=False)
 def sq_insert_after(ids: Any, sts: Any, stamp: Any, qs: Any, anchor: int, e: int) -> bool:
     """Queue e right behind anchor's valid copy (same age; popped after it). Stamps are
     sorted along the buffer, so the anchor is found by bisection and e takes the midpoint
@@ -131,7 +131,7 @@ def sq_insert_after(ids: Any, sts: Any, stamp: Any, qs: Any, anchor: int, e: int
     return True
 
 
-@jit()
+@jit(nrt=False)
 def sq_renumber(ids: Any, sts: Any, stamp: Any, qs: Any) -> None:
     """Compact, then space the stamps GAP apart again."""
     sq_compact(ids, sts, stamp, qs)

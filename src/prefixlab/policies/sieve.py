@@ -33,7 +33,7 @@ def sieve_state(num_entries: int) -> tuple[I64, I64, I64]:
     return np.full((2, num_entries), -1, np.int64), np.zeros(num_entries, np.int64), st
 
 
-@jit()
+@jit(nrt=False)
 def sieve_insert(link: Any, flag: Any, st: Any, e: int) -> None:
     head = st[0]
     link[0, e] = head
@@ -66,7 +66,7 @@ def sieve_pinned(flag: Any, st: Any, e: int) -> None:
         st[3] -= 1
 
 
-@jit()
+@jit(nrt=False)
 def _unlink(link: Any, flag: Any, st: Any, e: int) -> None:
     p, n = link[0, e], link[1, e]
     if p >= 0:
@@ -82,14 +82,14 @@ def _unlink(link: Any, flag: Any, st: Any, e: int) -> None:
     flag[e] = 0
 
 
-@jit()
+@jit(nrt=False)
 def sieve_remove(link: Any, flag: Any, st: Any, e: int) -> None:
     sieve_pinned(flag, st, e)
     if flag[e] & QUEUED:
         _unlink(link, flag, st, e)
 
 
-@jit()
+@jit(nrt=False)
 def sieve_pop(link: Any, flag: Any, st: Any) -> int:
     """Move the hand to the next victim and evict it; -1 when nothing is evictable."""
     if st[3] == 0:

@@ -94,7 +94,7 @@ def _slot(tp: Any, tk: Any, tv: Any, parent: int, key: int) -> int:
     return s
 
 
-@jit()
+@jit(nrt=False)
 def _unmap(tp: Any, tk: Any, tv: Any, parent: int, key: int) -> None:
     """Delete (parent, key), shifting the rest of its probe run back (no tombstones)."""
     mask = tv.shape[0] - 1
@@ -115,12 +115,12 @@ def _unmap(tp: Any, tk: Any, tv: Any, parent: int, key: int) -> None:
 
 
 # ----------------------------------------------------------------------------- policies
-@jit()
+@jit(nrt=False)
 def _pol(code: int, h: int, e: int, x: int, P: Any) -> int:
     """Hook h of the policy for entry e (x: the lower part of a split)."""
     (qb, qs, stamp, qstate, qfree, hk, he, hpos, hn, cols, signs, la, nhits, depth, created,
      primary, nkey, occ_start, occ_req, after, order, link, flag, sst, ist, fst, acode,
-     rng, aux) = P  # fmt: skip
+     rng, aux, k) = P  # fmt: skip
     if code in (LRU, FIFO):
         if h == H_INSERT or (h == H_ACCESS and code == LRU):
             if qstate[1] == qb.shape[0]:
@@ -138,7 +138,6 @@ def _pol(code: int, h: int, e: int, x: int, P: Any) -> int:
             qfree[e] = 0
     elif code == KEYED:
         if h == H_EVICTABLE or (h in (H_ACCESS, H_UPDATE) and hpos[e] >= 0):
-            k = np.empty(3, np.float64)
             entry_key(cols, signs, e, la, nhits, depth, created, primary, nkey, occ_start,
                       occ_req, after[0], k)  # fmt: skip
             if h == H_EVICTABLE:
@@ -162,7 +161,7 @@ def _pol(code: int, h: int, e: int, x: int, P: Any) -> int:
     return 0
 
 
-@jit()
+@jit(nrt=False)
 def _pol_evict(code: int, P: Any) -> int:
     """The policy's next victim (forgotten by the policy), or -1."""
     if code in (LRU, FIFO):
@@ -178,7 +177,7 @@ def _pol_evict(code: int, P: Any) -> int:
     return int(hook(P[26], P[24], P[25], EVICT, 0, -1, P[16], P[13], P[27], P[28]))
 
 
-@jit()
+@jit(nrt=False)
 def _pol_miss(code: int, P: Any, keys: Any, a: int, b: int) -> None:
     """on_miss(keys[a:b]): ghost-driven policies adapt before any eviction."""
     if code == ARRAY and b > a:
@@ -290,7 +289,7 @@ def _kernel(
     return P[24], P[25]
 
 
-@jit()
+@jit(nrt=False)
 def _refresh(node: int, ref: Any, nchild: Any, evictable: Any, code: int, P: Any) -> None:
     """Tell the policy when a node starts or stops being an unlocked leaf."""
     if node == ROOT:
@@ -301,7 +300,7 @@ def _refresh(node: int, ref: Any, nchild: Any, evictable: Any, code: int, P: Any
         _pol(code, H_EVICTABLE if now else H_PINNED, node, 0, P)
 
 
-@jit()
+@jit(nrt=False)
 def _lock(node: int, parent: Any, elen: Any, ref: Any, nchild: Any, evictable: Any, st: Any,
           code: int, P: Any) -> None:  # fmt: skip
     while node != ROOT:
@@ -312,7 +311,7 @@ def _lock(node: int, parent: Any, elen: Any, ref: Any, nchild: Any, evictable: A
         node = parent[node]
 
 
-@jit()
+@jit(nrt=False)
 def _unlock(node: int, parent: Any, elen: Any, ref: Any, nchild: Any, evictable: Any,
             st: Any, code: int, P: Any) -> None:  # fmt: skip
     while node != ROOT:
@@ -323,7 +322,7 @@ def _unlock(node: int, parent: Any, elen: Any, ref: Any, nchild: Any, evictable:
         node = parent[node]
 
 
-@jit()
+@jit(nrt=False)
 def _new_node(par: int, es: int, el: int, keys: Any, parent: Any, estart: Any, elen: Any,
               ref: Any, nchild: Any, tp: Any, tk: Any, tv: Any, free_ids: Any, st: Any,
               P: Any) -> int:  # fmt: skip
@@ -351,7 +350,7 @@ def _new_node(par: int, es: int, el: int, keys: Any, parent: Any, estart: Any, e
     return int(node)
 
 
-@jit()
+@jit(nrt=False)
 def _walk(keys: Any, k0: int, n: int, parent: Any, estart: Any, elen: Any, ref: Any,
           nchild: Any, evictable: Any, tp: Any, tk: Any, tv: Any, free_ids: Any, path: Any,
           lowers: Any, uppers: Any, st: Any, code: int, P: Any, i: int,
@@ -416,7 +415,7 @@ def _walk(keys: Any, k0: int, n: int, parent: Any, estart: Any, elen: Any, ref: 
     return i, npath
 
 
-@jit()
+@jit(nrt=False)
 def _remove_leaf(leaf: int, parent: Any, estart: Any, elen: Any, ref: Any, nchild: Any,
                  evictable: Any, keys: Any, tp: Any, tk: Any, tv: Any, free_ids: Any,
                  st: Any, nkey: Any, code: int, P: Any) -> None:  # fmt: skip
@@ -468,7 +467,7 @@ def replay_radix_fast(
         np.full(size, -1, np.int64), np.zeros(1, np.int64), cols, signs,
         view.last_access, view.hits, view.depth, view.created, view.is_primary, view.key,
         occ_start, occ_req, np.zeros(1, np.int64), np.zeros(1, np.int64),
-        link, flag, sst, st[0], st[1], acode, rng, aux,
+        link, flag, sst, st[0], st[1], acode, rng, aux, np.empty(3, np.float64),
     )  # fmt: skip
     n = int(key_offsets.shape[0]) - 1
     hit_tokens = np.zeros(n, np.int64)
