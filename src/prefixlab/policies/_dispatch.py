@@ -27,22 +27,10 @@ from prefixlab.policies._arrays import (
     PINNED,
     REMOVE,
     SPLIT,
-    UPDATE,
     set_free,
 )
 from prefixlab.policies.base import I64
 
-__all__ = [
-    "ACCESS",
-    "EVICT",
-    "EVICTABLE",
-    "HIT_FREE",
-    "INSERT",
-    "MISS",
-    "PINNED",
-    "SPLIT",
-    "UPDATE",
-]
 ARC, S3FIFO, LECAR, LPC, WA = arc.CODE, s3fifo.CODE, lecar.CODE, lpc.CODE, workload_aware.CODE
 UNICACHE = unicache.CODE
 

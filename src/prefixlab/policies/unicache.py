@@ -370,7 +370,7 @@ def _rank(ist: I64, fst: F64, depth: I64, e: int, q: int) -> float:
 # its tail under replay. The evict-first and structural queues are indexed heaps by (rank,
 # order).
 @jit(nrt=False)
-def _heap_put(ist: I64, fst: F64, depth: I64, e: int) -> None:
+def _rank_put(ist: I64, fst: F64, depth: I64, e: int) -> None:
     """Rank e (evictable) in its queue."""
     q = ist[QUEUE, e]
     if q in (CHAT, AGENTIC):
@@ -382,7 +382,7 @@ def _heap_put(ist: I64, fst: F64, depth: I64, e: int) -> None:
 
 
 @jit(nrt=False)
-def _heap_take(ist: I64, fst: F64, e: int) -> None:
+def _rank_take(ist: I64, fst: F64, e: int) -> None:
     """Take e out of its queue's ranking."""
     q = ist[QUEUE, e]
     if q in (CHAT, AGENTIC):
@@ -396,7 +396,7 @@ def _heap_take(ist: I64, fst: F64, e: int) -> None:
 def _push(ist: I64, fst: F64, depth: I64, e: int) -> None:
     ist[SC, EVC0 + ist[QUEUE, e]] += 1
     set_free(ist, e, True)
-    _heap_put(ist, fst, depth, e)
+    _rank_put(ist, fst, depth, e)
 
 
 @jit(nrt=False)
@@ -405,13 +405,13 @@ def _unlist(ist: I64, fst: F64, e: int) -> bool:
     if not ist[FREE, e]:
         return False
     ist[SC, EVC0 + ist[QUEUE, e]] -= 1
-    _heap_take(ist, fst, e)
+    _rank_take(ist, fst, e)
     set_free(ist, e, False)
     return True
 
 
 @jit(nrt=False)
-def _move(ist: I64, depth: I64, fst: F64, e: int, q: int) -> None:
+def _move(ist: I64, fst: F64, depth: I64, e: int, q: int) -> None:
     """Set e's queue (-1: none), keeping the counts."""
     old = ist[QUEUE, e]
     if old >= 0:
@@ -437,7 +437,7 @@ def _assign(ist: I64, fst: F64, depth: I64, e: int, aux: F64) -> None:
     bt = ist[SC, BTOK]
     if q in (EVICT, STRUCT) and (depth[e] + 1) * bt > n_in:
         q = EVICT  # single-turn: decode blocks are never reused
-    _move(ist, depth, fst, e, q)
+    _move(ist, fst, depth, e, q)
     fst[SPAN, e] = max(n_in // bt, 1)
     if q == STRUCT and depth[e] > ist[SC, MAXOFF]:
         ist[SC, MAXOFF] = depth[e]
@@ -500,14 +500,12 @@ def _choose(ist: I64, fst: F64, depth: I64) -> int:
 @jit(inline=True)
 def uc_hook(ist: I64, fst: F64, h: int, x: int, depth: I64, aux: F64) -> int:
     """Hook h (named in :mod:`prefixlab.policies._arrays`) on entry x."""
+    if h in (INSERT, ACCESS, HIT_FREE) and ist[SC, REQ] > ist[SC, SEEN]:
+        _catch_up(ist, fst, aux)  # a new request: learn its gap, maybe update the weights
     if h == INSERT:
-        if ist[SC, REQ] > ist[SC, SEEN]:  # a new request: learn its gap, maybe update
-            _catch_up(ist, fst, aux)
         _assign(ist, fst, depth, x, aux)
         fst[TLAST, x] = fst[FS, NOW]
     elif h in (ACCESS, HIT_FREE):  # HIT_FREE: the hit pins it too
-        if ist[SC, REQ] > ist[SC, SEEN]:
-            _catch_up(ist, fst, aux)
         q = ist[QUEUE, x]
         if q >= 0:  # the queue the hit block was in earns it
             fst[FS, HITS0 + q] += 1.0
@@ -524,11 +522,11 @@ def uc_hook(ist: I64, fst: F64, h: int, x: int, depth: I64, aux: F64) -> int:
         _unlist(ist, fst, x)
     elif h == REMOVE:
         _unlist(ist, fst, x)
-        _move(ist, depth, fst, x, -1)
+        _move(ist, fst, depth, x, -1)
     elif h == HOOK_EVICT:
         e = _choose(ist, fst, depth)
         if e >= 0:
-            _heap_take(ist, fst, e)
+            _rank_take(ist, fst, e)
             _drop(ist, fst, depth, e)
         return e
     return 0  # update: a duplicate key promoted: same queue, same age
@@ -551,11 +549,11 @@ def _evict_opt(
             break
         i = np.searchsorted(wk, key[e])
         if i < wk.shape[0] and wk[i] == key[e]:
-            _heap_take(ist, fst, e)  # set aside, still evictable
+            _rank_take(ist, fst, e)  # set aside, still evictable
             aside[na] = e
             na += 1
             continue
-        _heap_take(ist, fst, e)
+        _rank_take(ist, fst, e)
         _drop(ist, fst, depth, e)
         out[k] = e
         k += 1
@@ -570,7 +568,7 @@ def _evict_opt(
             out[k] = e
             k += 1
         else:
-            _heap_put(ist, fst, depth, e)
+            _rank_put(ist, fst, depth, e)
     return k
 
 

@@ -5,11 +5,11 @@ fuses match -> acquire -> commit -> release for the whole trace in one call, wit
 structures of the generic path: a chain of holders per key (registration order; the head is
 the one a lookup takes) and a stack of empty blocks whose top is reused first. vllm, lru
 and fifo keep a queue with lazy invalidation; keyed policies (opt, or any sort key) and
-SIEVE, ARC, S3-FIFO, LeCaR, LPC and WA call the hook functions their classes call (the
-last five through ``policies._dispatch``, given each request's index and arrival time),
-so each policy
-has one source. A keyed policy is defined by its sort key alone, and in this loop every
-block a request releases was accessed by that request, so three sort keys have cheaper
+SIEVE and the array-state policies (ARC, S3-FIFO, LeCaR, LPC, WA, UniCache; through
+``policies._dispatch``, given each request's index and arrival time) call the hook
+functions their classes call, so each policy has one source. A keyed policy is defined by
+its sort key alone, and in this loop every block a request releases was accessed by that
+request, so three sort keys have cheaper
 exact orders than the heap: oldest access first (sglang-lru, hashtable) is release order,
 vllm's queue; lfu's is one release-ordered list per hit count; mru's one list popped from
 the back. Tests check that the kernel gives exactly the generic path's per-request hits
@@ -30,19 +30,23 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab._jit import HAVE_NUMBA, jit
-from prefixlab.policies._arrays import FS, NOW, REQ, SC, ArrayPolicy, grow_state, new_state
-from prefixlab.policies._dispatch import (
+from prefixlab.policies._arrays import (
     ACCESS,
     EVICT,
     EVICTABLE,
+    FS,
     HIT_FREE,
     INSERT,
     MISS,
+    NOW,
+    REQ,
+    SC,
     UPDATE,
-    hook,
-    miss_begin,
-    reserve,
+    ArrayPolicy,
+    grow_state,
+    new_state,
 )
+from prefixlab.policies._dispatch import hook, miss_begin, reserve
 from prefixlab.policies._keyed import (
     KeyedPolicy,
     entry_key,

@@ -22,20 +22,24 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab._jit import jit
-from prefixlab.policies._arrays import FS, NOW, REQ, SC, ArrayPolicy, grow_state, new_state
-from prefixlab.policies._dispatch import (
+from prefixlab.policies._arrays import (
     ACCESS,
     EVICT,
     EVICTABLE,
+    FS,
     INSERT,
     MISS,
+    NOW,
     PINNED,
+    REQ,
+    SC,
     SPLIT,
     UPDATE,
-    hook,
-    miss_begin,
-    reserve,
+    ArrayPolicy,
+    grow_state,
+    new_state,
 )
+from prefixlab.policies._dispatch import hook, miss_begin, reserve
 from prefixlab.policies._keyed import (
     KeyedPolicy,
     entry_key,
