@@ -111,3 +111,17 @@ def test_rows_have_repeats_by_hand() -> None:
     assert not rows_have_repeats(vals, np.array([0, 3, 4, 6]))  # [3 1 2] [7] [7 9]
     assert rows_have_repeats(vals, np.array([0, 3, 5, 6]))  # [7 7]
     assert not rows_have_repeats(vals[:0], np.array([0]))
+
+
+@pytest.mark.parametrize("n", [31, 32, 33, 100])
+def test_rows_have_repeats_short_and_long_rows(n: int) -> None:
+    """Rows up to 32 values are checked pair by pair, longer ones by a sort: both find a
+    repeat at either end of a row, and accept a row without one."""
+    row = np.arange(10, 10 + n, dtype=np.uint64)
+    offs = np.array([0, 2, 2 + n])
+    vals = np.concatenate((np.array([1, 2], np.uint64), row))
+    assert not rows_have_repeats(vals, offs)
+    for i, j in ((0, n - 1), (n - 2, n - 1), (0, 1)):
+        bad = vals.copy()
+        bad[2 + j] = bad[2 + i]
+        assert rows_have_repeats(bad, offs), (i, j)

@@ -56,16 +56,18 @@ class _Lazy:
         return self.target(*args, **kwargs)
 
 
-def jit(*, inline: bool = False, nrt: bool = True) -> Callable[[F], F]:
+def jit(*, inline: bool = False, nrt: bool = True, nogil: bool = False) -> Callable[[F], F]:
     """Decorator: compile ``fn`` with numba (``cache=True``) on first use of any kernel.
 
     ``inline=True`` inlines it into compiled callers (small hot helpers). ``nrt=False``
     compiles it without numba's reference counting, for functions that allocate nothing
     (every array they see is their caller's): a call then costs no atomic increments and
-    decrements of its array arguments, which dominated the array policies' hooks."""
+    decrements of its array arguments, which dominated the array policies' hooks.
+    ``nogil=True`` releases the GIL while it runs (a streamed replay parses the next chunk
+    on another thread meanwhile)."""
 
     def wrap(fn: F) -> F:
-        options = {"inline": inline, "nrt": nrt}
+        options = {"inline": inline, "nrt": nrt, "nogil": nogil}
         if _done:
             return _compile_one(fn, options)  # type: ignore[return-value]
         lazy = _Lazy(fn, options)
@@ -82,11 +84,13 @@ def _compile_one(fn: Callable[..., Any], options: dict[str, Any]) -> Callable[..
 
     if options.get("inline"):
         return njit(cache=True, inline="always")(fn)
+    flags: dict[str, Any] = {"cache": True}
     if not options.get("nrt", True):
-        flags: dict[str, Any] = {"cache": True, "_nrt": False}  # numba's own name for it
-        compiled: Callable[..., Any] = njit(**flags)(fn)
-        return compiled
-    return njit(cache=True)(fn)
+        flags["_nrt"] = False  # numba's own name for it
+    if options.get("nogil"):
+        flags["nogil"] = True
+    compiled: Callable[..., Any] = njit(**flags)(fn)
+    return compiled
 
 
 def cache_dir() -> Path:

@@ -36,6 +36,7 @@ from prefixlab.cli_common import (
     each_policy,
     fail,
     make_policies,
+    progress_bar,
     resolve_capacity_blocks,
     warn,
     with_loader_options,
@@ -43,8 +44,16 @@ from prefixlab.cli_common import (
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.policies.base import describe, parameters, registered
 from prefixlab.runner.hybrid import HybridConfig, HybridResult, replay_hybrid
-from prefixlab.runner.replay import ReplayConfig, ReplayResult, capped_warning, replay
+from prefixlab.runner.replay import (
+    ReplayConfig,
+    ReplayResult,
+    capped_message,
+    capped_warning,
+    replay,
+)
+from prefixlab.runner.stream import NotStreamable, StreamSummary, peek, replay_stream, streamable
 from prefixlab.workload.generators import GENERATORS, GeneratorInfo
+from prefixlab.workload.loaders.base import iter_chunks
 from prefixlab.workload.loaders.native import write_native
 from prefixlab.workload.loaders.parquet import write_parquet
 from prefixlab.workload.sources import open_trace
@@ -137,6 +146,14 @@ def replay_cmd(
     per_request: Annotated[
         Path | None, typer.Option(help="Write per-request CSV (index,hit_tokens,input_tokens).")
     ] = None,
+    stream: Annotated[
+        bool,
+        typer.Option(
+            help="Read a large trace file in chunks when its format and the policies allow "
+            "(memory bounded by the cache, not the trace; same results); --no-stream loads "
+            "it whole."
+        ),
+    ] = True,
     quiet: QuietOpt = False,
     load: dict[str, Any] | None = None,
 ) -> None:
@@ -145,10 +162,8 @@ def replay_cmd(
         _replay_hybrid_cmd(trace, fmt, load or {}, policy, model, capacity_bytes,
                            capacity_blocks, as_json, per_request, quiet)  # fmt: skip
         return
-    try:
-        kwargs = load or {}
-        tr = open_trace(trace, fmt, **kwargs)
-        bt = block_tokens_of(tr, block_tokens)
+
+    def config_for(bt: int) -> ReplayConfig:
         config = ReplayConfig(
             capacity_blocks=resolve_capacity_blocks(capacity_blocks, capacity_bytes, model, bt),
             structure=structure,
@@ -159,19 +174,76 @@ def replay_cmd(
             model=model,
         )
         config.validate()
-        policies = make_policies(policy, structure)
-        note = capped_warning(tr, bt, min_recompute_tokens)
-        if note:
-            warn(note)
-        if per_request is not None and not per_request.parent.resolve().is_dir():
-            raise ConfigError(f"--per-request: folder {per_request.parent} does not exist")
-        results = each_policy(policies, lambda pol: replay(tr, pol, config), quiet)
+        return config
+
+    try:
+        kwargs = load or {}
+        streamed = None
+        if stream and per_request is None:
+            streamed = _replay_streamed(trace, fmt, kwargs, policy, block_tokens, config_for,
+                                        quiet)  # fmt: skip
+        if streamed is not None:
+            results, seen = streamed
+            about = (seen.name, seen.num_requests, seen.num_input_tokens)
+        else:
+            tr = open_trace(trace, fmt, **kwargs)
+            bt = block_tokens_of(tr, block_tokens)
+            config = config_for(bt)
+            policies = make_policies(policy, structure)
+            note = capped_warning(tr, bt, min_recompute_tokens)
+            if note:
+                warn(note)
+            if per_request is not None and not per_request.parent.resolve().is_dir():
+                raise ConfigError(f"--per-request: folder {per_request.parent} does not exist")
+            results = each_policy(policies, lambda pol: replay(tr, pol, config), quiet)
+            about = (tr.name, len(tr), int(tr.input_length.sum()))
         written = _write_per_request(per_request, results) if per_request else []
     except PrefixlabError as exc:
         fail(str(exc))
         return
     rows = [r.as_dict() for r in results]
-    _print_replay(rows, as_json, _result_table, [], tr, written)
+    _print_replay(rows, as_json, _result_table, [], about, written)
+
+
+def _replay_streamed(
+    trace: str,
+    fmt: str,
+    kwargs: dict[str, Any],
+    specs: list[str],
+    block_tokens: int | None,
+    config_for: Callable[[int], ReplayConfig],
+    quiet: bool,
+) -> tuple[list[ReplayResult], StreamSummary] | None:
+    """``replay`` of a trace file read in chunks (``runner.stream``), or None when it cannot
+    be streamed: then the caller loads the file whole, which sorts it or names a bad line."""
+    if trace.startswith("gen:"):
+        return None
+    chunks = iter_chunks(trace, fmt, **kwargs)
+    if chunks is None:
+        return None
+    size = max(Path(trace).stat().st_size, 1)
+    with progress_bar("replay (streamed, MB)", quiet) as advance:
+        try:
+            first = peek(chunks)
+            if first is None:  # nothing kept: the whole-file loader says why
+                return None
+            config = config_for(block_tokens_of(first[0], block_tokens))
+            policies = make_policies(specs, config.structure)
+            if not all(streamable(pol, config) for pol in policies):
+                return None
+
+            def on_chunk(requests: int, nbytes: int) -> None:
+                if advance is not None:
+                    advance(nbytes >> 20, size >> 20, f"{requests:,} requests")
+
+            results, seen = replay_stream(first[1], policies, config, on_chunk)
+        except NotStreamable:
+            return None
+    note = capped_message(seen.num_capped, seen.num_requests, seen.block_tokens,
+                          config.min_recompute_tokens)  # fmt: skip
+    if note:
+        warn(note)
+    return results, seen
 
 
 def _print_replay(
@@ -179,10 +251,11 @@ def _print_replay(
     as_json: bool,
     table: Callable[[list[dict[str, Any]]], Table],
     notes: list[str],
-    tr: Trace,
+    about: tuple[str, int, int],
     written: list[Path],
 ) -> None:
-    """What ``replay`` prints: one JSON list, or the table, notes, trace and files."""
+    """What ``replay`` prints: one JSON list, or the table, notes, trace and files;
+    ``about``: the trace's name, requests and input tokens."""
     if as_json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return
@@ -190,8 +263,8 @@ def _print_replay(
     out.print(table(rows))
     for line in notes:
         out.print(line)
-    total = int(tr.input_length.sum())
-    out.print(f"trace: {tr.name} ({len(tr):,} requests, {total:,} input tokens)")
+    name, n, total = about
+    out.print(f"trace: {name} ({n:,} requests, {total:,} input tokens)")
     for path in written:
         out.print(f"per-request detail: {path}")
 
@@ -244,7 +317,8 @@ def _replay_hybrid_cmd(
     rows = [r.as_dict() for r in results]
     notes = [f"{r['policy']}: alpha tuned to {r['alpha']:g} (after request "
              f"{r['alpha_history'][0][0]})" for r in rows if "alpha_history" in r]  # fmt: skip
-    _print_replay(rows, as_json, _hybrid_table, notes, tr, written)
+    about = (tr.name, len(tr), int(tr.input_length.sum()))
+    _print_replay(rows, as_json, _hybrid_table, notes, about, written)
 
 
 def policies_markdown() -> str:

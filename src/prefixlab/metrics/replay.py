@@ -35,18 +35,37 @@ class ReplayMetrics:
             self.num_evictions += int(event.keys.shape[0])
 
     def summary(self, input_tokens: I64) -> dict[str, float | int]:
-        n = int(input_tokens.shape[0])
-        num_input = int(input_tokens.sum())
-        num_hit = int(self.hit_tokens.sum())
-        lookups = int(self.hit_blocks.sum() + self.miss_blocks.sum())
-        return {
-            "num_requests": n,
-            "num_input_tokens": num_input,
-            "num_hit_tokens": num_hit,
-            "token_hit_ratio": num_hit / num_input if num_input else 0.0,
-            "request_hit_ratio": float(np.count_nonzero(self.hit_blocks)) / n if n else 0.0,
-            "num_lookup_blocks": lookups,
-            "num_hit_blocks": int(self.hit_blocks.sum()),
-            "block_hit_ratio": int(self.hit_blocks.sum()) / lookups if lookups else 0.0,
-            "num_evictions": self.num_evictions,
-        }
+        return hit_summary(
+            num_requests=int(input_tokens.shape[0]),
+            num_input_tokens=int(input_tokens.sum()),
+            num_hit_tokens=int(self.hit_tokens.sum()),
+            num_requests_hit=int(np.count_nonzero(self.hit_blocks)),
+            num_lookup_blocks=int(self.hit_blocks.sum() + self.miss_blocks.sum()),
+            num_hit_blocks=int(self.hit_blocks.sum()),
+            num_evictions=self.num_evictions,
+        )
+
+
+def hit_summary(
+    *,
+    num_requests: int,
+    num_input_tokens: int,
+    num_hit_tokens: int,
+    num_requests_hit: int,
+    num_lookup_blocks: int,
+    num_hit_blocks: int,
+    num_evictions: int,
+) -> dict[str, float | int]:
+    """The replay's summary from its totals (a streamed replay keeps only these)."""
+    n, num_input, lookups = num_requests, num_input_tokens, num_lookup_blocks
+    return {
+        "num_requests": n,
+        "num_input_tokens": num_input,
+        "num_hit_tokens": num_hit_tokens,
+        "token_hit_ratio": num_hit_tokens / num_input if num_input else 0.0,
+        "request_hit_ratio": num_requests_hit / n if n else 0.0,
+        "num_lookup_blocks": lookups,
+        "num_hit_blocks": num_hit_blocks,
+        "block_hit_ratio": num_hit_blocks / lookups if lookups else 0.0,
+        "num_evictions": num_evictions,
+    }

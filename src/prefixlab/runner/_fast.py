@@ -67,7 +67,15 @@ from prefixlab.policies.sieve import (
     sieve_state,
 )
 
-__all__ = ["HAVE_NUMBA", "kernel_code", "replay_fast", "warm_up"]
+__all__ = [
+    "HAVE_NUMBA",
+    "block_kernel",
+    "kernel_code",
+    "kernel_state",
+    "replay_fast",
+    "warm_up",
+    "widen_state",
+]
 
 I64 = npt.NDArray[np.int64]
 VLLM, LRU, FIFO, KEYED, SIEVE, ARRAY, LFU_LISTS, MRU_STACK = 0, 1, 2, 3, 4, 5, 6, 7
@@ -184,15 +192,129 @@ def _drop_key(b: int, bkey: Any, chains: Any, primary: Any) -> int:
     return -1
 
 
-@jit()
-def _kernel(
+def kernel_state(
+    capacity: int, num_keys: int, policy: int, nlists: int, raw_keys: bool = False
+) -> tuple[Any, ...]:
+    """The block kernel's state for an empty cache: what a replay carries from one call of
+    :func:`block_kernel` to the next (a streamed replay calls it once per chunk of requests).
+
+    ``num_keys`` bounds the dense key ids the calls will pass (rows 0-1 of ``chains`` are
+    per key); ``nlists`` the hit counts lfu's lists can reach (:func:`widen_state` widens
+    it). ``raw_keys``: the calls pass raw 64-bit keys instead, which the kernel maps to
+    slots through a table of the cached keys (at most ``capacity``), so nothing in the
+    state grows with the trace."""
+    keyed = policy == KEYED
+    lists = policy in (LFU_LISTS, MRU_STACK)
+    link, flag, sst = sieve_state(capacity if policy == SIEVE else 1)
+    cells = 1 << max(int(2 * capacity - 1).bit_length(), 4) if raw_keys else 1
+    if raw_keys:
+        num_keys = capacity
+    return (
+        np.full((3, capacity if lists else 1), -1, np.int64),  # bl: lfu / mru list links
+        np.full((2, nlists if policy == LFU_LISTS else 1), -1, np.int64),  # bht: list ends
+        np.zeros(1, np.int64),  # lo: no list below this one holds a block
+        np.zeros(capacity, np.int64),  # ref
+        np.full(capacity, -1, np.int64),  # bkey
+        np.full((4, max(num_keys, capacity)), -1, np.int64),  # chains
+        np.full(capacity, -1, np.int64),  # stamp
+        np.empty(4 * capacity + 64, np.int64),  # qb
+        np.empty(4 * capacity + 64, np.int64),  # qs
+        np.zeros(3, np.int64),  # qstate: head, tail, next stamp
+        np.ones(capacity, np.bool_),  # primary
+        np.zeros(capacity, np.float64),  # la
+        np.zeros(capacity, np.int64),  # nhits
+        np.zeros(capacity, np.int64),  # depth
+        np.zeros(capacity, np.float64),  # created
+        np.zeros((capacity if keyed else 1, 4), np.float64),  # hk
+        np.zeros(capacity, np.int64),  # he
+        np.full(capacity, -1, np.int64),  # hpos
+        np.zeros(1, np.int64),  # hn
+        link,
+        flag,
+        sst,
+        np.arange(capacity - 1, -1, -1).astype(np.int64),  # empty: a stack, top last
+        # order, empty blocks, cached free, evictions, free slots
+        np.array([0, capacity, 0, 0, capacity if raw_keys else 0], np.int64),
+        np.full((cells, 2), -1, np.int64),  # ktab: raw key -> slot (raw_keys only)
+        np.zeros(capacity if raw_keys else 1, np.int64),  # skey: slot -> raw key
+        np.arange(capacity - 1 if raw_keys else 0, -1, -1).astype(np.int64),  # sfree
+    )
+
+
+def widen_state(state: tuple[Any, ...], nlists: int) -> tuple[Any, ...]:
+    """``state`` with room for lfu hit counts below ``nlists`` (new lists are empty)."""
+    bht = state[1]
+    if bht.shape[1] == 1 or bht.shape[1] >= nlists:
+        return state
+    more = np.full((2, nlists - bht.shape[1]), -1, np.int64)
+    return (state[0], np.concatenate((bht, more), axis=1), *state[2:])
+
+
+# A streamed replay passes raw 64-bit keys (as int64) and the kernel maps them to slots
+# itself: an open-addressing table (linear probing, no tombstones) of the keys some block
+# holds, at most the capacity. Row j of ktab is a cell (key, slot), slot -1 when empty;
+# skey[slot] is the key, sfree a stack of unused slots (sc[4] of them).
+@jit(inline=True)
+def _khash(key: int, mask: int) -> int:
+    # 31-bit halves: neither product overflows int64 (interpreted numpy would warn)
+    h = ((key & 0x7FFFFFFF) * 0x9E3779B1) ^ (((key >> 31) & 0x7FFFFFFF) * 0x85EBCA77)
+    return (h ^ (h >> 29)) & mask
+
+
+@jit(inline=True)
+def _kcell(ktab: Any, key: int) -> int:
+    """The cell holding key, or the empty cell where it would go."""
+    mask = ktab.shape[0] - 1
+    j = _khash(key, mask)
+    while ktab[j, 1] >= 0 and ktab[j, 0] != key:
+        j = (j + 1) & mask
+    return j
+
+
+@jit(nrt=False)
+def _kslot(ktab: Any, skey: Any, sfree: Any, sc: Any, key: int) -> int:
+    """key's slot, given a free one (and a cell) if it has none."""
+    j = _kcell(ktab, key)
+    if ktab[j, 1] < 0:
+        sc[4] -= 1
+        s = sfree[sc[4]]
+        ktab[j, 0] = key
+        ktab[j, 1] = s
+        skey[s] = key
+    return int(ktab[j, 1])
+
+
+@jit(nrt=False)
+def _kfree(ktab: Any, skey: Any, sfree: Any, sc: Any, s: int) -> None:
+    """Give slot s back: delete its key, shifting the rest of its probe run back."""
+    mask = ktab.shape[0] - 1
+    j = _kcell(ktab, skey[s])
+    ktab[j, 1] = -1
+    sfree[sc[4]] = s
+    sc[4] += 1
+    i = j
+    while True:
+        i = (i + 1) & mask
+        if ktab[i, 1] < 0:
+            return
+        h = _khash(ktab[i, 0], mask)
+        if (h <= j or h > i) if j <= i else (h <= j and h > i):
+            ktab[j, 0] = ktab[i, 0]
+            ktab[j, 1] = ktab[i, 1]
+            ktab[i, 1] = -1
+            j = i
+
+
+@jit(nogil=True)
+def block_kernel(
+    state: Any,
     keys: Any,
     key_offsets: Any,
     num_lookup: Any,
     lookup_end: Any,
     held: Any,
+    r0: int,
     capacity: int,
-    num_keys: int,
     block_tokens: int,
     policy: int,
     max_free: int,
@@ -210,8 +332,10 @@ def _kernel(
     hit_blocks: Any,
     out: Any,
 ) -> tuple[Any, Any]:
-    """out[0] = evictions, out[1] = the request that could not fit (or -1); returns the
-    array policy's state (a policy that allocates may have widened it).
+    """Replay requests r0, r0 + 1, ... (the rows of ``key_offsets``) from ``state`` (see
+    :func:`kernel_state`), which it updates. out[0] = evictions so far, out[1] = the
+    request that could not fit (or -1); returns the array policy's state (a policy that
+    allocates may have widened it).
 
     vllm, lru and fifo order blocks in the queue their classes use (``policies._segments``):
     vllm queues a block when it is released and invalidates it when a hit takes it; lru
@@ -221,49 +345,29 @@ def _kernel(
     are dropped, as the block cache does (a dropped key may promote a duplicate holder,
     which a keyed policy re-ranks).
     """
+    (bl, bht, lo, ref, bkey, chains, stamp, qb, qs, qstate, primary, la, nhits, depth,
+     created, hk, he, hpos, hn, link, flag, sst, empty, sc, ktab, skey, sfree) = state  # fmt: skip
+    raw = ktab.shape[0] > 1  # keys are raw: map them to slots through ktab
     keyed = policy == KEYED
     sieve = policy == SIEVE
     array = policy == ARRAY
     lists = policy in (LFU_LISTS, MRU_STACK)
-    # lfu / mru as lists: prev, next, list of each block; head and tail of each list
-    bl = np.full((3, capacity if lists else 1), -1, np.int64)
-    nlists = key_offsets.shape[0] + 1 if policy == LFU_LISTS else 1
-    bht = np.full((2, nlists), -1, np.int64)
-    lo = np.zeros(1, np.int64)  # no list below this one holds a block
-    ref = np.zeros(capacity, np.int64)
-    bkey = np.full(capacity, -1, np.int64)
-    chains = np.full((4, max(num_keys, capacity)), -1, np.int64)
-    stamp = np.full(capacity, -1, np.int64)
-    qb = np.empty(4 * capacity + 64, np.int64)
-    qs = np.empty(4 * capacity + 64, np.int64)
-    qstate = np.zeros(3, np.int64)  # head, tail, next stamp
-    # Entry metadata (keyed policies read it) and the policies' own state.
-    primary = np.ones(capacity, np.bool_)
-    la = np.zeros(capacity, np.float64)
-    nhits = np.zeros(capacity, np.int64)
-    depth = np.zeros(capacity, np.int64)
-    created = np.zeros(capacity, np.float64)
-    hk = np.zeros((capacity if keyed else 1, 4), np.float64)
-    he = np.zeros(capacity, np.int64)
-    hpos = np.full(capacity, -1, np.int64)
-    hn = np.zeros(1, np.int64)
     kbuf = np.empty(3, np.float64)
-    order = 0
-    link, flag, sst = sieve_state(capacity if sieve else 1)
-    empty = np.arange(capacity - 1, -1, -1).astype(np.int64)
-    n_empty = capacity
-    cached_free = 0
-    evictions = 0
-    blocks = np.empty(max(int(held.max()), 1), np.int64)
+    order = sc[0]
+    n_empty = sc[1]
+    cached_free = sc[2]
+    evictions = sc[3]
+    blocks = np.empty(max(int(held.max()) if held.shape[0] else 1, 1), np.int64)
     released = np.empty(max(blocks.shape[0], capacity), np.int64)
     victims = np.empty(max(blocks.shape[0], capacity), np.int64)
     out[1] = -1
-    for r in range(key_offsets.shape[0] - 1):
+    for i_r in range(key_offsets.shape[0] - 1):
+        r = r0 + i_r
         now = float(r)
-        k0 = key_offsets[r]
-        nk = key_offsets[r + 1] - k0
-        nl = num_lookup[r]
-        nh = held[r]
+        k0 = key_offsets[i_r]
+        nk = key_offsets[i_r + 1] - k0
+        nl = num_lookup[i_r]
+        nh = held[i_r]
         if array:  # the request and its time (the arrival), room for its allocations
             ist, fst = reserve(acode, ist, fst, nh)
             ist[SC, REQ] = r
@@ -272,13 +376,19 @@ def _kernel(
         # ---- match: longest run of keys with a holder (the first registered one)
         h = 0
         while h < nl:
-            b = chains[0, keys[k0 + h]]
+            if raw:
+                s = ktab[_kcell(ktab, keys[k0 + h]), 1]
+                if s < 0:
+                    break
+                b = chains[0, s]
+            else:
+                b = chains[0, keys[k0 + h]]
             if b < 0:
                 break
             blocks[h] = b
             h += 1
-        hit_blocks[r] = h
-        hit_tokens[r] = lookup_end[r] if h == nl else h * block_tokens
+        hit_blocks[i_r] = h
+        hit_tokens[i_r] = lookup_end[i_r] if h == nl else h * block_tokens
         # ---- acquire (nothing changes if it cannot fit)
         need = nh - h
         hit_free = 0
@@ -286,9 +396,8 @@ def _kernel(
             if ref[blocks[i]] == 0:
                 hit_free += 1
         if need > n_empty + cached_free - hit_free:
-            out[0] = evictions
             out[1] = r
-            return ist, fst
+            break
         for i in range(h):
             b = blocks[i]
             if policy == LRU:  # a hit is an access
@@ -324,7 +433,8 @@ def _kernel(
         if nv > 0:
             _evict(nv, policy, victims, qb, qs, stamp, ref, qstate, hk, he, hpos, hn, link,
                    flag, sst, bkey, chains, primary, cols, signs, la, nhits, depth, created,
-                   occ_start, occ_req, r, ist, fst, acode, rng, aux, bl, bht, lo)  # fmt: skip
+                   occ_start, occ_req, r, ist, fst, acode, rng, aux, bl, bht, lo, ktab, skey,
+                   sfree, sc)  # fmt: skip
             for j in range(nv):
                 blocks[h + take + j] = victims[j]
             cached_free -= nv
@@ -334,7 +444,7 @@ def _kernel(
         # ---- commit: new full blocks get their keys, appended to the key's holders
         for j in range(h, nk):
             b = blocks[j]
-            k = keys[k0 + j]
+            k = _kslot(ktab, skey, sfree, sc, keys[k0 + j]) if raw else keys[k0 + j]
             bkey[b] = k
             primary[b] = chains[0, k] < 0
             _list_append(b, chains[2], chains[3], chains[0:2, k])
@@ -386,7 +496,8 @@ def _kernel(
             nv = cached_free - max_free
             _evict(nv, policy, victims, qb, qs, stamp, ref, qstate, hk, he, hpos, hn, link,
                    flag, sst, bkey, chains, primary, cols, signs, la, nhits, depth, created,
-                   occ_start, occ_req, r, ist, fst, acode, rng, aux, bl, bht, lo)  # fmt: skip
+                   occ_start, occ_req, r, ist, fst, acode, rng, aux, bl, bht, lo, ktab, skey,
+                   sfree, sc)  # fmt: skip
             for j in range(nv):
                 released[n_rel] = victims[j]
                 n_rel += 1
@@ -395,6 +506,10 @@ def _kernel(
         for i in range(n_rel - 1, -1, -1):  # prepend_n: the first released ends on top
             empty[n_empty] = released[i]
             n_empty += 1
+    sc[0] = order
+    sc[1] = n_empty
+    sc[2] = cached_free
+    sc[3] = evictions
     out[0] = evictions
     return ist, fst
 
@@ -405,9 +520,11 @@ def _evict(
     hk: Any, he: Any, hpos: Any, hn: Any, link: Any, flag: Any, sst: Any, bkey: Any,
     chains: Any, primary: Any, cols: Any, signs: Any, la: Any, nhits: Any, depth: Any,
     created: Any, occ_start: Any, occ_req: Any, r: int, ist: Any, fst: Any, acode: int,
-    rng: Any, aux: Any, bl: Any, bht: Any, lo: Any,
+    rng: Any, aux: Any, bl: Any, bht: Any, lo: Any, ktab: Any, skey: Any, sfree: Any,
+    sc: Any,
 ) -> None:  # fmt: skip
-    """Choose n victims (the caller knows they exist), then drop their keys in order."""
+    """Choose n victims (the caller knows they exist), then drop their keys in order (raw
+    keys: a key left with no holder leaves the table and gives its slot back)."""
     for j in range(n):
         if policy == KEYED:
             e = heap_pop(hk, he, hpos, hn)
@@ -429,8 +546,12 @@ def _evict(
         else:
             victims[j] = sq_pop(qb, qs, stamp, ref, True, qstate)
     kbuf = np.empty(3, np.float64)
+    raw = ktab.shape[0] > 1
     for j in range(n):
+        k = bkey[victims[j]]
         up = _drop_key(victims[j], bkey, chains, primary)
+        if raw and chains[0, k] < 0:
+            _kfree(ktab, skey, sfree, sc, k)
         if up >= 0 and policy == KEYED and hpos[up] >= 0 and ref[up] == 0:  # on_update
             entry_key(cols, signs, up, la, nhits, depth, created, primary, bkey, occ_start,
                       occ_req, r, kbuf)  # fmt: skip
@@ -481,11 +602,11 @@ def replay_fast(
     hit_tokens = np.zeros(n, np.int64)
     hit_blocks = np.zeros(n, np.int64)
     out = np.zeros(2, np.int64)
-    st = _kernel(
-        keys, key_offsets, num_lookup, lookup_end, held, capacity, max(num_keys, 1),
-        block_tokens, code, -1 if max_free_blocks is None else max_free_blocks,
-        cols, signs, occ_start, occ_req, nu_pos, st[0], st[1], acode, rng, aux, hit_tokens,
-        hit_blocks, out,
+    state = kernel_state(capacity, max(num_keys, 1), code, n + 1)
+    st = block_kernel(
+        state, keys, key_offsets, num_lookup, lookup_end, held, 0, capacity, block_tokens,
+        code, -1 if max_free_blocks is None else max_free_blocks, cols, signs, occ_start,
+        occ_req, nu_pos, st[0], st[1], acode, rng, aux, hit_tokens, hit_blocks, out,
     )  # fmt: skip
     if code == ARRAY:
         assert isinstance(policy, ArrayPolicy)

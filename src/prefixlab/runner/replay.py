@@ -129,10 +129,17 @@ def capped_requests(trace: Trace, block_tokens: int, min_recompute_tokens: int) 
 def capped_warning(trace: Trace, block_tokens: int, min_recompute_tokens: int) -> str | None:
     """A one-line warning when :func:`capped_requests` finds any, else None."""
     n = capped_requests(trace, block_tokens, min_recompute_tokens)
+    return capped_message(n, len(trace), block_tokens, min_recompute_tokens)
+
+
+def capped_message(
+    n: int, num_requests: int, block_tokens: int, min_recompute_tokens: int
+) -> str | None:
+    """The warning for ``n`` capped requests of ``num_requests`` (None when n is 0)."""
     if not n:
         return None
     return (
-        f"{n:,} of {len(trace):,} requests hold a full {block_tokens}-token block of input "
+        f"{n:,} of {num_requests:,} requests hold a full {block_tokens}-token block of input "
         f"but can never hit: min_recompute_tokens={min_recompute_tokens} leaves them no "
         "block to look up (0 lets a prompt be served whole from the cache)"
     )
@@ -310,12 +317,19 @@ def _replay_fast(
     return _result(trace, pol, config, layout, metrics, elapsed)
 
 
+def capacity_error(
+    r: int, held: int, input_tokens: int, output_tokens: int, capacity: int, block_tokens: int
+) -> CapacityError:
+    """The error for request r, which needs more blocks than the whole cache holds."""
+    return CapacityError(
+        f"request {r} needs {held} blocks of {block_tokens} tokens "
+        f"({input_tokens} input + {output_tokens} output tokens) but the cache holds "
+        f"{capacity} blocks in all; raise the capacity"
+    )
+
+
 def _capacity_error(
     trace: Trace, r: int, held: int, config: ReplayConfig, block_tokens: int
 ) -> CapacityError:
-    return CapacityError(
-        f"request {r} needs {held} blocks of {block_tokens} tokens "
-        f"({int(trace.input_length[r])} input + {int(trace.output_length[r])} output "
-        f"tokens) but the cache holds {config.capacity_blocks} blocks in all; "
-        "raise the capacity"
-    )
+    inp, out = int(trace.input_length[r]), int(trace.output_length[r])
+    return capacity_error(r, held, inp, out, config.capacity_blocks, block_tokens)

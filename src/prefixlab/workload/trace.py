@@ -133,7 +133,7 @@ class Trace:
         self.extra_key: list[str | None] = extra_key if extra_key is not None else [None] * n
         #: per-request think time (NaN: none, the request arrives at ``arrival_s``)
         self.think_s: F64 = think_s if think_s is not None else np.full(n, np.nan)
-        self._layouts: dict[tuple[int, str, bool, int], BlockLayout] = {}
+        self._layouts: dict[tuple[int, str, bool, int, bool], BlockLayout] = {}
         self._sequence: tuple[I64, I64] | None = None
         self._check_consistent()
 
@@ -295,15 +295,20 @@ class Trace:
         extra_key: int | str | None = None,
         cache_partial: bool = False,
         min_recompute_tokens: int = 1,
+        intern: bool = True,
     ) -> BlockLayout:
-        """Block keys of every request, computed once (vectorised) and memoised."""
+        """Block keys of every request, computed once (vectorised) and memoised.
+
+        ``intern=False`` skips numbering the keys (``keys`` is then empty and
+        ``num_distinct_keys`` 0; ``raw_keys`` holds them): for a caller that maps raw keys
+        itself, such as a streamed replay, which sees one chunk of the trace at a time."""
         bt = self._resolve_block_tokens(block_tokens)
         if min_recompute_tokens < 0:
             raise ConfigError(f"min_recompute_tokens must be >= 0, got {min_recompute_tokens}")
-        memo = (bt, repr(extra_key), cache_partial, min_recompute_tokens)
+        memo = (bt, repr(extra_key), cache_partial, min_recompute_tokens, intern)
         if memo not in self._layouts:
             self._layouts[memo] = self._build_layout(
-                bt, extra_key, cache_partial, min_recompute_tokens
+                bt, extra_key, cache_partial, min_recompute_tokens, intern
             )
         return self._layouts[memo]
 
@@ -364,10 +369,18 @@ class Trace:
         return raw, key_offs, lookable
 
     def _build_layout(
-        self, bt: int, extra_key: int | str | None, cache_partial: bool, min_recompute: int
+        self,
+        bt: int,
+        extra_key: int | str | None,
+        cache_partial: bool,
+        min_recompute: int,
+        intern: bool,
     ) -> BlockLayout:
         raw, key_offs, lookable = self._sequence_keys(bt, extra_key, cache_partial)
-        dense, num_distinct = _dense_keys(raw, key_offs)
+        if intern:
+            dense, num_distinct = _dense_keys(raw, key_offs)
+        else:
+            dense, num_distinct = np.zeros(0, dtype=np.int64), 0
         # Cap: hit tokens <= input_length - min_recompute_tokens, block-aligned, except a
         # cached trailing partial block which hits as a whole (ends at input_length).
         cap_full = np.maximum(self.input_length - min_recompute, 0) // bt

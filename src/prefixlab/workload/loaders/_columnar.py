@@ -13,6 +13,7 @@ loader, which names the file, line and field of the first problem. Both build th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,21 +21,29 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab._jit import COMPILED, jit
+from prefixlab.workload.loaders.base import NotStreamable
 from prefixlab.workload.trace import Trace
 
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
 #: pyarrow reads this many bytes per block (per thread)
 BLOCK_BYTES = 16 << 20
+#: a streamed read parses this many bytes at a time (pyarrow reads ahead a few)
+CHUNK_BYTES = 1 << 20
 
 
-@jit()
+@jit(nogil=True)
 def rows_have_repeats(values: Any, offsets: Any) -> bool:
-    """Whether any row of a ragged uint64 array holds a value twice (rows are short: a
-    sort per row)."""
+    """Whether any row of a ragged uint64 array holds a value twice (rows are short: pairs
+    compared in place up to 32 values, a sort beyond)."""
     for r in range(offsets.shape[0] - 1):
         a, b = offsets[r], offsets[r + 1]
-        if b - a < 2:
+        if b - a <= 32:
+            for i in range(a + 1, b):
+                v = values[i]
+                for j in range(a, i):
+                    if values[j] == v:
+                        return True
             continue
         row = np.sort(values[a:b])
         for i in range(1, row.shape[0]):
@@ -43,16 +52,10 @@ def rows_have_repeats(values: Any, offsets: Any) -> bool:
     return False
 
 
-def read_mooncake(path: Path, block_tokens: int, opts: Any) -> Trace | None:
-    """The trace a Mooncake file holds under ``opts``, or None (use the line-by-line path)."""
-    if not COMPILED or opts.sample is not None:
-        return None
-    try:
-        import pyarrow as pa
-        import pyarrow.json as pj
-    except ImportError:  # pragma: no cover - pyarrow is a core dependency
-        return None
-    schema = pa.schema(
+def _schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
         [
             ("timestamp", pa.float64()),
             ("input_length", pa.int64()),
@@ -60,24 +63,31 @@ def read_mooncake(path: Path, block_tokens: int, opts: Any) -> Trace | None:
             ("hash_ids", pa.list_(pa.uint64())),
         ]
     )
-    try:
-        table = pj.read_json(
-            path,
-            read_options=pj.ReadOptions(block_size=BLOCK_BYTES),
-            parse_options=pj.ParseOptions(
-                explicit_schema=schema, unexpected_field_behavior="ignore"
-            ),
-        )
-    except (pa.ArrowException, OSError, ValueError):
+
+
+def _parse_options() -> Any:
+    import pyarrow.json as pj
+
+    return pj.ParseOptions(explicit_schema=_schema(), unexpected_field_behavior="ignore")
+
+
+def _to_trace(
+    table: Any, block_tokens: int, opts: Any, name: str, limit: int | None
+) -> Trace | None:
+    """The requests of one parsed table (a whole file, or a chunk of one) that ``opts``
+    keeps, in file order, at most ``limit`` of them; None when any row fails a check of the
+    line-by-line loader, or none is kept. Raises NotStreamable on a null or bad value."""
+    if table.num_rows == 0:
         return None
-    if table.num_rows == 0 or any(table.column(c).null_count for c in schema.names):
-        return None
-    ids_col = table.column("hash_ids").combine_chunks()
+    if any(table.column(c).null_count for c in _schema().names):
+        raise NotStreamable("a null field")
+    col = table.column("hash_ids")
+    ids_col = col.combine_chunks() if hasattr(col, "combine_chunks") else col
     if ids_col.values.null_count:
-        return None
+        raise NotStreamable("a null hash id")
     offsets = np.asarray(ids_col.offsets, dtype=np.int64)
     values: U64 = np.asarray(ids_col.values, dtype=np.uint64)
-    if offsets[0] != 0:  # a sliced array: rebase
+    if offsets[0] != 0 or values.shape[0] != offsets[-1]:  # a sliced array: rebase
         values = values[offsets[0] : offsets[-1]]
         offsets = offsets - offsets[0]
     ts = table.column("timestamp").to_numpy()
@@ -92,7 +102,7 @@ def read_mooncake(path: Path, block_tokens: int, opts: Any) -> Trace | None:
         or (counts < inp // block_tokens).any()
         or rows_have_repeats(values, offsets)
     ):
-        return None
+        raise NotStreamable("a value out of range")
     arrival = ts / 1000.0
     keep = np.ones(arrival.shape[0], dtype=bool)
     if opts.start_s is not None:
@@ -100,8 +110,8 @@ def read_mooncake(path: Path, block_tokens: int, opts: Any) -> Trace | None:
     if opts.end_s is not None:
         keep &= arrival < opts.end_s
     rows = np.flatnonzero(keep)
-    if opts.limit is not None:
-        rows = rows[: opts.limit]
+    if limit is not None:
+        rows = rows[:limit]
     if rows.shape[0] == 0:
         return None
     if rows.shape[0] != arrival.shape[0]:
@@ -113,7 +123,7 @@ def read_mooncake(path: Path, block_tokens: int, opts: Any) -> Trace | None:
         values, offsets = values[take], new_offs
         arrival, inp, out = arrival[rows], inp[rows], out[rows]
     n = int(arrival.shape[0])
-    trace = Trace(
+    return Trace(
         arrival_s=np.ascontiguousarray(arrival, dtype=np.float64),
         input_length=np.ascontiguousarray(inp),
         output_length=np.ascontiguousarray(out),
@@ -123,6 +133,70 @@ def read_mooncake(path: Path, block_tokens: int, opts: Any) -> Trace | None:
         hash_ids=(np.ascontiguousarray(values), offsets),
         hashed_tokens=np.ascontiguousarray(inp).copy(),
         block_tokens=block_tokens,
-        name=path.stem,
+        name=name,
     )
-    return trace.sorted_by_arrival()
+
+
+def read_mooncake(path: Path, block_tokens: int, opts: Any) -> Trace | None:
+    """The trace a Mooncake file holds under ``opts``, or None (use the line-by-line path)."""
+    if not COMPILED or opts.sample is not None:
+        return None
+    try:
+        import pyarrow as pa
+        import pyarrow.json as pj
+    except ImportError:  # pragma: no cover - pyarrow is a core dependency
+        return None
+    try:
+        table = pj.read_json(
+            path,
+            read_options=pj.ReadOptions(block_size=BLOCK_BYTES),
+            parse_options=_parse_options(),
+        )
+        trace = _to_trace(table, block_tokens, opts, path.stem, opts.limit)
+    except (pa.ArrowException, OSError, ValueError, NotStreamable):
+        return None
+    return None if trace is None else trace.sorted_by_arrival()
+
+
+def iter_mooncake_chunks(
+    path: Path, block_tokens: int, opts: Any, chunk_bytes: int = CHUNK_BYTES
+) -> Iterator[tuple[Trace, int]]:
+    """The requests a Mooncake file holds under ``opts``, in chunks of consecutive kept
+    requests, each with the bytes of the file read so far; pyarrow parses about
+    ``chunk_bytes`` of JSON at a time, so memory does not grow with the file.
+
+    Raises :class:`NotStreamable` (then the caller loads the file whole, whose line-by-line
+    loader names the first bad line, or sorts it) on anything :func:`read_mooncake` would not
+    accept, and when arrivals decrease: a streamed replay cannot sort. Yields nothing if no
+    request is kept."""
+    if not COMPILED or opts.sample is not None:
+        raise NotStreamable("sampling, or numba off")
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    left = opts.limit
+    last = -np.inf
+    try:
+        src = pa.OSFile(str(path))
+        reader = pj.open_json(
+            src,
+            read_options=pj.ReadOptions(block_size=chunk_bytes),
+            parse_options=_parse_options(),
+        )
+        while left is None or left > 0:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                return
+            chunk = _to_trace(batch, block_tokens, opts, path.stem, left)
+            if chunk is None:
+                continue
+            arr = chunk.arrival_s
+            if arr[0] < last or (arr.shape[0] > 1 and (np.diff(arr) < 0).any()):
+                raise NotStreamable("arrivals out of order")
+            last = float(arr[-1])
+            if left is not None:
+                left -= len(chunk)
+            yield chunk, src.tell()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise NotStreamable(str(exc)) from None

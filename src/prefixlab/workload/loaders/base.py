@@ -36,6 +36,38 @@ LOADERS: dict[str, Loader] = {}
 FAST_LOADERS: dict[str, Callable[[Path, LoadOptions], Trace | None]] = {}
 
 
+class NotStreamable(Exception):
+    """A chunked reader met what it does not accept (a bad line, arrivals out of order):
+    load the file whole instead, whose line-by-line loader names the problem or sorts."""
+
+
+#: Chunked readers: (path, options) -> chunks of consecutive kept requests in arrival
+#: order, each with the bytes read so far; raises ``NotStreamable`` on anything it does not
+#: accept (the caller then loads the file whole). For streamed replays.
+CHUNK_LOADERS: dict[str, Callable[[Path, LoadOptions], Iterator[tuple[Trace, int]]]] = {}
+
+
+def iter_chunks(
+    path: str | Path,
+    fmt: str,
+    *,
+    limit: int | None = None,
+    sample: float | None = None,
+    sample_seed: int = 0,
+    start_s: float | None = None,
+    end_s: float | None = None,
+    **kwargs: Any,
+) -> Iterator[tuple[Trace, int]] | None:
+    """The file as chunks of kept requests (see ``CHUNK_LOADERS``), or None when its format
+    has no chunked reader, it takes loader options, or it is not a file."""
+    reader = CHUNK_LOADERS.get(fmt)
+    if reader is None or kwargs or not Path(path).is_file():
+        return None
+    opts = LoadOptions(limit, sample, sample_seed, start_s, end_s)
+    opts.validate()
+    return reader(Path(path), opts)
+
+
 def register_loader(name: str) -> Callable[[Loader], Loader]:
     """Register a loader under a format name (``--format NAME``)."""
 

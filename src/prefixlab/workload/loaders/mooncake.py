@@ -4,7 +4,7 @@ Each line: ``{"timestamp": ms, "input_length": n, "output_length": n, "hash_ids"
 with one id per 512-token block of the input (the last one may be partial). There are no
 sessions or text. Source: kvcache-ai/Mooncake, FAST25-release/traces. Files are read by
 pyarrow's JSON reader when every line passes the checks below (``_columnar``), else line
-by line.
+by line; a streamed replay reads them a chunk at a time (``runner.stream``).
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from prefixlab.workload.loaders._columnar import read_mooncake
+from prefixlab.workload.loaders._columnar import iter_mooncake_chunks, read_mooncake
 from prefixlab.workload.loaders.base import (
+    CHUNK_LOADERS,
     FAST_LOADERS,
     FieldReader,
     Header,
@@ -25,6 +26,9 @@ from prefixlab.workload.trace import Request
 
 MOONCAKE_BLOCK_TOKENS = 512
 FAST_LOADERS["mooncake"] = lambda path, opts: read_mooncake(path, MOONCAKE_BLOCK_TOKENS, opts)
+CHUNK_LOADERS["mooncake"] = lambda path, opts: iter_mooncake_chunks(
+    path, MOONCAKE_BLOCK_TOKENS, opts
+)
 
 
 @register_loader("mooncake")

@@ -1,0 +1,270 @@
+"""Streamed replay: a trace file read in chunks, memory bounded by the cache, not the trace.
+
+The replay runner holds the whole trace and its block layout, about 1 KB per request. A
+streamed replay reads the file a chunk at a time (``CHUNK_LOADERS``: Mooncake's JSONL
+through pyarrow's streaming JSON reader), lays out each chunk's block keys, and runs the
+block kernel of :mod:`prefixlab.runner._fast` on it from the state the previous chunk left,
+for every policy in the same pass. Given raw 64-bit keys, the kernel maps each to a small
+slot number through an open-addressing table of the keys its cache holds (at most its
+capacity): a key enters the table when a block is committed under it and leaves when its
+last holder is evicted. So per-key state follows the capacity, not the trace, and
+per-request results are summed as they come: peak memory does not grow with the trace
+(tested, and measured in ``benchmarks/load_replay.py``).
+
+Same results as the whole-trace replay, bit for bit (tested): the kernel is the same code,
+and a policy that can be streamed reads nothing a slot number would change (no sort key
+reads a key id). Streamed: the block structure, with the online policies whose kernel state
+is per block (vllm, lru, fifo, sieve, sglang-lru, hashtable, lfu, mru, any plain keyed
+policy without a future column). Not streamed (the whole trace is loaded): offline policies
+(OPT reads every request's next use), the array-state policies (ARC, S3-FIFO, LeCaR, LPC,
+WA, UniCache keep per-key history such as ghost lists, which would need their slots kept
+alive too), the radix structure (its edges point into the trace's key array), per-request
+output, and files the chunk reader does not accept (then the whole-file loader sorts them
+or names the bad line).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab.metrics.replay import hit_summary
+from prefixlab.policies._keyed import KeyedPolicy, key_columns
+from prefixlab.policies.base import EvictionPolicy
+from prefixlab.runner import _fast
+from prefixlab.runner.replay import (
+    ReplayConfig,
+    ReplayResult,
+    capacity_error,
+    capped_requests,
+    without_lookups,
+)
+from prefixlab.workload.loaders.base import NotStreamable
+from prefixlab.workload.trace import BlockLayout, Trace
+
+__all__ = ["NotStreamable", "StreamSummary", "replay_stream", "streamable"]
+
+I64 = npt.NDArray[np.int64]
+_STREAM_CODES = (_fast.VLLM, _fast.LRU, _fast.FIFO, _fast.KEYED, _fast.SIEVE, _fast.LFU_LISTS,
+                 _fast.MRU_STACK)  # fmt: skip
+
+
+def streamable(pol: EvictionPolicy, config: ReplayConfig) -> bool:
+    """Whether a streamed replay runs ``pol`` under ``config`` (see the module's docstring)."""
+    return (
+        _fast.HAVE_NUMBA
+        and config.structure == "block"
+        and _fast.kernel_code(pol) in _STREAM_CODES
+        and not pol.needs_future
+        and not pol.needs_trace
+        and pol.reserved_bytes <= 0
+    )
+
+
+# ----------------------------------------------------------------------------- replay
+@dataclass(slots=True)
+class StreamSummary:
+    """What a streamed replay saw of its trace."""
+
+    name: str = ""
+    num_requests: int = 0
+    num_input_tokens: int = 0
+    num_capped: int = 0
+    block_tokens: int = 0
+
+
+@dataclass(slots=True)
+class _Run:
+    """One policy's replay in progress."""
+
+    policy: EvictionPolicy
+    code: int
+    state: tuple[Any, ...]
+    cols: I64
+    signs: npt.NDArray[np.float64]
+    elapsed_s: float = 0.0
+    hit_tokens: int = 0
+    hit_blocks: int = 0
+    lookup_blocks: int = 0
+    requests_hit: int = 0
+    held_blocks: int = 0
+    evictions: int = 0
+    out: I64 = field(default_factory=lambda: np.zeros(2, np.int64))
+
+
+def replay_stream(
+    chunks: Iterable[tuple[Trace, int]],
+    policies: list[EvictionPolicy],
+    config: ReplayConfig,
+    on_chunk: Callable[[int, int], None] | None = None,
+) -> tuple[list[ReplayResult], StreamSummary]:
+    """Replay a trace given as consecutive chunks (each with the bytes read so far) through
+    each policy, one pass; returns their results, in order, and what was read.
+
+    Every policy must be :func:`streamable`. ``on_chunk(requests, bytes)`` is called after
+    each chunk (progress). Results have no per-request detail (``hit_tokens`` is empty).
+    Raises NotStreamable from the chunk reader (nothing is returned then)."""
+    config.validate()
+    for pol in policies:
+        if not streamable(pol, config):
+            raise ValueError(f"policy '{pol.spec()}' cannot be streamed")
+    _fast.warm_up()
+    runs = [_start(pol, config.capacity_blocks) for pol in policies]
+    seen = StreamSummary()
+    placeholders = _placeholders()
+
+    def laid_out() -> Iterator[tuple[Trace, int, BlockLayout]]:
+        for chunk, nbytes in chunks:
+            layout = chunk.block_layout(
+                config.block_tokens, config.extra_key, config.cache_partial,
+                config.min_recompute_tokens, intern=False,
+            )  # fmt: skip
+            yield chunk, nbytes, layout if config.prefix_caching else without_lookups(layout)
+
+    for chunk, nbytes, layout in read_ahead(laid_out()):
+        n = len(chunk)
+        keys = layout.raw_keys.view(np.int64)
+        for run in runs:
+            nlists = int(run.state[12].max()) + n + 1  # lfu: hit counts it can reach
+            run.state = _fast.widen_state(run.state, nlists)
+            _chunk(run, keys, layout, seen.num_requests, config, placeholders)
+            if run.out[1] >= 0:
+                r = int(run.out[1]) - seen.num_requests
+                held, inp = int(layout.num_blocks_held[r]), int(chunk.input_length[r])
+                raise capacity_error(int(run.out[1]), held, inp, int(chunk.output_length[r]),
+                                     config.capacity_blocks, layout.block_tokens)  # fmt: skip
+        seen.name = chunk.name
+        seen.block_tokens = layout.block_tokens
+        seen.num_requests += n
+        seen.num_input_tokens += int(chunk.input_length.sum())
+        seen.num_capped += capped_requests(chunk, layout.block_tokens, config.min_recompute_tokens)
+        if on_chunk is not None:
+            on_chunk(seen.num_requests, nbytes)
+    return [_finish(run, config, seen) for run in runs], seen
+
+
+def _placeholders() -> tuple[Any, ...]:
+    """The kernel's arguments for policies a stream never runs (offline and array-state)."""
+    from prefixlab.policies._arrays import new_state
+
+    st = new_state(1, 1, (1, 1))
+    return (np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64), st[0], st[1],
+            np.random.default_rng(0), np.zeros((1, 0)))  # fmt: skip
+
+
+def _start(pol: EvictionPolicy, capacity: int) -> _Run:
+    code = _fast.kernel_code(pol)
+    cols, signs = np.full(3, -1, np.int64), np.ones(3, np.float64)
+    if isinstance(pol, KeyedPolicy):
+        cols, signs = key_columns(pol.sort_key)
+    return _Run(pol, code, _fast.kernel_state(capacity, 1, code, 2, raw_keys=True), cols, signs)
+
+
+def _chunk(
+    run: _Run, keys: I64, layout: BlockLayout, r0: int, config: ReplayConfig, ph: tuple[Any, ...]
+) -> None:
+    n = int(layout.key_offsets.shape[0]) - 1
+    hit_tokens = np.zeros(n, np.int64)
+    hit_blocks = np.zeros(n, np.int64)
+    max_free = -1 if config.max_free_blocks is None else config.max_free_blocks
+    start = time.perf_counter()
+    _fast.block_kernel(
+        run.state, keys, layout.key_offsets, layout.num_lookup_blocks, layout.lookup_end_tokens,
+        layout.num_blocks_held, r0, config.capacity_blocks, layout.block_tokens, run.code,
+        max_free, run.cols, run.signs, ph[0], ph[1], ph[2], ph[3], ph[4], -1, ph[5], ph[6],
+        hit_tokens, hit_blocks, run.out,
+    )  # fmt: skip
+    run.elapsed_s += time.perf_counter() - start
+    run.hit_tokens += int(hit_tokens.sum())
+    run.hit_blocks += int(hit_blocks.sum())
+    run.lookup_blocks += int(layout.num_lookup_blocks.sum())
+    run.requests_hit += int(np.count_nonzero(hit_blocks))
+    run.held_blocks += int(layout.num_blocks_held.sum())
+    run.evictions = int(run.out[0])
+
+
+def _finish(run: _Run, config: ReplayConfig, seen: StreamSummary) -> ReplayResult:
+    metrics = hit_summary(
+        num_requests=seen.num_requests,
+        num_input_tokens=seen.num_input_tokens,
+        num_hit_tokens=run.hit_tokens,
+        num_requests_hit=run.requests_hit,
+        num_lookup_blocks=run.lookup_blocks,
+        num_hit_blocks=run.hit_blocks,
+        num_evictions=run.evictions,
+    )
+    metrics["num_reserved_blocks"] = 0
+    empty = np.zeros(0, np.int64)
+    return ReplayResult(
+        policy=run.policy.spec(),
+        capacity_blocks=config.capacity_blocks,
+        structure=config.structure,
+        metrics=metrics,
+        elapsed_s=run.elapsed_s,
+        num_blocks_processed=run.held_blocks,
+        hit_tokens=empty,
+        input_tokens=empty,
+    )
+
+
+_END = object()
+
+
+def read_ahead(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:
+    """``items``, produced on a thread up to ``depth`` ahead of the consumer, in order; an
+    exception the producer raises is raised here, where it would have been. The parser
+    (pyarrow) and the kernel (compiled without the GIL) then run on two cores at once."""
+    box: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: Any, exc: BaseException | None = None) -> bool:
+        while not stop.is_set():
+            try:
+                box.put((item, exc), timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put(item):
+                    return
+            put(_END)
+        except BaseException as exc:  # handed to the consumer, raised there
+            put(_END, exc)
+
+    worker = threading.Thread(target=produce, name="prefixlab-read-ahead", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item, exc = box.get()
+            if item is _END:
+                if exc is not None:
+                    raise exc
+                return
+            yield item
+    finally:
+        stop.set()
+        worker.join()
+
+
+def peek(chunks: Iterator[tuple[Trace, int]]) -> tuple[Trace, Iterator[tuple[Trace, int]]] | None:
+    """The first chunk, and an iterator over all of them (None: the stream is empty)."""
+    first = next(chunks, None)
+    if first is None:
+        return None
+
+    def again() -> Iterator[tuple[Trace, int]]:
+        yield first
+        yield from chunks
+
+    return first[0], again()

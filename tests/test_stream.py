@@ -1,0 +1,367 @@
+"""Streamed replay (``runner.stream``): a trace read in chunks gives exactly the whole-trace
+replay's results, with state that follows the cache, not the trace.
+
+Three layers: the block kernel on raw 64-bit keys (hand-computed victims, the table's
+invariant, and a property test against the same kernel on dense ids), ``replay_stream`` on
+traces cut into chunks against ``replay``, and ``prefixlab replay`` streaming a Mooncake
+file against ``--no-stream`` (fallbacks, errors, memory).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from prefixlab._jit import COMPILED
+from prefixlab.cli import app
+from prefixlab.errors import CapacityError
+from prefixlab.policies import make_policy
+from prefixlab.policies._keyed import KeyedPolicy
+from prefixlab.runner import _fast, replay
+from prefixlab.runner.replay import ReplayConfig
+from prefixlab.runner.stream import read_ahead, replay_stream, streamable
+from prefixlab.workload import Trace
+from prefixlab.workload.loaders import load_trace
+from prefixlab.workload.loaders._columnar import iter_mooncake_chunks
+from prefixlab.workload.loaders.base import LoadOptions, NotStreamable
+from tests.test_fast import TRACES  # chat, agentic, and one heavy in duplicate holders
+
+pytestmark = pytest.mark.skipif(not _fast.HAVE_NUMBA, reason="numba (the 'fast' extra) absent")
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "mooncake"
+STREAMED = ["vllm", "lru", "fifo", "sieve", "sglang-lru", "hashtable", "lfu", "mru"]
+runner = CliRunner()
+
+
+class OldestShallowFirst(KeyedPolicy):
+    """A third-party keyed policy (its sort key alone): the kernel's heap, streamed."""
+
+    name = "test-oldest-shallow"
+    sort_key = (("created", 1), ("depth", 1))
+
+
+# ----------------------------------------------------------------------------- the kernel
+def _run_kernel(
+    keys: np.ndarray, offs: np.ndarray, nl: np.ndarray, held: np.ndarray, capacity: int,
+    code: int, raw: bool, splits: tuple[int, ...] = (),
+) -> tuple[np.ndarray, int, tuple[Any, ...]]:  # fmt: skip
+    """Hit blocks per request and evictions; ``splits``: call the kernel once per piece."""
+    n = offs.shape[0] - 1
+    if raw:
+        state = _fast.kernel_state(capacity, 1, code, n + 1, raw_keys=True)
+    else:
+        state = _fast.kernel_state(capacity, int(keys.max(initial=0)) + 1, code, n + 1)
+    hit_blocks = np.zeros(n, np.int64)
+    out = np.zeros(2, np.int64)
+    ph = (np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64))
+    cols, signs = np.full(3, -1, np.int64), np.ones(3, np.float64)
+    if code == _fast.KEYED:
+        cols, signs = np.array([3, 2, -1]), np.array([1.0, 1.0, 1.0])  # created, depth
+    dummy = np.zeros((1, 1), np.int64), np.zeros((1, 1), np.float64)
+    bounds = [0, *splits, n]
+    for a, b in itertools.pairwise(bounds):
+        sub = offs[a : b + 1]
+        ht = np.zeros(b - a, np.int64)
+        hb = np.zeros(b - a, np.int64)
+        _fast.block_kernel(
+            state, np.ascontiguousarray(keys[sub[0] : sub[-1]]), sub - sub[0], nl[a:b],
+            nl[a:b] * 4, held[a:b], a, capacity, 4, code, -1, cols, signs, *ph, *dummy, -1,
+            np.random.default_rng(0), np.zeros((1, 0)), ht, hb, out,
+        )  # fmt: skip
+        assert out[1] == -1
+        hit_blocks[a:b] = hb
+    return hit_blocks, int(out[0]), state
+
+
+def _table_holds_cached_keys(state: tuple[Any, ...]) -> None:
+    """Invariant: the table maps exactly the keys some block holds, each to its slot."""
+    bkey, chains, ktab, skey, sfree, sc = (
+        state[4],
+        state[5],
+        state[24],
+        state[25],
+        state[26],
+        state[23],
+    )
+    used = ktab[ktab[:, 1] >= 0]
+    held_slots = {int(k) for k in bkey if k >= 0}
+    assert {int(s) for s in used[:, 1]} == held_slots
+    for key, slot in used:
+        assert skey[slot] == key and chains[0, slot] >= 0
+    free = {int(s) for s in sfree[: sc[4]]}
+    assert free.isdisjoint(held_slots) and len(free) + len(held_slots) == bkey.shape[0]
+
+
+def test_raw_keys_by_hand() -> None:
+    """Two blocks, lru. r0 [A B] misses both; r1 [A C] hits A, evicts B (A was touched);
+    r2 [B] misses and evicts A (C is newer); r3 [C] hits. A and B share their low 63 bits
+    (A >= 2**63 is negative as int64), C its low 40."""
+    a, b, c = np.uint64(2**63 + 5), np.uint64(5), np.uint64(2**40 + 5)
+    keys = np.array([a, b, a, c, b, c], np.uint64).view(np.int64)
+    offs = np.array([0, 2, 4, 5, 6])
+    nl = np.array([2, 2, 1, 1])
+    held = nl.copy()
+    hits, evictions, state = _run_kernel(keys, offs, nl, held, 2, _fast.LRU, raw=True)
+    assert hits.tolist() == [0, 1, 0, 1]
+    assert evictions == 2
+    _table_holds_cached_keys(state)
+    cached = {int(state[25][k]) for k in state[4] if k >= 0}
+    assert cached == {int(np.int64(b.astype(np.int64))), int(c)}
+
+
+def _dense(keys: np.ndarray) -> np.ndarray:
+    return np.unique(keys, return_inverse=True)[1].astype(np.int64)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.integers(0, 11), min_size=0, max_size=6, unique=True), min_size=1,
+        max_size=40,
+    ),
+    st.integers(6, 12),
+    st.sampled_from([_fast.VLLM, _fast.LRU, _fast.FIFO, _fast.SIEVE, _fast.LFU_LISTS,
+                     _fast.MRU_STACK, _fast.KEYED]),
+    st.integers(0, 40),
+)  # fmt: skip
+def test_raw_keys_equal_dense_ids(
+    requests: list[list[int]], capacity: int, code: int, split: int
+) -> None:
+    """Property: on any request stream, raw 64-bit keys (colliding in their low bits, in
+    chunks) give the dense-id kernel's hits and evictions, and the table keeps its
+    invariant."""
+    pool = (np.arange(12, dtype=np.uint64) << np.uint64(52)) | np.uint64(7)  # same low bits
+    lens = np.array([len(r) for r in requests])
+    offs = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
+    flat = np.array([k for r in requests for k in r], np.int64)
+    raw = pool[flat].view(np.int64) if flat.size else np.zeros(0, np.int64)
+    nl = lens.astype(np.int64)
+    held = np.maximum(nl, 1)
+    n = len(requests)
+    splits = (split,) if 0 < split < n else ()
+    want = _run_kernel(_dense(raw) if raw.size else raw, offs, nl, held, capacity, code, False)
+    got = _run_kernel(raw, offs, nl, held, capacity, code, True, splits)
+    assert got[0].tolist() == want[0].tolist()
+    assert got[1] == want[1]
+    _table_holds_cached_keys(got[2])
+
+
+# ----------------------------------------------------------------------------- replay_stream
+def _chunks(trace: Trace, size: int) -> Iterator[tuple[Trace, int]]:
+    for a in range(0, len(trace), size):
+        yield trace.take(np.arange(a, min(a + size, len(trace)))), a
+
+
+CONFIGS = {
+    "tight": {"scale": 1.05},
+    "roomy": {"scale": 2.5},
+    "bounded": {"scale": 2.5, "max_free_blocks": 4},
+    "partial": {"scale": 1.5, "cache_partial": True, "min_recompute_tokens": 0},
+    "no-prefix-caching": {"scale": 1.5, "prefix_caching": False},
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRACES))
+@pytest.mark.parametrize("conf", sorted(CONFIGS))
+@pytest.mark.parametrize("policy", [*STREAMED, "custom"])
+def test_stream_equals_whole_replay(name: str, conf: str, policy: str) -> None:
+    trace, bt = TRACES[name]
+    kw = dict(CONFIGS[conf])
+    scale = float(kw.pop("scale"))
+    held = trace.block_layout(bt).num_blocks_held
+    cfg = ReplayConfig(capacity_blocks=int(held.max() * scale) + 1, block_tokens=bt, **kw)
+
+    def make() -> Any:
+        return OldestShallowFirst() if policy == "custom" else make_policy(policy)
+
+    want = replay(trace, make(), cfg)
+    got, seen = replay_stream(_chunks(trace, 37), [make()], cfg)
+    assert got[0].metrics == want.metrics
+    assert got[0].num_blocks_processed == want.num_blocks_processed
+    assert seen.num_requests == len(trace)
+    assert seen.num_input_tokens == int(trace.input_length.sum())
+
+
+def test_several_policies_in_one_pass_equal_one_each() -> None:
+    trace, bt = TRACES["dups"]
+    cfg = ReplayConfig(capacity_blocks=30, block_tokens=bt)
+    together, _ = replay_stream(_chunks(trace, 50), [make_policy(p) for p in STREAMED], cfg)
+    for pol, res in zip(STREAMED, together, strict=True):
+        assert res.policy == pol
+        assert res.metrics == replay(trace, pol, cfg).metrics
+
+
+def test_what_cannot_be_streamed() -> None:
+    block = ReplayConfig(capacity_blocks=10)
+    for spec in ("opt", "arc", "s3fifo", "lecar", "wa", "unicache", "lpc-oracle"):
+        assert not streamable(make_policy(spec), block), spec
+    assert streamable(make_policy("lru"), block)
+    assert not streamable(make_policy("lru", "radix"), ReplayConfig(10, structure="radix"))
+    with pytest.raises(ValueError, match="cannot be streamed"):
+        replay_stream(iter([]), [make_policy("opt")], block)
+
+
+def test_stream_capacity_error_names_the_request_as_the_whole_replay_does() -> None:
+    trace, bt = TRACES["chat"]
+    cfg = ReplayConfig(capacity_blocks=3, block_tokens=bt)
+    with pytest.raises(CapacityError) as whole:
+        replay(trace, "lru", cfg)
+    with pytest.raises(CapacityError) as streamed:
+        replay_stream(_chunks(trace, 7), [make_policy("lru")], cfg)
+    assert str(streamed.value) == str(whole.value)
+
+
+def test_read_ahead_keeps_order_raises_where_the_producer_did_and_stops() -> None:
+    assert list(read_ahead(iter(range(100)), depth=3)) == list(range(100))
+
+    def bad() -> Iterator[int]:
+        yield 1
+        raise NotStreamable("line 2")
+
+    got = []
+    with pytest.raises(NotStreamable, match="line 2"):
+        for x in read_ahead(bad()):
+            got.append(x)
+    assert got == [1]
+    before = threading.active_count()
+    it = read_ahead(iter(range(10**9)))
+    assert next(it) == 0
+    it.close()  # the consumer stops early: the producer thread ends too
+    assert threading.active_count() == before
+
+
+# ----------------------------------------------------------------------------- files and CLI
+def _mooncake(path: Path, n: int, seed: int = 0, big_ids: bool = False) -> Path:
+    """Sessions whose contexts grow (as benchmarks/load_replay.py writes them)."""
+    rng = np.random.default_rng(seed)
+    prefix: dict[int, list[int]] = {}
+    nxt = 2**63 + 11 if big_ids else 0
+    with path.open("w") as fh:
+        for i in range(n):
+            s = int(rng.integers(0, max(n // 8, 1)))
+            grow = int(rng.integers(1, 4))
+            ids = prefix.get(s, []) + list(range(nxt, nxt + grow))
+            nxt += grow
+            prefix[s] = ids[:12]
+            row = {"timestamp": i * 10, "input_length": len(ids) * 512 - int(rng.integers(0, 400)),
+                   "output_length": int(rng.integers(1, 600)), "hash_ids": ids}  # fmt: skip
+            fh.write(json.dumps(row) + "\n")
+    return path
+
+
+needs_compiled = pytest.mark.skipif(not COMPILED, reason="the chunk reader needs numba")
+
+
+@needs_compiled
+@pytest.mark.parametrize("big_ids", [False, True])
+@pytest.mark.parametrize(
+    "load", [{}, {"limit": 700}, {"start_s": 2.0, "end_s": 9.5}, {"limit": 300, "start_s": 1.0}]
+)
+def test_chunks_of_a_file_replay_as_the_whole_file(
+    tmp_path: Path, big_ids: bool, load: dict[str, Any]
+) -> None:
+    path = _mooncake(tmp_path / "t.jsonl", 1500, big_ids=big_ids)
+    whole = load_trace(path, "mooncake", **load)
+    chunks = list(iter_mooncake_chunks(path, 512, LoadOptions(**load), chunk_bytes=4096))
+    assert len(chunks) > 3
+    assert sum(len(c) for c, _ in chunks) == len(whole)
+    assert [c for _, c in chunks] == sorted(c for _, c in chunks)  # bytes read grow
+    cfg = ReplayConfig(capacity_blocks=60)
+    got, _ = replay_stream(iter(chunks), [make_policy("lru"), make_policy("lfu")], cfg)
+    for res, pol in zip(got, ("lru", "lfu"), strict=True):
+        assert res.metrics == replay(whole, pol, cfg).metrics
+
+
+@needs_compiled
+def test_the_bundled_trace_streams_as_it_loads() -> None:
+    path = SHARED / "conversation_trace.jsonl"
+    if not path.is_file():
+        pytest.skip("shared data absent")
+    whole = load_trace(path, "mooncake")
+    cfg = ReplayConfig(capacity_blocks=3000)
+    chunks = iter_mooncake_chunks(path, 512, LoadOptions(), chunk_bytes=1 << 16)
+    got, seen = replay_stream(chunks, [make_policy(p) for p in STREAMED], cfg)
+    assert seen.num_requests == len(whole) == 12031
+    for res, pol in zip(got, STREAMED, strict=True):
+        assert res.metrics == replay(whole, pol, cfg).metrics, pol
+
+
+def _cli(*args: str) -> Any:
+    return runner.invoke(app, ["replay", "-f", "mooncake", "--json", *args])
+
+
+@needs_compiled
+@pytest.mark.parametrize("policies", [["lru", "sieve"], ["lru", "opt"], ["arc"]])
+def test_cli_streams_or_falls_back_with_the_same_answer(
+    tmp_path: Path, policies: list[str]
+) -> None:
+    path = str(_mooncake(tmp_path / "t.jsonl", 800))
+    args = [a for p in policies for a in ("-p", p)] + ["--capacity-blocks", "50", path]
+    streamed, whole = _cli(*args), _cli(*args, "--no-stream")
+    assert streamed.exit_code == whole.exit_code == 0, streamed.output
+    drop = ("elapsed_s", "blocks_per_s")
+    rows = [{k: v for k, v in r.items() if k not in drop} for r in json.loads(streamed.stdout)]
+    want = [{k: v for k, v in r.items() if k not in drop} for r in json.loads(whole.stdout)]
+    assert rows == want
+
+
+@needs_compiled
+def test_unsorted_file_is_not_streamed_but_sorted_whole(tmp_path: Path) -> None:
+    path = _mooncake(tmp_path / "t.jsonl", 400)
+    lines = path.read_text().splitlines()
+    lines[300], lines[10] = lines[10], lines[300]  # far apart: different chunks
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(NotStreamable, match="order"):
+        list(iter_mooncake_chunks(path, 512, LoadOptions(), chunk_bytes=4096))
+    res = _cli("-p", "lru", "--capacity-blocks", "50", str(path))
+    assert res.exit_code == 0
+    want = replay(load_trace(path, "mooncake"), "lru", ReplayConfig(50))
+    assert json.loads(res.stdout)[0]["num_hit_tokens"] == want.metrics["num_hit_tokens"]
+
+
+@needs_compiled
+def test_a_bad_line_late_in_the_file_is_named(tmp_path: Path) -> None:
+    path = _mooncake(tmp_path / "t.jsonl", 3000)
+    lines = path.read_text().splitlines()
+    lines[2500] = lines[2500].replace('"output_length"', '"output_length": "x", "o"')
+    path.write_text("\n".join(lines) + "\n")
+    res = _cli("-p", "lru", "--capacity-blocks", "50", str(path))
+    assert res.exit_code == 2
+    assert "t.jsonl:2501:" in res.output and "output_length" in res.output
+
+
+@needs_compiled
+def test_stream_memory_does_not_grow_with_the_trace(tmp_path: Path) -> None:
+    """numpy buffers are traced: the peak over an 8x longer trace stays within 30% (one
+    chunk more or less in flight between the reading thread and the replay), where the
+    whole-trace replay's grows with the trace."""
+    small = _mooncake(tmp_path / "s.jsonl", 3000, seed=1)
+    large = _mooncake(tmp_path / "l.jsonl", 24000, seed=1)
+    cfg = ReplayConfig(capacity_blocks=500)
+
+    def peak(path: Path, stream: bool) -> int:
+        tracemalloc.start()
+        try:
+            if stream:
+                chunks = iter_mooncake_chunks(path, 512, LoadOptions(), chunk_bytes=1 << 16)
+                replay_stream(chunks, [make_policy("lru")], cfg)
+            else:
+                replay(load_trace(path, "mooncake"), "lru", cfg)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    peak(small, True)  # compile / load outside the measurement
+    s, big = peak(small, True), peak(large, True)
+    assert big < 1.3 * s, (s, big)
+    assert peak(large, False) > 4 * peak(small, False)
