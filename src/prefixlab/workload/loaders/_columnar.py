@@ -174,6 +174,8 @@ def iter_mooncake_chunks(
     import pyarrow as pa
     import pyarrow.json as pj
 
+    if not hasattr(pj, "open_json"):  # pragma: no cover - pyarrow < 19
+        raise NotStreamable("this pyarrow has no streaming JSON reader")
     left = opts.limit
     last = -np.inf
     try:
