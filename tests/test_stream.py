@@ -28,7 +28,7 @@ from prefixlab.cli import app
 from prefixlab.errors import CapacityError
 from prefixlab.policies import make_policy
 from prefixlab.policies._keyed import KeyedPolicy
-from prefixlab.runner import _fast, replay
+from prefixlab.runner import _fast, replay, stream
 from prefixlab.runner.replay import ReplayConfig
 from prefixlab.runner.stream import read_ahead, replay_stream, streamable
 from prefixlab.workload import Trace
@@ -39,7 +39,8 @@ from tests.test_fast import TRACES  # chat, agentic, and one heavy in duplicate 
 
 pytestmark = pytest.mark.skipif(not _fast.HAVE_NUMBA, reason="numba (the 'fast' extra) absent")
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "mooncake"
-STREAMED = ["vllm", "lru", "fifo", "sieve", "sglang-lru", "hashtable", "lfu", "mru"]
+STREAMED = ["vllm", "lru", "fifo", "sieve", "sglang-lru", "hashtable", "lfu", "mru", "arc",
+            "s3fifo", "lecar", "s3fifo:small_ratio=0.3,move_to_main_threshold=2", "lecar:seed=3"]  # fmt: skip
 runner = CliRunner()
 
 
@@ -192,6 +193,46 @@ def test_stream_equals_whole_replay(name: str, conf: str, policy: str) -> None:
     assert seen.num_input_tokens == int(trace.input_length.sum())
 
 
+@pytest.mark.parametrize("policy", ["arc", "s3fifo", "lecar"])
+@pytest.mark.parametrize("name", sorted(TRACES))
+def test_ghost_slots_are_swept_and_added_as_the_stream_needs(
+    monkeypatch: pytest.MonkeyPatch, policy: str, name: str
+) -> None:
+    """With no spare slots, an array-state policy's slots run short chunk after chunk: the
+    sweep frees exactly the keys no block holds and no ghost list names (checked after each
+    sweep), slots are added when that is not enough, and the results stay the whole
+    replay's."""
+    calls = {"sweep": 0, "widen": 0}
+    sweep, widen = _fast.sweep_slots, _fast.widen_slots
+
+    def checked_sweep(state: Any, ist: Any, ghost_rows: Any, clear_rows: Any) -> int:
+        calls["sweep"] += 1
+        free = sweep(state, ist, ghost_rows, clear_rows)
+        ktab, skey, sfree = state[24], state[25], state[26]
+        used = ktab[ktab[:, 1] >= 0]
+        for key, slot in used:
+            assert skey[slot] == key
+            live = state[5][0, slot] >= 0 or any(ist[g, slot] >= 0 for g in ghost_rows)
+            assert live, slot
+        assert set(sfree[:free].tolist()).isdisjoint(used[:, 1].tolist())
+        assert free + used.shape[0] == skey.shape[0]
+        return free
+
+    def counted_widen(state: Any, num_slots: int) -> Any:
+        calls["widen"] += 1
+        return widen(state, num_slots)
+
+    monkeypatch.setattr(stream, "FIRST_SPARE_SLOTS", 0)
+    monkeypatch.setattr(_fast, "sweep_slots", checked_sweep)
+    monkeypatch.setattr(_fast, "widen_slots", counted_widen)
+    trace, bt = TRACES[name]
+    held = trace.block_layout(bt).num_blocks_held
+    cfg = ReplayConfig(capacity_blocks=int(held.max() * 1.5) + 1, block_tokens=bt)
+    got, _ = replay_stream(_chunks(trace, 23), [make_policy(policy)], cfg)
+    assert got[0].metrics == replay(trace, policy, cfg).metrics
+    assert calls["sweep"] > 0 and calls["widen"] > 0, calls
+
+
 def test_several_policies_in_one_pass_equal_one_each() -> None:
     trace, bt = TRACES["dups"]
     cfg = ReplayConfig(capacity_blocks=30, block_tokens=bt)
@@ -203,9 +244,10 @@ def test_several_policies_in_one_pass_equal_one_each() -> None:
 
 def test_what_cannot_be_streamed() -> None:
     block = ReplayConfig(capacity_blocks=10)
-    for spec in ("opt", "arc", "s3fifo", "lecar", "wa", "unicache", "lpc-oracle"):
+    for spec in ("opt", "wa", "wa-atc25", "unicache", "lpc-oracle"):  # future, or trace columns
         assert not streamable(make_policy(spec), block), spec
-    assert streamable(make_policy("lru"), block)
+    for spec in ("lru", "arc", "s3fifo", "lecar"):
+        assert streamable(make_policy(spec), block), spec
     assert not streamable(make_policy("lru", "radix"), ReplayConfig(10, structure="radix"))
     with pytest.raises(ValueError, match="cannot be streamed"):
         replay_stream(iter([]), [make_policy("opt")], block)

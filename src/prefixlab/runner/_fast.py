@@ -73,7 +73,9 @@ __all__ = [
     "kernel_code",
     "kernel_state",
     "replay_fast",
+    "sweep_slots",
     "warm_up",
+    "widen_slots",
     "widen_state",
 ]
 
@@ -201,14 +203,18 @@ def kernel_state(
     ``num_keys`` bounds the dense key ids the calls will pass (rows 0-1 of ``chains`` are
     per key); ``nlists`` the hit counts lfu's lists can reach (:func:`widen_state` widens
     it). ``raw_keys``: the calls pass raw 64-bit keys instead, which the kernel maps to
-    slots through a table of the cached keys (at most ``capacity``), so nothing in the
-    state grows with the trace."""
+    slots through a table of the keys in use: for a per-block policy the cached keys (at
+    most ``capacity``; a key leaves when its last holder is evicted), for an array-state
+    policy also those in its ghost lists, which :func:`sweep_slots` frees between calls
+    (``num_keys`` slots to start with, :func:`widen_slots` adds more). Nothing in the state
+    grows with the trace."""
     keyed = policy == KEYED
     lists = policy in (LFU_LISTS, MRU_STACK)
     link, flag, sst = sieve_state(capacity if policy == SIEVE else 1)
-    cells = 1 << max(int(2 * capacity - 1).bit_length(), 4) if raw_keys else 1
     if raw_keys:
-        num_keys = capacity
+        num_keys = max(num_keys, capacity) if policy == ARRAY else capacity
+    cells = 1 << max(int(2 * num_keys - 1).bit_length(), 4) if raw_keys else 1
+    slots = num_keys if raw_keys else 0
     return (
         np.full((3, capacity if lists else 1), -1, np.int64),  # bl: lfu / mru list links
         np.full((2, nlists if policy == LFU_LISTS else 1), -1, np.int64),  # bht: list ends
@@ -234,11 +240,73 @@ def kernel_state(
         sst,
         np.arange(capacity - 1, -1, -1).astype(np.int64),  # empty: a stack, top last
         # order, empty blocks, cached free, evictions, free slots
-        np.array([0, capacity, 0, 0, capacity if raw_keys else 0], np.int64),
+        np.array([0, capacity, 0, 0, slots], np.int64),
         np.full((cells, 2), -1, np.int64),  # ktab: raw key -> slot (raw_keys only)
-        np.zeros(capacity if raw_keys else 1, np.int64),  # skey: slot -> raw key
-        np.arange(capacity - 1 if raw_keys else 0, -1, -1).astype(np.int64),  # sfree
+        np.zeros(max(slots, 1), np.int64),  # skey: slot -> raw key
+        np.arange(slots - 1, -1, -1).astype(np.int64),  # sfree: a stack, top last
     )
+
+
+def widen_slots(state: tuple[Any, ...], num_slots: int) -> tuple[Any, ...]:
+    """A raw-key ``state`` with ``num_slots`` slots (new ones free, the table rehashed to at
+    most half full)."""
+    st = list(state)
+    chains, ktab, skey, sfree, sc = st[5], st[24], st[25], st[26], st[23]
+    old = skey.shape[0]
+    if num_slots <= old:
+        return state
+    if chains.shape[1] < num_slots:
+        more = np.full((4, num_slots - chains.shape[1]), -1, np.int64)
+        st[5] = np.concatenate((chains, more), axis=1)
+    st[25] = np.concatenate((skey, np.zeros(num_slots - old, np.int64)))
+    nfree = int(sc[4])
+    fresh = np.arange(num_slots - 1, old - 1, -1, dtype=np.int64)
+    stack = np.empty(num_slots, np.int64)  # room for every slot to be free
+    stack[: fresh.shape[0]] = fresh  # the fresh ones under the old ones
+    stack[fresh.shape[0] : fresh.shape[0] + nfree] = sfree[:nfree]
+    st[26] = stack
+    sc[4] = nfree + fresh.shape[0]
+    cells = 1 << int(2 * num_slots - 1).bit_length()
+    if cells > ktab.shape[0]:
+        st[24] = _rehash(ktab, cells)
+    return tuple(st)
+
+
+@jit()
+def _rehash(ktab: Any, cells: int) -> Any:
+    """ktab's entries in a table of ``cells`` cells."""
+    new = np.full((cells, 2), -1, np.int64)
+    for i in range(ktab.shape[0]):
+        if ktab[i, 1] >= 0:
+            j = _kcell(new, ktab[i, 0])
+            new[j, 0] = ktab[i, 0]
+            new[j, 1] = ktab[i, 1]
+    return new
+
+
+@jit()
+def sweep_slots(state: Any, ist: Any, ghost_rows: Any, clear_rows: Any) -> int:
+    """Free the slots of keys no block holds and no ghost list (rows ``ghost_rows`` of the
+    array policy's ``ist``, -1 when absent) names; their rows ``clear_rows`` are zeroed for
+    the next key. Returns how many slots are free."""
+    chains, sc, ktab, sfree = state[5], state[23], state[24], state[26]
+    for i in range(ktab.shape[0]):
+        s = ktab[i, 1]
+        if s < 0:
+            continue
+        live = chains[0, s] >= 0
+        for g in ghost_rows:
+            live = live or ist[g, s] >= 0
+        if live:
+            continue
+        ktab[i, 1] = -1
+        for c in clear_rows:
+            ist[c, s] = 0
+        sfree[sc[4]] = s
+        sc[4] += 1
+    fresh = _rehash(ktab, ktab.shape[0])
+    ktab[:] = fresh
+    return int(sc[4])
 
 
 def widen_state(state: tuple[Any, ...], nlists: int) -> tuple[Any, ...]:
@@ -424,7 +492,8 @@ def block_kernel(
         if array and nk > h:  # the keys it will cache that it missed, before any eviction
             miss_begin(acode, ist)
             for j in range(h, nk):
-                hook(acode, ist, fst, MISS, keys[k0 + j], -1, bkey, depth, rng, aux)
+                k = _kslot(ktab, skey, sfree, sc, keys[k0 + j]) if raw else keys[k0 + j]
+                hook(acode, ist, fst, MISS, k, -1, bkey, depth, rng, aux)
         take = min(need, n_empty)
         for j in range(take):
             n_empty -= 1
@@ -550,7 +619,7 @@ def _evict(
     for j in range(n):
         k = bkey[victims[j]]
         up = _drop_key(victims[j], bkey, chains, primary)
-        if raw and chains[0, k] < 0:
+        if raw and policy != ARRAY and chains[0, k] < 0:  # (ghosts: sweep_slots frees)
             _kfree(ktab, skey, sfree, sc, k)
         if up >= 0 and policy == KEYED and hpos[up] >= 0 and ref[up] == 0:  # on_update
             entry_key(cols, signs, up, la, nhits, depth, created, primary, bkey, occ_start,

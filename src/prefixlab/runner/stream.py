@@ -5,22 +5,25 @@ streamed replay reads the file a chunk at a time (``CHUNK_LOADERS``: Mooncake's 
 through pyarrow's streaming JSON reader), lays out each chunk's block keys, and runs the
 block kernel of :mod:`prefixlab.runner._fast` on it from the state the previous chunk left,
 for every policy in the same pass. Given raw 64-bit keys, the kernel maps each to a small
-slot number through an open-addressing table of the keys its cache holds (at most its
-capacity): a key enters the table when a block is committed under it and leaves when its
-last holder is evicted. So per-key state follows the capacity, not the trace, and
-per-request results are summed as they come: peak memory does not grow with the trace
-(tested, and measured in ``benchmarks/load_replay.py``).
+slot number through an open-addressing table of the keys in use: a key enters the table
+when a request misses or caches it; for a per-block policy it leaves when its last holder
+is evicted (so the table never holds more than the capacity), for ARC, S3-FIFO and LeCaR
+once no block holds it and no ghost list names it (:func:`~prefixlab.runner._fast.
+sweep_slots`, between chunks, when free slots run short). So per-key state follows the
+capacity and the ghost lists, not the trace, and per-request results are summed as they
+come: peak memory does not grow with the trace (tested, and measured in
+``benchmarks/load_replay.py``).
 
 Same results as the whole-trace replay, bit for bit (tested): the kernel is the same code,
 and a policy that can be streamed reads nothing a slot number would change (no sort key
-reads a key id). Streamed: the block structure, with the online policies whose kernel state
-is per block (vllm, lru, fifo, sieve, sglang-lru, hashtable, lfu, mru, any plain keyed
-policy without a future column). Not streamed (the whole trace is loaded): offline policies
-(OPT reads every request's next use), the array-state policies (ARC, S3-FIFO, LeCaR, LPC,
-WA, UniCache keep per-key history such as ghost lists, which would need their slots kept
-alive too), the radix structure (its edges point into the trace's key array), per-request
-output, and files the chunk reader does not accept (then the whole-file loader sorts them
-or names the bad line).
+or ghost list orders keys by id). Streamed: the block structure, with the online policies
+(vllm, lru, fifo, sieve, sglang-lru, hashtable, lfu, mru, arc, s3fifo, lecar, any plain
+keyed policy without a future column). Not streamed (the whole trace is loaded): offline
+policies (OPT reads every request's next use; lpc-oracle the future of conversations),
+policies that read the trace's own columns (WA, UniCache, LPC: task labels, sessions,
+arrival times), the radix structure (its edges point into the trace's key array),
+per-request output, and files the chunk reader does not accept (then the whole-file loader
+sorts them or names the bad line).
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab.metrics.replay import hit_summary
+from prefixlab.policies._arrays import GSEQ0, K0, K1, ArrayPolicy, grow_state
 from prefixlab.policies._keyed import KeyedPolicy, key_columns
-from prefixlab.policies.base import EvictionPolicy
+from prefixlab.policies.base import EntryView, EvictionPolicy
 from prefixlab.runner import _fast
 from prefixlab.runner.replay import (
     ReplayConfig,
@@ -61,7 +65,7 @@ def streamable(pol: EvictionPolicy, config: ReplayConfig) -> bool:
     return (
         _fast.HAVE_NUMBA
         and config.structure == "block"
-        and _fast.kernel_code(pol) in _STREAM_CODES
+        and _fast.kernel_code(pol) in (*_STREAM_CODES, _fast.ARRAY)
         and not pol.needs_future
         and not pol.needs_trace
         and pol.reserved_bytes <= 0
@@ -89,6 +93,11 @@ class _Run:
     state: tuple[Any, ...]
     cols: I64
     signs: npt.NDArray[np.float64]
+    #: an array-state policy's state, and the generator and per-request rows it reads
+    ist: Any = None
+    fst: Any = None
+    rng: Any = None
+    aux: Any = None
     elapsed_s: float = 0.0
     hit_tokens: int = 0
     hit_blocks: int = 0
@@ -116,7 +125,7 @@ def replay_stream(
         if not streamable(pol, config):
             raise ValueError(f"policy '{pol.spec()}' cannot be streamed")
     _fast.warm_up()
-    runs = [_start(pol, config.capacity_blocks) for pol in policies]
+    runs: list[_Run] = []
     seen = StreamSummary()
     placeholders = _placeholders()
 
@@ -131,9 +140,13 @@ def replay_stream(
     for chunk, nbytes, layout in read_ahead(laid_out()):
         n = len(chunk)
         keys = layout.raw_keys.view(np.int64)
+        if not runs:
+            runs = [_start(pol, config.capacity_blocks, layout.block_tokens) for pol in policies]
         for run in runs:
             nlists = int(run.state[12].max()) + n + 1  # lfu: hit counts it can reach
             run.state = _fast.widen_state(run.state, nlists)
+            if run.code == _fast.ARRAY:
+                _make_slots(run, int(keys.shape[0]), config.capacity_blocks)
             _chunk(run, keys, layout, seen.num_requests, config, placeholders)
             if run.out[1] >= 0:
                 r = int(run.out[1]) - seen.num_requests
@@ -151,7 +164,8 @@ def replay_stream(
 
 
 def _placeholders() -> tuple[Any, ...]:
-    """The kernel's arguments for policies a stream never runs (offline and array-state)."""
+    """The kernel's arguments for what a policy does not use (a future column; an array
+    policy's state)."""
     from prefixlab.policies._arrays import new_state
 
     st = new_state(1, 1, (1, 1))
@@ -159,12 +173,44 @@ def _placeholders() -> tuple[Any, ...]:
             np.random.default_rng(0), np.zeros((1, 0)))  # fmt: skip
 
 
-def _start(pol: EvictionPolicy, capacity: int) -> _Run:
+def _start(pol: EvictionPolicy, capacity: int, block_tokens: int) -> _Run:
     code = _fast.kernel_code(pol)
     cols, signs = np.full(3, -1, np.int64), np.ones(3, np.float64)
     if isinstance(pol, KeyedPolicy):
         cols, signs = key_columns(pol.sort_key)
-    return _Run(pol, code, _fast.kernel_state(capacity, 1, code, 2, raw_keys=True), cols, signs)
+    slots = 2 * capacity + FIRST_SPARE_SLOTS if code == _fast.ARRAY else capacity
+    run = _Run(pol, code, _fast.kernel_state(capacity, slots, code, 2, raw_keys=True), cols, signs)
+    if isinstance(pol, ArrayPolicy):  # bound as the whole replay binds it (replay_fast)
+        view = EntryView(capacity)
+        view.size[:] = block_tokens
+        pol.bind(view)
+        run.ist, run.fst = grow_state(pol.state, capacity, slots)
+        run.rng, run.aux = pol.rng, pol.aux
+    return run
+
+
+#: an array-state policy starts with twice its capacity in slots plus these (its ghost
+#: lists name up to about its capacity in keys; a chunk's new keys take the rest)
+FIRST_SPARE_SLOTS = 1024
+#: an array-state policy's rows by key: its ghost lists (-1: absent), and the rows of its
+#: own that a freed slot's next key must find zeroed (ARC's pending T2 and announcement)
+_GHOST_ROWS = np.array([GSEQ0, GSEQ0 + 1], np.int64)
+_CLEAR_ROWS = np.array([K0, K1], np.int64)
+
+
+def _make_slots(run: _Run, num_keys: int, capacity: int) -> None:
+    """At least ``num_keys`` free slots for the next chunk (each of its keys may take one):
+    first free the slots no block and no ghost list uses, then add slots if still short."""
+    free = int(run.state[23][4])
+    if free >= num_keys:
+        return
+    free = _fast.sweep_slots(run.state, run.ist, _GHOST_ROWS, _CLEAR_ROWS)
+    if free >= num_keys:
+        return
+    slots = int(run.state[25].shape[0])
+    grown = max(slots + num_keys - free, slots + slots // 2)
+    run.state = _fast.widen_slots(run.state, grown)
+    run.ist, run.fst = grow_state((run.ist, run.fst), capacity, grown)
 
 
 def _chunk(
@@ -174,14 +220,20 @@ def _chunk(
     hit_tokens = np.zeros(n, np.int64)
     hit_blocks = np.zeros(n, np.int64)
     max_free = -1 if config.max_free_blocks is None else config.max_free_blocks
+    array = (ph[3], ph[4], -1, ph[5], ph[6])
+    if run.code == _fast.ARRAY:
+        assert isinstance(run.policy, ArrayPolicy)
+        array = (run.ist, run.fst, run.policy.code, run.rng, run.aux)
     start = time.perf_counter()
-    _fast.block_kernel(
+    st = _fast.block_kernel(
         run.state, keys, layout.key_offsets, layout.num_lookup_blocks, layout.lookup_end_tokens,
         layout.num_blocks_held, r0, config.capacity_blocks, layout.block_tokens, run.code,
-        max_free, run.cols, run.signs, ph[0], ph[1], ph[2], ph[3], ph[4], -1, ph[5], ph[6],
-        hit_tokens, hit_blocks, run.out,
+        max_free, run.cols, run.signs, ph[0], ph[1], ph[2], *array, hit_tokens, hit_blocks,
+        run.out,
     )  # fmt: skip
     run.elapsed_s += time.perf_counter() - start
+    if run.code == _fast.ARRAY:  # a policy that allocates may have widened its state
+        run.ist, run.fst = st
     run.hit_tokens += int(hit_tokens.sum())
     run.hit_blocks += int(hit_blocks.sum())
     run.lookup_blocks += int(layout.num_lookup_blocks.sum())
