@@ -233,13 +233,30 @@ def test_ghost_slots_are_swept_and_added_as_the_stream_needs(
     assert calls["sweep"] > 0 and calls["widen"] > 0, calls
 
 
-def test_several_policies_in_one_pass_equal_one_each() -> None:
+@pytest.mark.parametrize("parallel", [True, False])
+def test_several_policies_in_one_pass_equal_one_each(parallel: bool) -> None:
+    """On threads (one per policy and chunk) or one after another: each policy's results."""
     trace, bt = TRACES["dups"]
     cfg = ReplayConfig(capacity_blocks=30, block_tokens=bt)
-    together, _ = replay_stream(_chunks(trace, 50), [make_policy(p) for p in STREAMED], cfg)
+    pols = [make_policy(p) for p in STREAMED]
+    together, _ = replay_stream(_chunks(trace, 50), pols, cfg, parallel=parallel)
     for pol, res in zip(STREAMED, together, strict=True):
-        assert res.policy == pol
+        assert res.policy == make_policy(pol).spec()
         assert res.metrics == replay(trace, pol, cfg).metrics
+
+
+def test_parallel_policies_report_the_first_that_cannot_fit() -> None:
+    """Every policy fails on the same request; the error names the first policy's, as one
+    by one would."""
+    trace, bt = TRACES["chat"]
+    cfg = ReplayConfig(capacity_blocks=3, block_tokens=bt)
+    errors = []
+    for parallel in (True, False):
+        with pytest.raises(CapacityError) as err:
+            pols = [make_policy(p) for p in ("arc", "lru", "lecar")]
+            replay_stream(_chunks(trace, 7), pols, cfg, parallel=parallel)
+        errors.append(str(err.value))
+    assert errors[0] == errors[1]
 
 
 def test_what_cannot_be_streamed() -> None:

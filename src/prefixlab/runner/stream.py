@@ -28,10 +28,12 @@ sorts them or names the bad line).
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,13 +115,16 @@ def replay_stream(
     policies: list[EvictionPolicy],
     config: ReplayConfig,
     on_chunk: Callable[[int, int], None] | None = None,
+    parallel: bool = True,
 ) -> tuple[list[ReplayResult], StreamSummary]:
     """Replay a trace given as consecutive chunks (each with the bytes read so far) through
     each policy, one pass; returns their results, in order, and what was read.
 
     Every policy must be :func:`streamable`. ``on_chunk(requests, bytes)`` is called after
-    each chunk (progress). Results have no per-request detail (``hit_tokens`` is empty).
-    Raises NotStreamable from the chunk reader (nothing is returned then)."""
+    each chunk (progress). ``parallel``: several policies replay each chunk on a thread
+    each, up to the number of cores (the same results: their states are separate).
+    Results have no per-request detail (``hit_tokens`` is empty). Raises NotStreamable
+    from the chunk reader (nothing is returned then)."""
     config.validate()
     for pol in policies:
         if not streamable(pol, config):
@@ -137,30 +142,62 @@ def replay_stream(
             )  # fmt: skip
             yield chunk, nbytes, layout if config.prefix_caching else without_lookups(layout)
 
-    for chunk, nbytes, layout in read_ahead(laid_out()):
-        n = len(chunk)
-        keys = layout.raw_keys.view(np.int64)
-        if not runs:
-            runs = [_start(pol, config.capacity_blocks, layout.block_tokens) for pol in policies]
-        for run in runs:
-            nlists = int(run.state[12].max()) + n + 1  # lfu: hit counts it can reach
-            run.state = _fast.widen_state(run.state, nlists)
-            if run.code == _fast.ARRAY:
-                _make_slots(run, int(keys.shape[0]), config.capacity_blocks)
-            _chunk(run, keys, layout, seen.num_requests, config, placeholders)
-            if run.out[1] >= 0:
-                r = int(run.out[1]) - seen.num_requests
-                held, inp = int(layout.num_blocks_held[r]), int(chunk.input_length[r])
-                raise capacity_error(int(run.out[1]), held, inp, int(chunk.output_length[r]),
-                                     config.capacity_blocks, layout.block_tokens)  # fmt: skip
-        seen.name = chunk.name
-        seen.block_tokens = layout.block_tokens
-        seen.num_requests += n
-        seen.num_input_tokens += int(chunk.input_length.sum())
-        seen.num_capped += capped_requests(chunk, layout.block_tokens, config.min_recompute_tokens)
-        if on_chunk is not None:
-            on_chunk(seen.num_requests, nbytes)
+    workers = min(len(policies), os.cpu_count() or 1) if parallel else 1
+    pool = ThreadPoolExecutor(workers, "prefixlab-policy") if workers > 1 else None
+    try:
+        for chunk, nbytes, layout in read_ahead(laid_out()):
+            if not runs:
+                runs = [_start(pol, config.capacity_blocks, layout.block_tokens)
+                        for pol in policies]  # fmt: skip
+            _step(runs, chunk, layout, seen, config, placeholders, pool)
+            if on_chunk is not None:
+                on_chunk(seen.num_requests, nbytes)
+    finally:
+        if pool is not None:
+            pool.shutdown()
     return [_finish(run, config, seen) for run in runs], seen
+
+
+def _step(
+    runs: list[_Run],
+    chunk: Trace,
+    layout: BlockLayout,
+    seen: StreamSummary,
+    config: ReplayConfig,
+    placeholders: tuple[Any, ...],
+    pool: ThreadPoolExecutor | None,
+) -> None:
+    """One chunk through every policy (on the pool's threads when there is one: each
+    policy's state is its own and the kernel runs without the GIL), then its totals."""
+    n = len(chunk)
+    keys = layout.raw_keys.view(np.int64)
+
+    def one(run: _Run) -> None:
+        nlists = int(run.state[12].max()) + n + 1  # lfu: hit counts it can reach
+        run.state = _fast.widen_state(run.state, nlists)
+        if run.code == _fast.ARRAY:
+            _make_slots(run, int(keys.shape[0]), config.capacity_blocks)
+        _chunk(run, keys, layout, seen.num_requests, config, placeholders)
+
+    if pool is None:
+        for run in runs:
+            one(run)
+            if run.out[1] >= 0:
+                break
+    else:
+        for done in [pool.submit(one, run) for run in runs]:
+            done.result()
+    for run in runs:  # the first policy in order that could not fit, as one by one
+        if run.out[1] >= 0:
+            r = int(run.out[1]) - seen.num_requests
+            held, inp = int(layout.num_blocks_held[r]), int(chunk.input_length[r])
+            raise capacity_error(int(run.out[1]), held, inp, int(chunk.output_length[r]),
+                                 config.capacity_blocks, layout.block_tokens)  # fmt: skip
+    seen.name = chunk.name
+    seen.block_tokens = layout.block_tokens
+    seen.num_requests += n
+    seen.num_input_tokens += int(chunk.input_length.sum())
+    seen.num_capped += capped_requests(chunk, layout.block_tokens, config.min_recompute_tokens)
 
 
 def _placeholders() -> tuple[Any, ...]:
