@@ -125,3 +125,30 @@ def test_rows_have_repeats_short_and_long_rows(n: int) -> None:
         bad = vals.copy()
         bad[2 + j] = bad[2 + i]
         assert rows_have_repeats(bad, offs), (i, j)
+
+
+@needs_numba
+def test_whole_file_read_reports_its_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The columnar read says how far it is after every block it parses, up to the file's
+    size, and builds the same trace as without a reporter."""
+    from prefixlab.workload.loaders import _columnar
+    from prefixlab.workload.loaders.base import load_progress
+
+    rows = [
+        json.dumps(
+            {"timestamp": i, "input_length": 600, "output_length": 3, "hash_ids": [i, i + 1]}
+        )
+        for i in range(3000)
+    ]
+    path = _lines(tmp_path, rows)
+    monkeypatch.setattr(_columnar, "BLOCK_BYTES", 8192)
+    seen: list[tuple[int, int]] = []
+    with load_progress(lambda done, total: seen.append((done, total))):
+        trace = load_trace(path, "mooncake")
+    size = path.stat().st_size
+    assert len(seen) > 5
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert seen[-1] == (size, size) and all(t == size for _, t in seen)
+    assert trace.input_length.tolist() == load_trace(path, "mooncake").input_length.tolist()

@@ -25,13 +25,13 @@ from typer.testing import CliRunner
 
 from prefixlab._jit import COMPILED
 from prefixlab.cli import app
-from prefixlab.errors import CapacityError
+from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.policies import make_policy
 from prefixlab.policies._keyed import KeyedPolicy
 from prefixlab.runner import _fast, replay, stream
 from prefixlab.runner.replay import ReplayConfig
 from prefixlab.runner.stream import read_ahead, replay_stream, streamable
-from prefixlab.workload import Trace
+from prefixlab.workload import Request, Trace
 from prefixlab.workload.loaders import load_trace
 from prefixlab.workload.loaders._columnar import iter_mooncake_chunks
 from prefixlab.workload.loaders.base import LoadOptions, NotStreamable
@@ -259,12 +259,40 @@ def test_parallel_policies_report_the_first_that_cannot_fit() -> None:
     assert errors[0] == errors[1]
 
 
+class NextUseFirst(KeyedPolicy):
+    """A third-party keyed policy reading the future: not streamable."""
+
+    name = "test-next-use"
+    sort_key = (("next_use", -1),)
+
+
+def test_a_repeated_key_is_an_error_and_an_empty_stream_a_zero_result() -> None:
+    cfg = ReplayConfig(capacity_blocks=30)
+    try:
+        bad = Trace.from_requests(
+            [Request(0.0, 32, 1, hash_ids=[1, 2], hashed_tokens=32),
+             Request(1.0, 48, 1, hash_ids=[3, 4, 3], hashed_tokens=48)],  # id 3 twice
+            block_tokens=16,
+        )  # fmt: skip
+    except ConfigError:  # pragma: no cover - the builder may refuse it first
+        pytest.skip("the trace builder refuses a repeated id")
+    with pytest.raises(ConfigError, match="request 1: a block key appears twice"):
+        replay_stream(_chunks(bad, 1), [make_policy("lru")], cfg)
+    with pytest.raises(ConfigError, match="appears twice"):
+        replay(bad, "lru", cfg)  # the whole replay refuses it too
+    got, seen = replay_stream(iter([]), [make_policy("lru"), make_policy("arc")], cfg)
+    assert [r.policy for r in got] == ["lru", "arc"]
+    assert all(r.metrics["num_requests"] == 0 for r in got) and seen.num_requests == 0
+
+
 def test_what_cannot_be_streamed() -> None:
     block = ReplayConfig(capacity_blocks=10)
     for spec in ("opt", "wa", "wa-atc25", "unicache", "lpc-oracle"):  # future, or trace columns
         assert not streamable(make_policy(spec), block), spec
     for spec in ("lru", "arc", "s3fifo", "lecar"):
         assert streamable(make_policy(spec), block), spec
+    assert streamable(OldestShallowFirst(), block)
+    assert not streamable(NextUseFirst(), block)
     assert not streamable(make_policy("lru", "radix"), ReplayConfig(10, structure="radix"))
     with pytest.raises(ValueError, match="cannot be streamed"):
         replay_stream(iter([]), [make_policy("opt")], block)
@@ -389,6 +417,32 @@ def test_unsorted_file_is_not_streamed_but_sorted_whole(tmp_path: Path) -> None:
 
 
 @needs_compiled
+@pytest.mark.parametrize("late", ["unsorted", "bad line"])
+def test_a_capacity_error_does_not_hide_a_late_reason_to_load_whole(
+    tmp_path: Path, late: str
+) -> None:
+    """A request too big for the cache early in the file, and late in it a line the chunk
+    reader does not accept: the answer is the whole load's (a sorted request index, or the
+    bad line), not the stream's."""
+    path = _mooncake(tmp_path / "t.jsonl", 3000)
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[50])
+    row["hash_ids"] = list(range(10**9, 10**9 + 30))
+    row["input_length"] = 30 * 512
+    lines[50] = json.dumps(row)
+    if late == "unsorted":
+        lines[2500] = lines[2500].replace('"timestamp": 25000', '"timestamp": 5')
+    else:
+        lines[2500] = lines[2500].replace('"output_length"', '"output_length": "x", "o"')
+    path.write_text("\n".join(lines) + "\n")
+    args = ("-p", "lru", "--capacity-blocks", "20", str(path))
+    streamed, whole = _cli(*args), _cli(*args, "--no-stream")
+    assert streamed.exit_code == whole.exit_code == 2
+    assert streamed.output == whole.output
+    assert ("request 51 needs" if late == "unsorted" else "t.jsonl:2501:") in streamed.output
+
+
+@needs_compiled
 def test_a_bad_line_late_in_the_file_is_named(tmp_path: Path) -> None:
     path = _mooncake(tmp_path / "t.jsonl", 3000)
     lines = path.read_text().splitlines()
@@ -401,18 +455,19 @@ def test_a_bad_line_late_in_the_file_is_named(tmp_path: Path) -> None:
 
 @needs_compiled
 def test_stream_memory_does_not_grow_with_the_trace(tmp_path: Path) -> None:
-    """numpy buffers are traced: the peak over an 8x longer trace stays within 30% (one
-    chunk more or less in flight between the reading thread and the replay), where the
-    whole-trace replay's grows with the trace."""
+    """numpy buffers are traced: the peak over a 16x longer trace stays within 15%, where
+    the whole-trace replay's grows with the trace. A 20,000-block cache and 16 KB chunks,
+    so that the cache's state, not the chunks in flight between the reading thread and the
+    replay (one to four, as the threads are scheduled), sets the peak."""
     small = _mooncake(tmp_path / "s.jsonl", 3000, seed=1)
-    large = _mooncake(tmp_path / "l.jsonl", 24000, seed=1)
-    cfg = ReplayConfig(capacity_blocks=500)
+    large = _mooncake(tmp_path / "l.jsonl", 48000, seed=1)
+    cfg = ReplayConfig(capacity_blocks=20_000)
 
     def peak(path: Path, stream: bool) -> int:
         tracemalloc.start()
         try:
             if stream:
-                chunks = iter_mooncake_chunks(path, 512, LoadOptions(), chunk_bytes=1 << 16)
+                chunks = iter_mooncake_chunks(path, 512, LoadOptions(), chunk_bytes=1 << 14)
                 replay_stream(chunks, [make_policy("lru")], cfg)
             else:
                 replay(load_trace(path, "mooncake"), "lru", cfg)
@@ -422,5 +477,5 @@ def test_stream_memory_does_not_grow_with_the_trace(tmp_path: Path) -> None:
 
     peak(small, True)  # compile / load outside the measurement
     s, big = peak(small, True), peak(large, True)
-    assert big < 1.3 * s, (s, big)
-    assert peak(large, False) > 4 * peak(small, False)
+    assert big < 1.15 * s, (s, big)
+    assert peak(large, False) > 3 * peak(small, False)

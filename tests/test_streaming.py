@@ -80,3 +80,19 @@ def test_filters_apply_while_streaming(tmp_path: Path) -> None:
     assert peak < n_tokens * 8 / 4
     kept = list(iter_requests(path, options=LoadOptions(start_s=50.0, end_s=60.0)))
     assert [r.arrival_s for r in kept] == list(trace.arrival_s)  # type: ignore[attr-defined]
+
+
+def test_line_by_line_read_reports_its_progress(tmp_path: Path) -> None:
+    """A JSON Lines loader reports the bytes read every 4,096 lines, inside the file."""
+    from prefixlab.workload.loaders.base import load_progress
+
+    path = tmp_path / "big.jsonl"
+    _big_native(path, requests=10_000, tokens=5)
+    size = path.stat().st_size
+    seen: list[tuple[int, int]] = []
+    with load_progress(lambda done, total: seen.append((done, total))):
+        load_trace(path)
+    assert len(seen) == 2  # lines 4,096 and 8,192 (the header is line 1)
+    assert 0 < seen[0][0] < seen[1][0] <= size and {t for _, t in seen} == {size}
+    load_trace(path)  # outside the block: no reporter, nothing reported
+    assert len(seen) == 2

@@ -35,6 +35,7 @@ from prefixlab.cli_common import (
     console,
     each_policy,
     fail,
+    load_shown,
     make_policies,
     progress_bar,
     resolve_capacity_blocks,
@@ -56,7 +57,6 @@ from prefixlab.workload.generators import GENERATORS, GeneratorInfo
 from prefixlab.workload.loaders.base import iter_chunks
 from prefixlab.workload.loaders.native import write_native
 from prefixlab.workload.loaders.parquet import write_parquet
-from prefixlab.workload.sources import open_trace
 from prefixlab.workload.trace import Trace
 
 app = typer.Typer(
@@ -186,7 +186,7 @@ def replay_cmd(
             results, seen = streamed
             about = (seen.name, seen.num_requests, seen.num_input_tokens)
         else:
-            tr = open_trace(trace, fmt, **kwargs)
+            tr = load_shown(trace, fmt, kwargs, quiet)
             bt = block_tokens_of(tr, block_tokens)
             config = config_for(bt)
             policies = make_policies(policy, structure)
@@ -308,7 +308,7 @@ def _replay_hybrid_cmd(
         policies = make_policies(policy, "hybrid")
         if per_request is not None and not per_request.parent.resolve().is_dir():
             raise ConfigError(f"--per-request: folder {per_request.parent} does not exist")
-        tr = open_trace(trace, fmt, **load)
+        tr = load_shown(trace, fmt, load, quiet)
         results = each_policy(policies, lambda pol: replay_hybrid(tr, pol, config), quiet)
         written = _write_per_request(per_request, results) if per_request else []
     except PrefixlabError as exc:
@@ -381,7 +381,7 @@ def trace_stats_cmd(
     """Requests, sessions, tasks, length percentiles, arrival span and the hit ceiling."""
     try:
         kwargs = load or {}
-        tr = open_trace(trace, fmt, **kwargs)
+        tr = load_shown(trace, fmt, kwargs)
         block_tokens_of(tr, block_tokens)
         stats = trace_stats(tr, block_tokens)
     except PrefixlabError as exc:
@@ -427,7 +427,7 @@ def trace_convert_cmd(
     try:
         kwargs = load or {}
         _check_out(out, to)
-        tr = open_trace(trace, fmt, **kwargs)
+        tr = load_shown(trace, fmt, kwargs)
         _write_trace(tr, out, to)
     except PrefixlabError as exc:
         fail(str(exc))

@@ -19,10 +19,10 @@ from prefixlab.cli_common import (
     block_tokens_of,
     console,
     fail,
+    load_shown,
     with_loader_options,
 )
 from prefixlab.errors import PrefixlabError
-from prefixlab.workload.sources import open_trace
 
 analyze_app = typer.Typer(
     no_args_is_help=True,
@@ -130,7 +130,7 @@ def reuse_cmd(
     """Block reuse: intra/inter session and task, prefill vs decode, by position; inter-turn
     gaps with a log-normal fit; the hit-ratio headroom (infinite cache, OPT, LRU)."""
     try:
-        tr = open_trace(trace, fmt, **(load or {}))
+        tr = load_shown(trace, fmt, load or {})
         block_tokens_of(tr, block_tokens)
         result = analyze_reuse(tr, block_tokens, capacity_blocks)
         written: list[Path] = []

@@ -57,6 +57,26 @@ def progress_bar(what: str, quiet: bool = False) -> Iterator[Advance | None]:
         yield advance
 
 
+def load_shown(trace: str, fmt: str, kwargs: dict[str, Any], quiet: bool = False) -> Trace:
+    """``open_trace``, with a progress bar over the file's megabytes from the first second
+    (formats read front to back report as they go; the others show the time spent)."""
+    from pathlib import Path
+
+    from prefixlab.workload.loaders.base import load_progress
+    from prefixlab.workload.sources import open_trace
+
+    path = Path(trace)
+    name = path.name if not trace.startswith("gen:") else trace
+    with progress_bar(f"loading {name} (MB)", quiet) as advance:
+
+        def report(done: int, total: int) -> None:
+            if advance is not None:
+                advance(done >> 20, total >> 20, "")
+
+        with load_progress(report if advance is not None else None):
+            return open_trace(trace, fmt, **kwargs)
+
+
 R = typing.TypeVar("R")
 
 

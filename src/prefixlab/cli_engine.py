@@ -20,6 +20,7 @@ from prefixlab.cli_common import (
     block_tokens_of,
     console,
     fail,
+    load_shown,
     make_policies,
     progress_bar,
     resolve_capacity_blocks,
@@ -32,7 +33,6 @@ from prefixlab.model.timing import GPU_PRESETS, make_timing
 from prefixlab.runner.engine import EngineConfig, simulate
 from prefixlab.runner.engine.events import Finished
 from prefixlab.runner.replay import capped_warning
-from prefixlab.workload.sources import open_trace
 
 #: the fields ``--json`` adds to the replay fields (the issue's contract), in order
 LATENCY_FIELDS = (
@@ -92,7 +92,7 @@ def simulate_cmd(
     """Simulate serving: continuous batching, a shared KV pool, TTFT / QTTFT / TPOT."""
     try:
         kwargs = load or {}
-        tr = open_trace(trace, fmt, **kwargs)
+        tr = load_shown(trace, fmt, kwargs, quiet)
         if structure == "hybrid" and block_tokens is None and not tr.is_hash_form:
             block_tokens = 16  # the running requests' KV is allocated in 16-token blocks
         bt = block_tokens_of(tr, block_tokens)

@@ -9,10 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
-from prefixlab.cli_common import FormatOpt, TraceArg, console, fail, with_loader_options
+from prefixlab.cli_common import FormatOpt, TraceArg, console, fail, load_shown, with_loader_options
 from prefixlab.errors import PrefixlabError
 from prefixlab.learn.predictor import ContinuationPredictor, TrainConfig, evaluate, train
-from prefixlab.workload.sources import open_trace
 
 EmbedCacheOpt = Annotated[
     Path | None,
@@ -46,7 +45,7 @@ def train_cmd(
 ) -> None:
     """Train the continuation predictor on half of the conversations; report the other half."""
     try:
-        tr = open_trace(trace, fmt, **(load or {}))
+        tr = load_shown(trace, fmt, load or {})
         cfg = TrainConfig(embedder=embedder, epochs=epochs, seed=seed, history=history,
                           token_budget=token_budget, replies=replies)  # fmt: skip
         pred, mask = train(tr, cfg, embed_cache)
@@ -78,7 +77,7 @@ def eval_cmd(
     """MCC and macro-F1 of a trained predictor (default: the conversations it did not train on)."""
     try:
         pred = ContinuationPredictor.load(model)
-        tr = open_trace(trace, fmt, **(load or {}))
+        tr = load_shown(trace, fmt, load or {})
         ev = evaluate(pred, tr, None, all_rows=all_rows, embed_cache=embed_cache)
     except PrefixlabError as exc:
         fail(str(exc))

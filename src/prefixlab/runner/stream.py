@@ -32,7 +32,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.metrics.replay import hit_summary
 from prefixlab.policies._arrays import GSEQ0, K0, K1, ArrayPolicy, grow_state
 from prefixlab.policies._keyed import KeyedPolicy, key_columns
@@ -52,6 +53,7 @@ from prefixlab.runner.replay import (
     capped_requests,
     without_lookups,
 )
+from prefixlab.workload.loaders._columnar import first_repeat_row
 from prefixlab.workload.loaders.base import NotStreamable
 from prefixlab.workload.trace import BlockLayout, Trace
 
@@ -64,6 +66,8 @@ _STREAM_CODES = (_fast.VLLM, _fast.LRU, _fast.FIFO, _fast.KEYED, _fast.SIEVE, _f
 
 def streamable(pol: EvictionPolicy, config: ReplayConfig) -> bool:
     """Whether a streamed replay runs ``pol`` under ``config`` (see the module's docstring)."""
+    if isinstance(pol, KeyedPolicy) and "next_use" in (c for c, _ in pol.sort_key):
+        return False  # a future column (the whole replay's keyed path computes it)
     return (
         _fast.HAVE_NUMBA
         and config.structure == "block"
@@ -135,26 +139,44 @@ def replay_stream(
     placeholders = _placeholders()
 
     def laid_out() -> Iterator[tuple[Trace, int, BlockLayout]]:
+        r0 = 0
         for chunk, nbytes in chunks:
             layout = chunk.block_layout(
                 config.block_tokens, config.extra_key, config.cache_partial,
                 config.min_recompute_tokens, intern=False,
             )  # fmt: skip
+            bad = first_repeat_row(layout.raw_keys, layout.key_offsets)
+            if bad >= 0:  # what interning checks on the whole trace (a key names a prefix)
+                raise ConfigError(f"request {r0 + bad}: a block key appears twice in one sequence")
+            r0 += len(chunk)
             yield chunk, nbytes, layout if config.prefix_caching else without_lookups(layout)
 
-    workers = min(len(policies), os.cpu_count() or 1) if parallel else 1
+    affinity = getattr(os, "sched_getaffinity", None)  # the cores this process may use
+    cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+    workers = min(len(policies), cores) if parallel else 1
     pool = ThreadPoolExecutor(workers, "prefixlab-policy") if workers > 1 else None
+    items = read_ahead(laid_out())
     try:
-        for chunk, nbytes, layout in read_ahead(laid_out()):
+        for chunk, nbytes, layout in items:
             if not runs:
                 runs = [_start(pol, config.capacity_blocks, layout.block_tokens)
                         for pol in policies]  # fmt: skip
             _step(runs, chunk, layout, seen, config, placeholders, pool)
             if on_chunk is not None:
                 on_chunk(seen.num_requests, nbytes)
+    except CapacityError:
+        # Read on (no replay): a later chunk the reader does not accept means the file must
+        # be loaded whole, whose error (a bad line; a request index after sorting) wins.
+        for _ in items:
+            pass
+        raise
     finally:
+        items.close()
         if pool is not None:
-            pool.shutdown()
+            pool.shutdown(cancel_futures=True)
+    if not runs:  # nothing was read
+        bt = config.block_tokens or 1
+        runs = [_start(pol, config.capacity_blocks, bt) for pol in policies]
     return [_finish(run, config, seen) for run in runs], seen
 
 
@@ -306,7 +328,7 @@ def _finish(run: _Run, config: ReplayConfig, seen: StreamSummary) -> ReplayResul
 _END = object()
 
 
-def read_ahead(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:
+def read_ahead(items: Iterator[Any], depth: int = 2) -> Generator[Any, None, None]:
     """``items``, produced on a thread up to ``depth`` ahead of the consumer, in order; an
     exception the producer raises is raised here, where it would have been. The parser
     (pyarrow) and the kernel (compiled without the GIL) then run on two cores at once."""

@@ -21,21 +21,21 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab._jit import COMPILED, jit
-from prefixlab.workload.loaders.base import NotStreamable
+from prefixlab.workload.loaders.base import NotStreamable, report_progress
 from prefixlab.workload.trace import Trace
 
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
-#: pyarrow reads this many bytes per block (per thread)
+#: a whole-file read parses this many bytes at a time (a longer line is read line by line)
 BLOCK_BYTES = 16 << 20
 #: a streamed read parses this many bytes at a time (pyarrow reads ahead a few)
 CHUNK_BYTES = 1 << 20
 
 
 @jit(nogil=True)
-def rows_have_repeats(values: Any, offsets: Any) -> bool:
-    """Whether any row of a ragged uint64 array holds a value twice (rows are short: pairs
-    compared in place up to 32 values, a sort beyond)."""
+def first_repeat_row(values: Any, offsets: Any) -> int:
+    """The first row of a ragged uint64 array that holds a value twice, or -1 (rows are
+    short: pairs compared in place up to 32 values, a sort beyond)."""
     for r in range(offsets.shape[0] - 1):
         a, b = offsets[r], offsets[r + 1]
         if b - a <= 32:
@@ -43,13 +43,18 @@ def rows_have_repeats(values: Any, offsets: Any) -> bool:
                 v = values[i]
                 for j in range(a, i):
                     if values[j] == v:
-                        return True
+                        return r
             continue
         row = np.sort(values[a:b])
         for i in range(1, row.shape[0]):
             if row[i] == row[i - 1]:
-                return True
-    return False
+                return r
+    return -1
+
+
+def rows_have_repeats(values: U64, offsets: I64) -> bool:
+    """Whether any row of a ragged uint64 array holds a value twice."""
+    return bool(first_repeat_row(values, offsets) >= 0)
 
 
 def _schema() -> Any:
@@ -147,11 +152,19 @@ def read_mooncake(path: Path, block_tokens: int, opts: Any) -> Trace | None:
     except ImportError:  # pragma: no cover - pyarrow is a core dependency
         return None
     try:
-        table = pj.read_json(
-            path,
-            read_options=pj.ReadOptions(block_size=BLOCK_BYTES),
-            parse_options=_parse_options(),
-        )
+        size = path.stat().st_size
+        with pa.OSFile(str(path)) as src:
+            reader = pj.open_json(
+                src,
+                read_options=pj.ReadOptions(block_size=BLOCK_BYTES),
+                parse_options=_parse_options(),
+            )
+            batches = []
+            for batch in reader:  # as fast as read_json, and it can say how far it is
+                batches.append(batch)
+                report_progress(src.tell(), size)
+        table = pa.Table.from_batches(batches, schema=_schema())
+        del batches
         trace = _to_trace(table, block_tokens, opts, path.stem, opts.limit)
     except (pa.ArrowException, OSError, ValueError, NotStreamable):
         return None
@@ -179,26 +192,26 @@ def iter_mooncake_chunks(
     left = opts.limit
     last = -np.inf
     try:
-        src = pa.OSFile(str(path))
-        reader = pj.open_json(
-            src,
-            read_options=pj.ReadOptions(block_size=chunk_bytes),
-            parse_options=_parse_options(),
-        )
-        while left is None or left > 0:
-            try:
-                batch = reader.read_next_batch()
-            except StopIteration:
-                return
-            chunk = _to_trace(batch, block_tokens, opts, path.stem, left)
-            if chunk is None:
-                continue
-            arr = chunk.arrival_s
-            if arr[0] < last or (arr.shape[0] > 1 and (np.diff(arr) < 0).any()):
-                raise NotStreamable("arrivals out of order")
-            last = float(arr[-1])
-            if left is not None:
-                left -= len(chunk)
-            yield chunk, src.tell()
+        with pa.OSFile(str(path)) as src:
+            reader = pj.open_json(
+                src,
+                read_options=pj.ReadOptions(block_size=chunk_bytes),
+                parse_options=_parse_options(),
+            )
+            while left is None or left > 0:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    return
+                chunk = _to_trace(batch, block_tokens, opts, path.stem, left)
+                if chunk is None:
+                    continue
+                arr = chunk.arrival_s
+                if arr[0] < last or (arr.shape[0] > 1 and (np.diff(arr) < 0).any()):
+                    raise NotStreamable("arrivals out of order")
+                last = float(arr[-1])
+                if left is not None:
+                    left -= len(chunk)
+                yield chunk, src.tell()
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise NotStreamable(str(exc)) from None

@@ -7,6 +7,8 @@ import inspect
 import json
 import math
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -225,10 +227,37 @@ def load_trace(
         raise TraceFormatError(str(path), None, None, str(exc)) from None
 
 
+#: called with (bytes read, bytes in the file) while a file loads; see :func:`load_progress`
+_REPORT: ContextVar[Callable[[int, int], None] | None] = ContextVar("load_report", default=None)
+
+
+@contextmanager
+def load_progress(report: Callable[[int, int], None] | None) -> Iterator[None]:
+    """Within the block, loaders that read a file front to back call ``report(bytes read,
+    file size)`` as they go (a progress bar's feed); None: no reports."""
+    token = _REPORT.set(report)
+    try:
+        yield
+    finally:
+        _REPORT.reset(token)
+
+
+def report_progress(done: int, total: int) -> None:
+    """Tell the current :func:`load_progress` reporter, if any, how far a read is."""
+    report = _REPORT.get()
+    if report is not None:
+        report(done, total)
+
+
 def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, object)`` for each non-blank line; bad JSON names the line."""
+    """Yield ``(line_number, object)`` for each non-blank line; bad JSON names the line.
+    Reports its progress every 4,096 lines (:func:`load_progress`)."""
+    report = _REPORT.get()
+    size = path.stat().st_size if report is not None else 0
     with path.open("rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
+            if report is not None and lineno % 4096 == 0:
+                report(fh.tell(), size)
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
