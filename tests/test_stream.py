@@ -479,3 +479,61 @@ def test_stream_memory_does_not_grow_with_the_trace(tmp_path: Path) -> None:
     s, big = peak(small, True), peak(large, True)
     assert big < 1.15 * s, (s, big)
     assert peak(large, False) > 3 * peak(small, False)
+
+
+DOCS_EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "workloads" / "examples"
+
+
+@needs_compiled
+@pytest.mark.parametrize(
+    ("name", "fmt", "extra"),
+    [
+        ("native.jsonl", "native", ["--block-tokens", "16"]),
+        ("trace.parquet", "native", ["--block-tokens", "16"]),
+        ("hash.jsonl", "native", []),
+        ("moon.jsonl", "mooncake", ["--sample", "0.5"]),
+        ("bailian_sample.jsonl", "bailian", []),
+        # sessions one after another with synthesised times: sorted whole, not streamed
+        ("sharegpt_sample.json", "sharegpt", ["--block-tokens", "16"]),
+    ],
+)
+def test_every_format_streams_through_its_loader_as_it_loads_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, fmt: str, extra: list[str]
+) -> None:
+    """Formats without a chunked reader stream through their own loader, a few requests per
+    chunk here: the same answers as loading them whole. A format whose requests must be
+    sorted first is loaded whole as soon as an arrival goes back."""
+    from prefixlab.workload.loaders import base
+    from prefixlab.workload.loaders.native import write_native
+    from prefixlab.workload.loaders.parquet import write_parquet
+    from prefixlab.workload.trace import to_hash_form
+
+    monkeypatch.setattr(base, "CHUNK_REQUESTS", 7)
+    trace, _ = TRACES["chat"]
+    path = tmp_path / name
+    if name == "native.jsonl":
+        write_native(trace, path)
+    elif name == "trace.parquet":
+        write_parquet(trace, path)
+    elif name == "hash.jsonl":
+        write_native(to_hash_form(trace, 16), path)
+    elif name == "moon.jsonl":
+        _mooncake(path, 300)
+    else:
+        path = DOCS_EXAMPLES / name
+    calls = []
+    real = stream.replay_stream
+    monkeypatch.setattr(
+        "prefixlab.cli.replay_stream", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    args = ["replay", "-f", fmt, "--json", "-p", "lru", "-p", "arc", "--capacity-blocks", "2000",
+            *extra, str(path)]  # fmt: skip
+    streamed = runner.invoke(app, args)
+    whole = runner.invoke(app, [*args, "--no-stream"])
+    assert streamed.exit_code == whole.exit_code == 0, streamed.output
+    if fmt != "sharegpt":
+        assert calls == [1], "it did not stream"
+    drop = ("elapsed_s", "blocks_per_s")
+    got = [{k: v for k, v in r.items() if k not in drop} for r in json.loads(streamed.stdout)]
+    want = [{k: v for k, v in r.items() if k not in drop} for r in json.loads(whole.stdout)]
+    assert got == want

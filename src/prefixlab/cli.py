@@ -221,7 +221,7 @@ def _replay_streamed(
     chunks = iter_chunks(trace, fmt, **kwargs)
     if chunks is None:
         return None
-    size = max(Path(trace).stat().st_size, 1)
+    size = max(Path(trace).stat().st_size, 1) if Path(trace).is_file() else 1
     with progress_bar("replay (streamed, MB)", quiet) as advance:
         try:
             first = peek(chunks)
@@ -233,8 +233,10 @@ def _replay_streamed(
                 return None
 
             def on_chunk(requests: int, nbytes: int) -> None:
-                if advance is not None:
+                if advance is not None and nbytes > 0:
                     advance(nbytes >> 20, size >> 20, f"{requests:,} requests")
+                elif advance is not None:  # a loader that cannot tell how far it is
+                    advance(0, None, f"{requests:,} requests")
 
             results, seen = replay_stream(first[1], policies, config, on_chunk)
         except NotStreamable:

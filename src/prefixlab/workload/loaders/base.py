@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefixlab.errors import ConfigError, TraceFormatError
+from prefixlab.errors import ConfigError, PrefixlabError, TraceFormatError
 from prefixlab.workload.trace import Request, Trace, TraceBuilder
 
 
@@ -49,6 +49,10 @@ class NotStreamable(Exception):
 CHUNK_LOADERS: dict[str, Callable[[Path, LoadOptions], Iterator[tuple[Trace, int]]]] = {}
 
 
+#: requests per chunk when a format's own loader feeds a streamed replay
+CHUNK_REQUESTS = 8192
+
+
 def iter_chunks(
     path: str | Path,
     fmt: str,
@@ -58,16 +62,57 @@ def iter_chunks(
     sample_seed: int = 0,
     start_s: float | None = None,
     end_s: float | None = None,
+    chunk_requests: int | None = None,
     **kwargs: Any,
 ) -> Iterator[tuple[Trace, int]] | None:
-    """The file as chunks of kept requests (see ``CHUNK_LOADERS``), or None when its format
-    has no chunked reader, it takes loader options, or it is not a file."""
-    reader = CHUNK_LOADERS.get(fmt)
-    if reader is None or kwargs or not Path(path).is_file():
+    """The file (or folder) as chunks of consecutive kept requests, each with the bytes read
+    so far (0 when the reader cannot tell), in the order a whole load gives them; None when
+    ``path`` does not exist (a whole load says so).
+
+    A format's chunked reader (``CHUNK_LOADERS``) serves it when it applies; any other
+    format goes through its loader, ``chunk_requests`` (default ``CHUNK_REQUESTS``) requests
+    per chunk, built as
+    :func:`load_trace` builds a whole trace. Raises :class:`NotStreamable` (the caller then
+    loads the file whole, which names the problem or sorts) on anything the whole load
+    would refuse, and when the loader asks for sorting and arrivals decrease."""
+    if not Path(path).exists():
         return None
     opts = LoadOptions(limit, sample, sample_seed, start_s, end_s)
     opts.validate()
-    return reader(Path(path), opts)
+    reader = CHUNK_LOADERS.get(fmt)
+    if reader is not None and not kwargs and Path(path).is_file() and sample is None:
+        from prefixlab._jit import COMPILED
+
+        if COMPILED:
+            return reader(Path(path), opts)
+    return _chunked(path, fmt, opts, kwargs, chunk_requests or CHUNK_REQUESTS)
+
+
+def _chunked(
+    path: str | Path, fmt: str, opts: LoadOptions, kwargs: dict[str, Any], size: int
+) -> Iterator[tuple[Trace, int]]:
+    builder: TraceBuilder | None = None
+    header = Header()
+    last = -math.inf
+    try:
+        for item in _open(path, fmt, opts, kwargs):
+            if isinstance(item, Header):
+                header = item
+                continue
+            if header.sort_by_arrival:  # a whole load sorts; a stream cannot
+                if item.arrival_s < last:
+                    raise NotStreamable("arrivals out of order")
+                last = item.arrival_s
+            if builder is None:
+                builder = TraceBuilder(block_tokens=header.block_tokens, name=Path(path).stem)
+            builder.append(item)
+            if len(builder) == size:
+                yield builder.build(), 0
+                builder = None
+        if builder is not None:
+            yield builder.build(), 0
+    except PrefixlabError as exc:  # the whole load names it, with its file and line
+        raise NotStreamable(str(exc)) from None
 
 
 def register_loader(name: str) -> Callable[[Loader], Loader]:
