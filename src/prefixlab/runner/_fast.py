@@ -69,6 +69,7 @@ from prefixlab.policies.sieve import (
 
 __all__ = [
     "HAVE_NUMBA",
+    "Prepared",
     "block_kernel",
     "kernel_code",
     "kernel_state",
@@ -629,6 +630,66 @@ def _evict(
             hook(acode, ist, fst, UPDATE, up, -1, bkey, depth, rng, aux)
 
 
+class Prepared:
+    """A policy made ready for :func:`block_kernel`: the state of an empty cache and the
+    arguments its policy family reads (a keyed policy's sort key and future columns; an
+    array-state policy's state, generator and per-request rows), placeholders for the rest
+    (the kernel's argument types never change). The whole replay calls it once, a streamed
+    replay once per chunk."""
+
+    def __init__(
+        self,
+        policy: EvictionPolicy,
+        capacity: int,
+        block_tokens: int,
+        num_keys: int,
+        nlists: int,
+        raw_keys: bool = False,
+    ) -> None:
+        code = kernel_code(policy)
+        if code < 0:
+            raise ValueError(f"policy '{policy.spec()}' has no compiled kernel")
+        self.policy, self.code = policy, code
+        self.capacity, self.block_tokens = capacity, block_tokens
+        self.cols, self.signs = np.full(3, -1, np.int64), np.ones(3, np.float64)
+        self.occ_start, self.occ_req = np.zeros(1, np.int64), np.zeros(0, np.int64)
+        self.nu_pos = np.zeros(0, np.float64)
+        if isinstance(policy, KeyedPolicy):
+            self.cols, self.signs = key_columns(policy.sort_key)
+            self.occ_start = getattr(policy, "occ_start", self.occ_start)
+            self.occ_req = getattr(policy, "occ_req", self.occ_req)
+            self.nu_pos = getattr(policy, "next_use_pos", self.nu_pos)
+        self.state = kernel_state(capacity, num_keys, code, nlists, raw_keys)
+        # ARC, S3-FIFO, LeCaR, LPC, WA, UniCache bring their state and generator; the
+        # others get a one-entry placeholder.
+        self.acode, st, self.rng = -1, new_state(1, 1, (1, 1)), np.random.default_rng(0)
+        self.aux = np.zeros((1, 0))
+        if code == ARRAY:
+            assert isinstance(policy, ArrayPolicy)
+            view = EntryView(capacity)
+            view.size[:] = block_tokens  # every block holds block_tokens (UniCache reads it)
+            policy.bind(view)
+            st = grow_state(policy.state, capacity, max(num_keys, 1))
+            self.acode, self.rng, self.aux = policy.code, policy.rng, policy.aux
+        self.ist, self.fst = st
+
+    def run(
+        self, keys: I64, key_offsets: I64, num_lookup: I64, lookup_end: I64, held: I64,
+        r0: int, max_free_blocks: int | None, hit_tokens: I64, hit_blocks: I64, out: I64,
+    ) -> None:  # fmt: skip
+        """Replay requests r0, r0 + 1, ... (the rows of ``key_offsets``) from the state."""
+        st = block_kernel(
+            self.state, keys, key_offsets, num_lookup, lookup_end, held, r0, self.capacity,
+            self.block_tokens, self.code, -1 if max_free_blocks is None else max_free_blocks,
+            self.cols, self.signs, self.occ_start, self.occ_req, self.nu_pos, self.ist,
+            self.fst, self.acode, self.rng, self.aux, hit_tokens, hit_blocks, out,
+        )  # fmt: skip
+        self.ist, self.fst = st  # a policy that allocates may have widened its state
+        if self.code == ARRAY:
+            assert isinstance(self.policy, ArrayPolicy)
+            self.policy.state = st
+
+
 def replay_fast(
     keys: I64,
     key_offsets: I64,
@@ -644,42 +705,13 @@ def replay_fast(
     """Run the kernel; returns (hit_tokens, hit_blocks, num_evictions, failed_request).
 
     ``policy`` is fresh (a keyed policy with ``needs_future`` already prepared)."""
-    code = kernel_code(policy)
-    if code < 0:
-        raise ValueError(f"policy '{policy.spec()}' has no compiled kernel")
-    cols, signs = np.full(3, -1, np.int64), np.ones(3, np.float64)
-    occ_start, occ_req = np.zeros(1, np.int64), np.zeros(0, np.int64)
-    nu_pos = np.zeros(0, np.float64)
-    if isinstance(policy, KeyedPolicy):
-        cols, signs = key_columns(policy.sort_key)
-        occ_start = getattr(policy, "occ_start", occ_start)
-        occ_req = getattr(policy, "occ_req", occ_req)
-        nu_pos = getattr(policy, "next_use_pos", nu_pos)
-    # Array-state policies (ARC, S3-FIFO, LeCaR, LPC, WA, UniCache) bring their state and
-    # generator; the others get a one-entry placeholder (the kernel's argument types never
-    # change).
-    acode, st, rng = -1, new_state(1, 1, (1, 1)), np.random.default_rng(0)
-    aux = np.zeros((1, 0))
-    if code == ARRAY:
-        assert isinstance(policy, ArrayPolicy)
-        view = EntryView(capacity)
-        view.size[:] = block_tokens  # every block holds block_tokens (UniCache reads it)
-        policy.bind(view)
-        policy.state = grow_state(policy.state, capacity, max(num_keys, 1))
-        acode, st, rng, aux = policy.code, policy.state, policy.rng, policy.aux
     n = int(key_offsets.shape[0]) - 1
+    prep = Prepared(policy, capacity, block_tokens, max(num_keys, 1), n + 1)
     hit_tokens = np.zeros(n, np.int64)
     hit_blocks = np.zeros(n, np.int64)
     out = np.zeros(2, np.int64)
-    state = kernel_state(capacity, max(num_keys, 1), code, n + 1)
-    st = block_kernel(
-        state, keys, key_offsets, num_lookup, lookup_end, held, 0, capacity, block_tokens,
-        code, -1 if max_free_blocks is None else max_free_blocks, cols, signs, occ_start,
-        occ_req, nu_pos, st[0], st[1], acode, rng, aux, hit_tokens, hit_blocks, out,
-    )  # fmt: skip
-    if code == ARRAY:
-        assert isinstance(policy, ArrayPolicy)
-        policy.state = st
+    prep.run(keys, key_offsets, num_lookup, lookup_end, held, 0, max_free_blocks, hit_tokens,
+             hit_blocks, out)  # fmt: skip
     return hit_tokens, hit_blocks, int(out[0]), int(out[1])
 
 

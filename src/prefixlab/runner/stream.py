@@ -42,9 +42,9 @@ import numpy.typing as npt
 
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.metrics.replay import hit_summary
-from prefixlab.policies._arrays import GSEQ0, K0, K1, ArrayPolicy, grow_state
-from prefixlab.policies._keyed import KeyedPolicy, key_columns
-from prefixlab.policies.base import EntryView, EvictionPolicy
+from prefixlab.policies._arrays import GSEQ0, K0, K1, grow_state
+from prefixlab.policies._keyed import KeyedPolicy
+from prefixlab.policies.base import EvictionPolicy
 from prefixlab.runner import _fast
 from prefixlab.runner.replay import (
     ReplayConfig,
@@ -60,8 +60,6 @@ from prefixlab.workload.trace import BlockLayout, Trace
 __all__ = ["NotStreamable", "StreamSummary", "replay_stream", "streamable"]
 
 I64 = npt.NDArray[np.int64]
-_STREAM_CODES = (_fast.VLLM, _fast.LRU, _fast.FIFO, _fast.KEYED, _fast.SIEVE, _fast.LFU_LISTS,
-                 _fast.MRU_STACK)  # fmt: skip
 
 
 def streamable(pol: EvictionPolicy, config: ReplayConfig) -> bool:
@@ -71,7 +69,7 @@ def streamable(pol: EvictionPolicy, config: ReplayConfig) -> bool:
     return (
         _fast.HAVE_NUMBA
         and config.structure == "block"
-        and _fast.kernel_code(pol) in (*_STREAM_CODES, _fast.ARRAY)
+        and _fast.kernel_code(pol) >= 0
         and not pol.needs_future
         and not pol.needs_trace
         and pol.reserved_bytes <= 0
@@ -92,18 +90,9 @@ class StreamSummary:
 
 @dataclass(slots=True)
 class _Run:
-    """One policy's replay in progress."""
+    """One policy's replay in progress: the kernel's state and its totals so far."""
 
-    policy: EvictionPolicy
-    code: int
-    state: tuple[Any, ...]
-    cols: I64
-    signs: npt.NDArray[np.float64]
-    #: an array-state policy's state, and the generator and per-request rows it reads
-    ist: Any = None
-    fst: Any = None
-    rng: Any = None
-    aux: Any = None
+    prep: _fast.Prepared
     elapsed_s: float = 0.0
     hit_tokens: int = 0
     hit_blocks: int = 0
@@ -136,7 +125,6 @@ def replay_stream(
     _fast.warm_up()
     runs: list[_Run] = []
     seen = StreamSummary()
-    placeholders = _placeholders()
 
     def laid_out() -> Iterator[tuple[Trace, int, BlockLayout]]:
         r0 = 0
@@ -161,7 +149,7 @@ def replay_stream(
             if not runs:
                 runs = [_start(pol, config.capacity_blocks, layout.block_tokens)
                         for pol in policies]  # fmt: skip
-            _step(runs, chunk, layout, seen, config, placeholders, pool)
+            _step(runs, chunk, layout, seen, config, pool)
             if on_chunk is not None:
                 on_chunk(seen.num_requests, nbytes)
     except CapacityError:
@@ -186,7 +174,6 @@ def _step(
     layout: BlockLayout,
     seen: StreamSummary,
     config: ReplayConfig,
-    placeholders: tuple[Any, ...],
     pool: ThreadPoolExecutor | None,
 ) -> None:
     """One chunk through every policy (on the pool's threads when there is one: each
@@ -195,11 +182,12 @@ def _step(
     keys = layout.raw_keys.view(np.int64)
 
     def one(run: _Run) -> None:
-        nlists = int(run.state[12].max()) + n + 1  # lfu: hit counts it can reach
-        run.state = _fast.widen_state(run.state, nlists)
-        if run.code == _fast.ARRAY:
-            _make_slots(run, int(keys.shape[0]), config.capacity_blocks)
-        _chunk(run, keys, layout, seen.num_requests, config, placeholders)
+        prep = run.prep
+        nlists = int(prep.state[12].max()) + n + 1  # lfu: hit counts it can reach
+        prep.state = _fast.widen_state(prep.state, nlists)
+        if prep.code == _fast.ARRAY:
+            _make_slots(prep, int(keys.shape[0]))
+        _chunk(run, keys, layout, seen.num_requests, config)
 
     if pool is None:
         for run in runs:
@@ -222,30 +210,10 @@ def _step(
     seen.num_capped += capped_requests(chunk, layout.block_tokens, config.min_recompute_tokens)
 
 
-def _placeholders() -> tuple[Any, ...]:
-    """The kernel's arguments for what a policy does not use (a future column; an array
-    policy's state)."""
-    from prefixlab.policies._arrays import new_state
-
-    st = new_state(1, 1, (1, 1))
-    return (np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64), st[0], st[1],
-            np.random.default_rng(0), np.zeros((1, 0)))  # fmt: skip
-
-
 def _start(pol: EvictionPolicy, capacity: int, block_tokens: int) -> _Run:
-    code = _fast.kernel_code(pol)
-    cols, signs = np.full(3, -1, np.int64), np.ones(3, np.float64)
-    if isinstance(pol, KeyedPolicy):
-        cols, signs = key_columns(pol.sort_key)
-    slots = 2 * capacity + FIRST_SPARE_SLOTS if code == _fast.ARRAY else capacity
-    run = _Run(pol, code, _fast.kernel_state(capacity, slots, code, 2, raw_keys=True), cols, signs)
-    if isinstance(pol, ArrayPolicy):  # bound as the whole replay binds it (replay_fast)
-        view = EntryView(capacity)
-        view.size[:] = block_tokens
-        pol.bind(view)
-        run.ist, run.fst = grow_state(pol.state, capacity, slots)
-        run.rng, run.aux = pol.rng, pol.aux
-    return run
+    array = _fast.kernel_code(pol) == _fast.ARRAY
+    slots = 2 * capacity + FIRST_SPARE_SLOTS if array else capacity
+    return _Run(_fast.Prepared(pol, capacity, block_tokens, slots, 2, raw_keys=True))
 
 
 #: an array-state policy starts with twice its capacity in slots plus these (its ghost
@@ -257,42 +225,30 @@ _GHOST_ROWS = np.array([GSEQ0, GSEQ0 + 1], np.int64)
 _CLEAR_ROWS = np.array([K0, K1], np.int64)
 
 
-def _make_slots(run: _Run, num_keys: int, capacity: int) -> None:
+def _make_slots(prep: _fast.Prepared, num_keys: int) -> None:
     """At least ``num_keys`` free slots for the next chunk (each of its keys may take one):
     first free the slots no block and no ghost list uses, then add slots if still short."""
-    free = int(run.state[23][4])
+    free = int(prep.state[23][4])
     if free >= num_keys:
         return
-    free = _fast.sweep_slots(run.state, run.ist, _GHOST_ROWS, _CLEAR_ROWS)
+    free = _fast.sweep_slots(prep.state, prep.ist, _GHOST_ROWS, _CLEAR_ROWS)
     if free >= num_keys:
         return
-    slots = int(run.state[25].shape[0])
+    slots = int(prep.state[25].shape[0])
     grown = max(slots + num_keys - free, slots + slots // 2)
-    run.state = _fast.widen_slots(run.state, grown)
-    run.ist, run.fst = grow_state((run.ist, run.fst), capacity, grown)
+    prep.state = _fast.widen_slots(prep.state, grown)
+    prep.ist, prep.fst = grow_state((prep.ist, prep.fst), prep.capacity, grown)
 
 
-def _chunk(
-    run: _Run, keys: I64, layout: BlockLayout, r0: int, config: ReplayConfig, ph: tuple[Any, ...]
-) -> None:
+def _chunk(run: _Run, keys: I64, layout: BlockLayout, r0: int, config: ReplayConfig) -> None:
     n = int(layout.key_offsets.shape[0]) - 1
     hit_tokens = np.zeros(n, np.int64)
     hit_blocks = np.zeros(n, np.int64)
-    max_free = -1 if config.max_free_blocks is None else config.max_free_blocks
-    array = (ph[3], ph[4], -1, ph[5], ph[6])
-    if run.code == _fast.ARRAY:
-        assert isinstance(run.policy, ArrayPolicy)
-        array = (run.ist, run.fst, run.policy.code, run.rng, run.aux)
     start = time.perf_counter()
-    st = _fast.block_kernel(
-        run.state, keys, layout.key_offsets, layout.num_lookup_blocks, layout.lookup_end_tokens,
-        layout.num_blocks_held, r0, config.capacity_blocks, layout.block_tokens, run.code,
-        max_free, run.cols, run.signs, ph[0], ph[1], ph[2], *array, hit_tokens, hit_blocks,
-        run.out,
-    )  # fmt: skip
+    run.prep.run(keys, layout.key_offsets, layout.num_lookup_blocks, layout.lookup_end_tokens,
+                 layout.num_blocks_held, r0, config.max_free_blocks, hit_tokens, hit_blocks,
+                 run.out)  # fmt: skip
     run.elapsed_s += time.perf_counter() - start
-    if run.code == _fast.ARRAY:  # a policy that allocates may have widened its state
-        run.ist, run.fst = st
     run.hit_tokens += int(hit_tokens.sum())
     run.hit_blocks += int(hit_blocks.sum())
     run.lookup_blocks += int(layout.num_lookup_blocks.sum())
@@ -314,7 +270,7 @@ def _finish(run: _Run, config: ReplayConfig, seen: StreamSummary) -> ReplayResul
     metrics["num_reserved_blocks"] = 0
     empty = np.zeros(0, np.int64)
     return ReplayResult(
-        policy=run.policy.spec(),
+        policy=run.prep.policy.spec(),
         capacity_blocks=config.capacity_blocks,
         structure=config.structure,
         metrics=metrics,
