@@ -1,99 +1,81 @@
-"""Engine runner throughput: simulated requests per second, and where the time goes.
+"""Engine runner throughput: the compiled engine against the reference loop, every policy.
 
-Run: ``python benchmarks/engine_throughput.py`` (``--quick`` for a small trace).
+Run: ``python benchmarks/engine_throughput.py`` (``--quick`` for a small trace,
+``--policies lru,opt`` for some).
 
-The workload is a multi-turn chat trace from the session generator (about 20,000 requests,
-mean output 128 tokens), served by the engine runner with an LRU prefix cache on a KV pool
-of 20,000 16-token blocks, Llama-3.1-8B/H100 power-law prefill and 20 ms per decode step.
-The baseline, measured in the same run on the same trace, is the replay runner's generic
-(numpy) path, which does the same cache work per request without time, batching or
-decode steps. The time spent inside the cache (match, acquire, grow, commit, release:
-structure plus policy) is measured by wrapping those methods; the rest is the scheduler,
-the event loop and the timing model.
+The workload is a multi-turn chat trace from the session generator (2,000 sessions, about
+9,800 requests, mean output 128 tokens), served by the engine runner on a KV pool of
+20,000 16-token blocks with Llama-3.1-8B/H100 power-law prefill and 20 ms per decode step.
+For each policy, in the same run on the same trace:
+
+* ``reference``: ``simulate(..., fast=False)``, the event loop, scheduler, block cache and
+  policy classes in Python (what the engine runner was before it was compiled);
+* ``compiled``: ``simulate(...)``, the compiled engine (:mod:`prefixlab.runner.engine._kernel`);
+
+both timed from the call to its return (an offline policy's preparation included), after
+one untimed compiled run that loads the kernels; with ``--repeat N`` each is timed N times
+(alternating) and the fastest kept. The column ``same`` says whether the two
+gave the same per-request times, hits and preemptions, to the last bit.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
-from typing import Any
 
-from prefixlab.cache.block import BlockCache
+import numpy as np
+
 from prefixlab.model.timing import make_timing
-from prefixlab.runner.engine import EngineConfig, simulate
-from prefixlab.runner.replay import ReplayConfig, replay
+from prefixlab.runner.engine import EngineConfig, EngineResult, simulate
 from prefixlab.workload.generators import generate_sessions
 
-CACHE_METHODS = ("match", "acquire", "grow", "commit", "release")
+POLICIES = ["lru", "fifo", "vllm", "lfu", "mru", "sglang-lru", "hashtable", "sieve", "arc",
+            "s3fifo", "lecar", "opt", "wa", "wa-atc25", "unicache", "lpc-oracle"]  # fmt: skip
 
 
-class CacheTimer:
-    """Wraps BlockCache's lifecycle methods to add up the time spent in them."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self._saved: dict[str, Callable[..., Any]] = {}
-
-    def __enter__(self) -> CacheTimer:
-        for name in CACHE_METHODS:
-            original = getattr(BlockCache, name)
-            self._saved[name] = original
-
-            def timed(self_: BlockCache, *a: Any, _f: Any = original, **k: Any) -> Any:
-                t0 = time.perf_counter()
-                try:
-                    return _f(self_, *a, **k)
-                finally:
-                    self.seconds += time.perf_counter() - t0
-
-            setattr(BlockCache, name, timed)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for name, original in self._saved.items():
-            setattr(BlockCache, name, original)
+def same(a: EngineResult, b: EngineResult) -> bool:
+    arrays = ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "hit_tokens",
+              "num_preemptions")  # fmt: skip
+    return a.num_steps == b.num_steps and all(
+        np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True) for f in arrays
+    )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="a small trace (CI smoke run)")
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--repeat", type=int, default=1, help="time each path N times, keep the best")
     args = ap.parse_args()
-    sessions = 400 if args.quick else 4000
+    sessions = 200 if args.quick else 2000
     trace = generate_sessions(
         num_sessions=sessions, session_rate_per_s=2.0, mean_output_tokens=128, seed=0
     )
-    trace.block_layout(16, None, False, 1)  # hash once, outside both timings
+    trace.block_layout(16, None, False, 1)  # hash once, outside the timings
     timing = make_timing("power:preset=llama-3.1-8b-h100+tpot:s=0.02")
     cfg = EngineConfig(capacity_blocks=20_000, block_tokens=16)
     n = len(trace)
-
-    t0 = time.perf_counter()
-    base = replay(trace, "lru", ReplayConfig(capacity_blocks=20_000, block_tokens=16), fast=False)
-    t_replay = time.perf_counter() - t0
-
-    with CacheTimer() as timer:
-        t0 = time.perf_counter()
-        res = simulate(trace, "lru", cfg, timing)
-        t_engine = time.perf_counter() - t0
-    m = res.metrics
+    simulate(trace, "lru", cfg, timing)  # load the compiled kernels
+    steps = 0
+    print(f"{'policy':<12}{'reference':>11}{'compiled':>11}{'x ref':>8}{'token hit':>11}"
+          f"{'preempt':>9}  same   (requests/s)")  # fmt: skip
+    for spec in args.policies.split(","):
+        t_ref = t_fast = float("inf")
+        for _ in range(max(args.repeat, 1)):
+            t0 = time.perf_counter()
+            ref = simulate(trace, spec, cfg, timing, fast=False)
+            t1 = time.perf_counter()
+            fast = simulate(trace, spec, cfg, timing)
+            t2 = time.perf_counter()
+            t_ref, t_fast = min(t_ref, t1 - t0), min(t_fast, t2 - t1)
+        m = fast.metrics
+        steps = fast.num_steps
+        print(f"{spec:<12}{n / t_ref:>11,.0f}{n / t_fast:>11,.0f}{t_ref / t_fast:>8.1f}"
+              f"{m['token_hit_ratio']:>11.4f}{m['num_preemptions']:>9,}  "
+              f"{'yes' if same(ref, fast) else 'NO'}")  # fmt: skip
     print(f"trace: {n:,} requests in {sessions:,} sessions, "
           f"{int(trace.input_length.sum()):,} input / {int(trace.output_length.sum()):,} output "
-          f"tokens; {m['num_steps']:,} engine steps")  # fmt: skip
-    print(f"{'runner':<28}{'requests/s':>12}{'x replay':>10}{'token hit':>11}")
-    print(f"{'replay (numpy path)':<28}{n / t_replay:>12,.0f}{1.0:>10.2f}"
-          f"{base.metrics['token_hit_ratio']:>11.4f}")  # fmt: skip
-    print(f"{'engine':<28}{n / t_engine:>12,.0f}{t_replay / t_engine:>10.2f}"
-          f"{m['token_hit_ratio']:>11.4f}")  # fmt: skip
-    share = timer.seconds / t_engine
-    print(
-        f"engine time: {100 * share:.1f}% in the cache (structure + policy), "
-        f"{100 * (1 - share):.1f}% in the scheduler, event loop and timing model"
-    )
-    print(
-        f"simulated: mean TTFT {m['mean_ttft_s'] * 1e3:.1f} ms, mean QTTFT "
-        f"{m['mean_qttft_s'] * 1e3:.1f} ms, makespan {m['makespan_s']:,.0f} s"
-    )
+          f"tokens; {steps:,} engine steps (last policy)")  # fmt: skip
     return 0
 
 

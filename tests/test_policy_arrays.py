@@ -95,3 +95,37 @@ def test_ghost_list_matches_a_bounded_ordered_dict() -> None:
                     ref.popitem(last=False)
             assert ghost_len(ist, 0) == len(ref)
             assert all(ghost_contains(ist, 0, k) == (k in ref) for k in range(16))
+
+
+def test_sorted_list_head_is_the_minimum_under_random_inserts_and_removals() -> None:
+    """The pairing heap behind slist_*: after every operation list c's head is its member
+    with the lowest (rank, tie), as a naive sorted model says, ranks in any order."""
+    from prefixlab.policies._arrays import new_state, slist_insert, slist_remove
+
+    rng = np.random.default_rng(7)
+    n, lists = 300, 3
+    ist, fst = new_state(n, 1, (0, 0), (6, 1))
+    kr, kt, prv, hd = 3, 29, 30, 32  # rank row (float), tie, prev/next, head/child rows
+    ist[hd] = -1
+    members: list[set[int]] = [set() for _ in range(lists)]
+    where = {}
+    tie = 0
+    for _ in range(4000):
+        free = [e for e in range(n) if e not in where]
+        if free and (rng.random() < 0.55 or not where):
+            e = int(rng.choice(free))
+            c = int(rng.integers(lists))
+            fst[kr, e] = float(rng.integers(0, 40))  # many equal ranks: ties decide
+            ist[kt, e] = tie
+            tie += 1
+            slist_insert(ist, fst, kr, kt, prv, hd, c, e)
+            members[c].add(e)
+            where[e] = c
+        else:
+            e = int(rng.choice(list(where)))
+            c = where.pop(e)
+            slist_remove(ist, fst, kr, kt, prv, hd, c, e)
+            members[c].discard(e)
+        for c in range(lists):
+            want = min(members[c], key=lambda x: (fst[kr, x], ist[kt, x]), default=-1)
+            assert ist[hd, c] == want

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -31,7 +32,6 @@ from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.model.fit import fit_csv
 from prefixlab.model.timing import GPU_PRESETS, make_timing
 from prefixlab.runner.engine import EngineConfig, simulate
-from prefixlab.runner.engine.events import Finished
 from prefixlab.runner.replay import capped_warning
 
 #: the fields ``--json`` adds to the replay fields (the issue's contract), in order
@@ -133,8 +133,8 @@ def simulate_cmd(
         results = []
         with progress_bar("requests", quiet) as advance:
             for pol in policies:
-                obs = [] if advance is None else [_FinishedCounter(advance, len(tr), pol.spec())]
-                results.append(simulate(tr, pol, config, tm, observers=obs))
+                shown = None if advance is None else _shown(advance, pol.spec())
+                results.append(simulate(tr, pol, config, tm, on_progress=shown))
     except PrefixlabError as exc:
         fail(str(exc))
         return
@@ -152,19 +152,13 @@ def simulate_cmd(
     out.print(f"trace: {tr.name} ({len(tr):,} requests); timing: {results[0].timing}")
 
 
-class _FinishedCounter:
-    """Feeds the progress bar from the engine's Finished events (every 1% of requests)."""
+def _shown(advance: Advance, label: str) -> Callable[[int, int], None]:
+    """Feeds the progress bar with a policy's finished requests."""
 
-    def __init__(self, advance: Advance, total: int, label: str) -> None:
-        self.advance, self.total, self.label = advance, total, label
-        self.done = 0
-        self.every = max(1, total // 100)
+    def report(done: int, total: int) -> None:
+        advance(done, total, label)
 
-    def on_event(self, event: object) -> None:
-        if isinstance(event, Finished):
-            self.done += 1
-            if self.done % self.every == 0 or self.done == self.total:
-                self.advance(self.done, self.total, self.label)
+    return report
 
 
 def _nan_to_none(value: Any) -> Any:

@@ -120,7 +120,10 @@ class PowerLaw(TimingModel):
             max((_done(c) + c[0]) ** self.c - _done(c) ** self.c, 0.0) ** (1.0 / self.c)
             for c in chunks
         ]  # fmt: skip
-        mean_new = sum(eq) / n
+        total = 0.0  # left to right, as the compiled engine adds (sum() compensates on 3.12+)
+        for x in eq:
+            total += x
+        mean_new = total / n
         return float(self.a * n**self.b * mean_new**self.c) if mean_new > 0 else 0.0
 
     def spec(self) -> str:

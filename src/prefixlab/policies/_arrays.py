@@ -269,42 +269,98 @@ def iheap_remove(ist: I64, fst: F64, kp: int, he: int, hpos: int, sn: int, e: in
 
 
 # ----------------------------------------------------------------------------- sorted lists
-# A *sorted list* (WA's categories, UniCache's session queues) links entries through int
-# rows ``prv`` and ``prv + 1`` (previous, next), ordered by (rank in float row ``kr``, tie in
-# int row ``kt``), both by entry; list c's head and tail are ``I[hd, c]`` and
-# ``I[hd + 1, c]``. An insertion walks from the tail: O(1) when ranks arrive in order (times
-# under replay).
+# A *sorted list* (WA's categories, UniCache's session queues) gives the member with the
+# lowest (rank in float row ``kr``, tie in int row ``kt``, both by entry; ties are unique)
+# as list c's head ``I[hd, c]``, and takes members in and out anywhere. It is a pairing
+# heap: int rows ``prv`` (parent, or left sibling), ``prv + 1`` (right sibling) and
+# ``hd + 1`` (leftmost child) by entry. Insertion is O(1) and removal O(log n) amortised
+# whatever the order ranks arrive in (under the engine a block's last access can be long
+# before it becomes evictable; a list walked from its tail paid for every later one).
+@jit(inline=True)
+def _sl_less(ist: I64, fst: F64, kr: int, kt: int, a: int, b: int) -> bool:
+    ra, rb = fst[kr, a], fst[kr, b]
+    return bool(ra < rb or (ra == rb and ist[kt, a] < ist[kt, b]))
+
+
+@jit(inline=True)
+def _sl_link(ist: I64, fst: F64, kr: int, kt: int, prv: int, ch: int, a: int, b: int) -> int:
+    """Meld two roots; returns the new root (the other becomes its leftmost child)."""
+    if _sl_less(ist, fst, kr, kt, b, a):
+        a, b = b, a
+    c = ist[ch, a]
+    ist[prv + 1, b] = c
+    if c >= 0:
+        ist[prv, c] = b
+    ist[prv, b] = a
+    ist[ch, a] = b
+    return a
+
+
+@jit(nrt=False)
+def _sl_merge_pairs(ist: I64, fst: F64, kr: int, kt: int, prv: int, ch: int, x: int) -> int:
+    """Meld the sibling chain from x into one root (two passes); -1 if x is -1."""
+    if x < 0:
+        return -1
+    acc = -1  # pass 1: melded pairs, chained through the sibling row, last pair first
+    while x >= 0:
+        y = ist[prv + 1, x]
+        if y < 0:
+            ist[prv + 1, x] = acc
+            acc = x
+            break
+        nxt = ist[prv + 1, y]
+        ist[prv + 1, x] = -1
+        ist[prv + 1, y] = -1
+        m = _sl_link(ist, fst, kr, kt, prv, ch, x, y)
+        ist[prv + 1, m] = acc
+        acc = m
+        x = nxt
+    root = acc  # pass 2: fold them, last first
+    rest = ist[prv + 1, root]
+    ist[prv + 1, root] = -1
+    while rest >= 0:
+        nxt = ist[prv + 1, rest]
+        ist[prv + 1, rest] = -1
+        root = _sl_link(ist, fst, kr, kt, prv, ch, root, rest)
+        rest = nxt
+    ist[prv, root] = -1
+    return int(root)
+
+
 @jit(nrt=False)
 def slist_insert(ist: I64, fst: F64, kr: int, kt: int, prv: int, hd: int, c: int, e: int) -> None:
-    """Link e into list c after every entry ranked below it."""
-    rank, tie = fst[kr, e], ist[kt, e]
-    p = ist[hd + 1, c]
-    while p >= 0 and (fst[kr, p] > rank or (fst[kr, p] == rank and ist[kt, p] > tie)):
-        p = ist[prv, p]
-    n = ist[prv + 1, p] if p >= 0 else ist[hd, c]
-    ist[prv, e], ist[prv + 1, e] = p, n
-    if p >= 0:
-        ist[prv + 1, p] = e
-    else:
-        ist[hd, c] = e
-    if n >= 0:
-        ist[prv, n] = e
-    else:
-        ist[hd + 1, c] = e
+    """Put e in list c (its rank and tie set)."""
+    ch = hd + 1
+    ist[prv, e] = -1
+    ist[prv + 1, e] = -1
+    ist[ch, e] = -1
+    root = ist[hd, c]
+    if root >= 0:
+        e = _sl_link(ist, fst, kr, kt, prv, ch, root, e)
+        ist[prv, e] = -1
+    ist[hd, c] = e
 
 
 @jit(nrt=False)
-def slist_remove(ist: I64, prv: int, hd: int, c: int, e: int) -> None:
-    """Unlink e (a member) from list c."""
-    p, n = ist[prv, e], ist[prv + 1, e]
-    if p >= 0:
-        ist[prv + 1, p] = n
+def slist_remove(ist: I64, fst: F64, kr: int, kt: int, prv: int, hd: int, c: int, e: int) -> None:
+    """Take e (a member) out of list c."""
+    ch = hd + 1
+    sub = _sl_merge_pairs(ist, fst, kr, kt, prv, ch, ist[ch, e])
+    ist[ch, e] = -1
+    if ist[hd, c] == e:
+        ist[hd, c] = sub
+        return
+    p, n = ist[prv, e], ist[prv + 1, e]  # cut e's subtree from its parent's children
+    if ist[ch, p] == e:
+        ist[ch, p] = n
     else:
-        ist[hd, c] = n
+        ist[prv + 1, p] = n
     if n >= 0:
         ist[prv, n] = p
-    else:
-        ist[hd + 1, c] = p
+    if sub >= 0:
+        root = _sl_link(ist, fst, kr, kt, prv, ch, ist[hd, c], sub)
+        ist[prv, root] = -1
+        ist[hd, c] = root
 
 
 # ----------------------------------------------------------------------------- queues

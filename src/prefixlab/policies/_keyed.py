@@ -56,12 +56,13 @@ def _move(hk: Any, he: Any, pos: Any, src: int, dst: int) -> None:
 
 @jit(nrt=False)
 def _sift(hk: Any, he: Any, pos: Any, n: int, i: int) -> None:
-    """Restore heap order around row i (up, then down), moving rows into a hole."""
+    """Restore heap order around row i (up, then down), moving rows into a hole. The heap
+    is 4-ary (row i's children are 4i + 1 .. 4i + 4): half the levels of a binary heap."""
     k0, k1, k2, k3 = hk[i, 0], hk[i, 1], hk[i, 2], hk[i, 3]
     e = he[i]
     start = i
     while i > 0:
-        p = (i - 1) // 2
+        p = (i - 1) >> 2
         if not _before(hk, p, k0, k1, k2, k3):
             _move(hk, he, pos, p, i)
             i = p
@@ -69,11 +70,12 @@ def _sift(hk: Any, he: Any, pos: Any, n: int, i: int) -> None:
             break
     if i == start:
         while True:
-            c = 2 * i + 1
+            c = 4 * i + 1
             if c >= n:
                 break
-            if c + 1 < n and _before(hk, c + 1, hk[c, 0], hk[c, 1], hk[c, 2], hk[c, 3]):
-                c += 1
+            for d in range(c + 1, min(c + 4, n)):
+                if _before(hk, d, hk[c, 0], hk[c, 1], hk[c, 2], hk[c, 3]):
+                    c = d
             if _before(hk, c, k0, k1, k2, k3):
                 _move(hk, he, pos, c, i)
                 i = c

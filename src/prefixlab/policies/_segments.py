@@ -81,6 +81,102 @@ def sq_pop(ids: Any, sts: Any, stamp: Any, elig: Any, busy_if_set: bool, qs: Any
     return -1
 
 
+# Parking (the compiled engine): a pop that meets a valid copy of a pinned entry takes the
+# copy out of the buffer and marks the entry parked (pk 1) instead of walking past it on
+# every later pop; when the entry becomes evictable again it competes at its old stamp
+# from a min-heap of (stamp, entry) (pk 2). The victim is the same, the oldest valid
+# eligible stamp, but a pop no longer costs a walk over every pinned entry at the front
+# (the engine pins many). A push gives the entry a fresh copy (the caller clears pk).
+# qs[3] is the heap's size; an item is live while pk[e] == 2 and stamp[e] is its stamp.
+@jit(inline=True)
+def _ph_push(hst: Any, hid: Any, qs: Any, st: int, e: int) -> None:
+    i = qs[3]
+    qs[3] = i + 1
+    while i > 0:
+        p = (i - 1) // 2
+        if hst[p] <= st:
+            break
+        hst[i], hid[i] = hst[p], hid[p]
+        i = p
+    hst[i], hid[i] = st, e
+
+
+@jit(inline=True)
+def _ph_pop(hst: Any, hid: Any, qs: Any) -> None:
+    n = qs[3] - 1
+    qs[3] = n
+    st, e = hst[n], hid[n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and hst[c + 1] < hst[c]:
+            c += 1
+        if st <= hst[c]:
+            break
+        hst[i], hid[i] = hst[c], hid[c]
+        i = c
+    if n > 0:
+        hst[i], hid[i] = st, e
+
+
+@jit(nrt=False)
+def sq_unpark(stamp: Any, pk: Any, hst: Any, hid: Any, qs: Any, e: int) -> None:
+    """e became evictable: if a pop parked it, it competes again at its old stamp."""
+    if pk[e] != 1:
+        return
+    if qs[3] == hst.shape[0]:  # full of stale items: keep the live ones
+        n = qs[3]
+        qs[3] = 0
+        for i in range(n):
+            x = hid[i]
+            if pk[x] == 2 and stamp[x] == hst[i]:
+                _ph_push(hst, hid, qs, hst[i], x)
+    pk[e] = 2
+    _ph_push(hst, hid, qs, stamp[e], e)
+
+
+@jit(nrt=False)
+def sq_pop_parked(
+    ids: Any, sts: Any, stamp: Any, elig: Any, busy_if_set: bool, qs: Any, pk: Any, hst: Any,
+    hid: Any,
+) -> int:  # fmt: skip
+    """:func:`sq_pop` with parking: the same victim (or -1)."""
+    i = qs[0]
+    a = -1
+    while i < qs[1]:
+        e = ids[i]
+        if sts[i] == stamp[e]:
+            if (elig[e] != 0) != busy_if_set:
+                a = i
+                break
+            pk[e] = 1  # pinned: its copy leaves the buffer
+        i += 1
+    qs[0] = i
+    while qs[3] > 0:
+        e = hid[0]
+        if pk[e] != 2 or stamp[e] != hst[0]:
+            _ph_pop(hst, hid, qs)  # stale
+        elif (elig[e] != 0) == busy_if_set:
+            _ph_pop(hst, hid, qs)  # pinned again: parked without an item
+            pk[e] = 1
+        else:
+            break
+    if qs[3] > 0 and (a < 0 or hst[0] < sts[a]):
+        e = hid[0]
+        _ph_pop(hst, hid, qs)
+        pk[e] = 0
+        stamp[e] = -1
+        return int(e)
+    if a >= 0:
+        e = ids[a]
+        qs[0] = a + 1
+        stamp[e] = -1
+        return int(e)
+    return -1
+
+
 @jit()
 def sq_push_batch(ids: Any, sts: Any, stamp: Any, qs: Any, entries: Any) -> None:
     for i in range(entries.shape[0]):

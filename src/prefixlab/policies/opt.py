@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from prefixlab._jit import jit
 from prefixlab.policies._keyed import KeyedPolicy
 from prefixlab.policies._keyed import next_use as _next_use
 from prefixlab.policies.base import I64, register
@@ -40,34 +41,40 @@ def occurrences(layout: BlockLayout) -> tuple[I64, I64]:
     idx = np.arange(total, dtype=np.int64) + np.repeat(starts - first, counts)
     keys = layout.keys[idx]
     reqs = np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
-    order = np.argsort(keys, kind="stable")  # requests stay ascending within a key
     occ_start = np.zeros(num_keys + 1, dtype=np.int64)
     np.cumsum(np.bincount(keys, minlength=num_keys), out=occ_start[1:])
-    return occ_start, reqs[order]
+    return occ_start, _by_key(keys, reqs, occ_start)
+
+
+@jit()
+def _by_key(keys: I64, reqs: I64, occ_start: I64) -> I64:
+    """reqs grouped by key, in their order within a key (a counting sort: linear)."""
+    fill = occ_start[:-1].copy()
+    out = np.empty(keys.shape[0], np.int64)
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        out[fill[k]] = reqs[i]
+        fill[k] += 1
+    return out
 
 
 def next_use_at(layout: BlockLayout) -> npt.NDArray[np.float64]:
     """For every key position of the layout (request r, block j), the first request after r
-    that looks that key up (inf: never), vectorised: one stable sort by key, then the next
-    lookup position of the same key through a reversed running minimum."""
-    n = int(layout.keys.shape[0])
-    out = np.full(n, np.inf)
-    if n == 0:
-        return out
-    counts = np.diff(layout.key_offsets)
-    req = np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
-    j = np.arange(n, dtype=np.int64) - np.repeat(layout.key_offsets[:-1], counts)
-    lookup = j < np.repeat(layout.num_lookup_blocks, counts)
-    order = np.argsort(layout.keys, kind="stable")  # by key, then position (= request)
-    ks, flags = layout.keys[order], lookup[order]
-    idx = np.where(flags, np.arange(n, dtype=np.int64), n)
-    nxt = np.minimum.accumulate(idx[::-1])[::-1]  # first lookup at or after each place
-    after = np.empty(n, dtype=np.int64)
-    after[:-1] = nxt[1:]
-    after[-1] = n
-    ok = after < n
-    ok[ok] = ks[after[ok]] == ks[ok]
-    out[order[ok]] = req[order][after[ok]]
+    that looks that key up (inf: never): one backward pass over the requests."""
+    num_keys = max(layout.num_distinct_keys, 1)
+    return _next_use_at(layout.keys, layout.key_offsets, layout.num_lookup_blocks, num_keys)
+
+
+@jit()
+def _next_use_at(keys: I64, offs: I64, num_lookup: I64, num_keys: int) -> npt.NDArray[np.float64]:
+    out = np.empty(keys.shape[0], np.float64)
+    last = np.full(num_keys, np.inf)  # the earliest lookup seen so far (from the end)
+    for r in range(offs.shape[0] - 2, -1, -1):
+        k0 = offs[r]
+        for j in range(offs[r + 1] - k0):
+            out[k0 + j] = last[keys[k0 + j]]
+        for j in range(num_lookup[r]):
+            last[keys[k0 + j]] = r
     return out
 
 
@@ -80,8 +87,16 @@ class OPT(KeyedPolicy):
 
     def prepare(self, future: BlockLayout) -> None:
         self.occ_start, self.occ_req = occurrences(future)
-        #: next use of every key position: the replay kernel's key for a released block
-        self.next_use_pos = next_use_at(future)
+        self._future = future
+        self._next_use_pos: npt.NDArray[np.float64] | None = None
+
+    @property
+    def next_use_pos(self) -> npt.NDArray[np.float64]:
+        """Next use of every key position: the replay kernel's key for a block released
+        after its request (computed on first use; the engine looks next uses up instead)."""
+        if self._next_use_pos is None:
+            self._next_use_pos = next_use_at(self._future)
+        return self._next_use_pos
 
     def next_use(self, key: int, after: int) -> float:
         """The first request after ``after`` that looks ``key`` up (inf: never)."""

@@ -47,13 +47,13 @@ Time: the engine runner's simulated clock; under the replay runner, the arrival 
 request being processed. The block cache only (offsets are block positions).
 
 The hooks are jit functions over :mod:`prefixlab.policies._arrays` state, called by the
-class and by the replay kernel. Each queue ranks its evictable blocks by (rank, the order
-they became evictable): the session queues in a sorted list (ranks are access times, which
-arrive in order under replay), the others in an indexed heap. The weights, counts, gap
-statistics and parameters are state slots::
+class and by the replay and engine kernels. Each queue ranks its evictable blocks by (rank,
+the order they became evictable): the session queues in a sorted list (a pairing heap,
+:func:`prefixlab.policies._arrays.slist_insert`), the others in an indexed heap. The
+weights, counts, gap statistics and parameters are state slots::
 
-    entry rows   QUEUE HPOS ORDER PREV NEXT (int), TLAST SPAN (float)
-    chat, agentic  a sorted list by (TLAST, ORDER): heads and tails in LHEAD LTAIL
+    entry rows   QUEUE HPOS ORDER PREV NEXT CHILD (int; CHILD is row LTAIL), TLAST SPAN
+    chat, agentic  a sorted list by (TLAST, ORDER): heads in LHEAD
     evict, struct  an indexed heap: HEAP0 + 2h (entries), + 1 (ties); ranks in KP0 + h
     depth rows   DCOUNT: structural blocks cached per depth (offset=cached)
 
@@ -366,9 +366,8 @@ def _rank(ist: I64, fst: F64, depth: I64, e: int, q: int) -> float:
 
 
 # ----------------------------------------------------------------------------- queues
-# A session queue's evictable blocks are a sorted list by (last access, order): appended at
-# its tail under replay. The evict-first and structural queues are indexed heaps by (rank,
-# order).
+# A session queue's evictable blocks are a sorted list by (last access, order). The
+# evict-first and structural queues are indexed heaps by (rank, order).
 @jit(nrt=False)
 def _rank_put(ist: I64, fst: F64, depth: I64, e: int) -> None:
     """Rank e (evictable) in its queue."""
@@ -386,7 +385,7 @@ def _rank_take(ist: I64, fst: F64, e: int) -> None:
     """Take e out of its queue's ranking."""
     q = ist[QUEUE, e]
     if q in (CHAT, AGENTIC):
-        slist_remove(ist, PREV, LHEAD, q, e)
+        slist_remove(ist, fst, TLAST, ORDER, PREV, LHEAD, q, e)
         return
     h = 0 if q == EVICT else 1
     iheap_remove(ist, fst, KP0 + h, HEAP0 + 2 * h, HPOS, HN0 + h, e)

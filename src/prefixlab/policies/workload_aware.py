@@ -36,12 +36,12 @@ Time: the engine runner's simulated clock; under the replay runner, the arrival 
 request being processed.
 
 The hooks are jit functions over :mod:`prefixlab.policies._arrays` state, called by the
-class and by the replay kernel. Each category's evictable blocks form a list sorted by
-(last touch, push order), inserted from its tail (under replay every push is the latest,
-so that is O(1))::
+class and by the replay and engine kernels. Each category's evictable blocks form a sorted
+list by (last touch, push order), whose head is the least recent (a pairing heap,
+:func:`prefixlab.policies._arrays.slist_insert`)::
 
-    entry rows     CAT TOKEN PREV NEXT (int), TLAST (float)
-    category rows  HEAD TAIL COUNT (evictable; int), HELD PROB RATE SHARE (float)
+    entry rows     CAT TOKEN PREV NEXT CHILD (int; CHILD is row TAIL), TLAST (float)
+    category rows  HEAD COUNT (evictable; int), HELD PROB RATE SHARE (float)
 """
 
 from __future__ import annotations
@@ -140,11 +140,11 @@ def _reuse(p: float, lam: float, age: float, window: float) -> float:
 
 
 @jit(nrt=False)
-def _unlist(ist: I64, e: int) -> bool:
+def _unlist(ist: I64, fst: F64, e: int) -> bool:
     """Take e out of its category's list; True if it was there (evictable)."""
     if ist[TOKEN, e] < 0:
         return False
-    slist_remove(ist, PREV, HEAD, ist[CAT, e], e)
+    slist_remove(ist, fst, TLAST, TOKEN, PREV, HEAD, ist[CAT, e], e)
     ist[TOKEN, e] = -1
     ist[COUNT, ist[CAT, e]] -= 1
     set_free(ist, e, False)
@@ -206,26 +206,26 @@ def wa_hook(ist: I64, fst: F64, h: int, x: int, depth: I64, aux: F64) -> int:
     if h == INSERT:
         _touch(ist, fst, x, aux)
     elif h == ACCESS:  # re-listed in its (new) category with its new time
-        free = _unlist(ist, x)
+        free = _unlist(ist, fst, x)
         _touch(ist, fst, x, aux)
         if free:
             _push(ist, fst, x)
     elif h == HIT_FREE:  # pinned by the hit: off its list
-        _unlist(ist, x)
+        _unlist(ist, fst, x)
         _touch(ist, fst, x, aux)
     elif h == EVICTABLE:
         _push(ist, fst, x)
     elif h == PINNED:
-        _unlist(ist, x)
+        _unlist(ist, fst, x)
     elif h == REMOVE:
-        _unlist(ist, x)
+        _unlist(ist, fst, x)
         if ist[CAT, x] >= 0:
             fst[HELD, ist[CAT, x]] -= 1.0
         ist[CAT, x] = -1
     elif h == EVICT:
         e = _choose(ist, fst, depth)
         if e >= 0:
-            _unlist(ist, e)
+            _unlist(ist, fst, e)
             fst[HELD, ist[CAT, e]] -= 1.0
             ist[CAT, e] = -1
         return e

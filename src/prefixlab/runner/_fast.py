@@ -55,7 +55,7 @@ from prefixlab.policies._keyed import (
     is_plain_keyed,
     key_columns,
 )
-from prefixlab.policies._segments import sq_pop, sq_push
+from prefixlab.policies._segments import sq_pop, sq_pop_parked, sq_push, sq_unpark
 from prefixlab.policies.base import EntryView, EvictionPolicy, registered
 from prefixlab.policies.sieve import (
     Sieve,
@@ -71,6 +71,7 @@ __all__ = [
     "HAVE_NUMBA",
     "Prepared",
     "block_kernel",
+    "engine_code",
     "kernel_code",
     "kernel_state",
     "replay_fast",
@@ -124,28 +125,43 @@ def kernel_code(pol: EvictionPolicy) -> int:
     return codes[family] if family is not None else -1
 
 
+def engine_code(pol: EvictionPolicy) -> int:
+    """The code a policy runs under the compiled engine, or -1. Keyed policies keep their
+    heap there: a request's blocks are accessed when it is admitted and released when it
+    finishes, so release order is no longer key order."""
+    family = policy_family(pol)
+    if family == "keyed":
+        return KEYED
+    codes = {"sieve": SIEVE, "array": ARRAY, **_QUEUE_CODES}
+    return codes[family] if family is not None else -1
+
+
+# A key's holders: row k of chains[0:2] is its (first, last) holder; rows 2, 3 link the
+# holders (previous, next), by block. Indexed in place: a slice per call would cost the
+# kernel an array view (two atomic reference-count updates) per block.
 @jit(inline=True)
-def _list_remove(b: int, prev: Any, nxt: Any, ends: Any) -> None:
-    p, q = prev[b], nxt[b]
+def _chain_remove(chains: Any, b: int, k: int) -> None:
+    p, q = chains[2, b], chains[3, b]
     if p >= 0:
-        nxt[p] = q
+        chains[3, p] = q
     else:
-        ends[0] = q
+        chains[0, k] = q
     if q >= 0:
-        prev[q] = p
+        chains[2, q] = p
     else:
-        ends[1] = p
+        chains[1, k] = p
 
 
 @jit(inline=True)
-def _list_append(b: int, prev: Any, nxt: Any, ends: Any) -> None:
-    prev[b] = ends[1]
-    nxt[b] = -1
-    if ends[1] >= 0:
-        nxt[ends[1]] = b
+def _chain_append(chains: Any, b: int, k: int) -> None:
+    t = chains[1, k]
+    chains[2, b] = t
+    chains[3, b] = -1
+    if t >= 0:
+        chains[3, t] = b
     else:
-        ends[0] = b
-    ends[1] = b
+        chains[0, k] = b
+    chains[1, k] = b
 
 
 @jit(inline=True)
@@ -184,8 +200,7 @@ def _drop_key(b: int, bkey: Any, chains: Any, primary: Any) -> int:
     """Drop b's key from its holder chain; returns the holder it promotes to primary
     (-1: none, or the new head already was primary)."""
     k = bkey[b]
-    # Row k of chains[0:2] is the key's (first, last) holder; rows 2, 3 link the holders.
-    _list_remove(b, chains[2], chains[3], chains[0:2, k])
+    _chain_remove(chains, b, k)
     bkey[b] = -1
     primary[b] = True
     head = chains[0, k]
@@ -226,7 +241,7 @@ def kernel_state(
         np.full(capacity, -1, np.int64),  # stamp
         np.empty(4 * capacity + 64, np.int64),  # qb
         np.empty(4 * capacity + 64, np.int64),  # qs
-        np.zeros(3, np.int64),  # qstate: head, tail, next stamp
+        np.zeros(4, np.int64),  # qstate: head, tail, next stamp, parked heap size
         np.ones(capacity, np.bool_),  # primary
         np.zeros(capacity, np.float64),  # la
         np.zeros(capacity, np.int64),  # nhits
@@ -245,6 +260,10 @@ def kernel_state(
         np.full((cells, 2), -1, np.int64),  # ktab: raw key -> slot (raw_keys only)
         np.zeros(max(slots, 1), np.int64),  # skey: slot -> raw key
         np.arange(slots - 1, -1, -1).astype(np.int64),  # sfree: a stack, top last
+        np.zeros(capacity, np.int64),  # pk: parked (1), parked with a heap item (2)
+        np.empty(2 * capacity + 64, np.int64),  # hst: the parked heap's stamps
+        np.empty(2 * capacity + 64, np.int64),  # hid: its entries
+        np.empty(3, np.float64),  # kbuf: a keyed policy's sort key (scratch)
     )
 
 
@@ -374,6 +393,219 @@ def _kfree(ktab: Any, skey: Any, sfree: Any, sc: Any, s: int) -> None:
             j = i
 
 
+# One request's operations on the state, shared by the replay kernel (which runs them in
+# sequence per request) and the engine kernel (:mod:`prefixlab.runner.engine._kernel`,
+# which interleaves them across running requests). ``pp`` is the policy's arguments:
+# (code, sort-key columns, signs, occ_start, occ_req, array-policy code, generator, aux,
+# park: the lru / fifo queue parks pinned copies, see ``policies._segments``).
+# The counters live in ``sc``: order, empty blocks, cached free, evictions.
+@jit(inline=True)
+def match_blocks(state: Any, keys: Any, k0: int, nl: int, blocks: Any) -> int:
+    """Longest run of keys[k0:k0 + nl] with a holder (the first registered one): the
+    holders go to blocks[:h]; returns h."""
+    chains, ktab = state[5], state[24]
+    raw = ktab.shape[0] > 1  # keys are raw: map them to slots through ktab
+    h = 0
+    while h < nl:
+        if raw:
+            s = ktab[_kcell(ktab, keys[k0 + h]), 1]
+            if s < 0:
+                break
+            b = chains[0, s]
+        else:
+            b = chains[0, keys[k0 + h]]
+        if b < 0:
+            break
+        blocks[h] = b
+        h += 1
+    return h
+
+
+@jit(inline=True)
+def num_hit_free(state: Any, blocks: Any, h: int) -> int:
+    """How many of the hit blocks blocks[:h] are evictable (a hit takes them out)."""
+    ref = state[3]
+    n = 0
+    for i in range(h):
+        if ref[blocks[i]] == 0:
+            n += 1
+    return n
+
+
+@jit(nrt=False)
+def pin_hits(state: Any, blocks: Any, h: int, now: float, pp: Any, ist: Any, fst: Any) -> None:
+    """Pin the hit blocks blocks[:h]: each is an access; an evictable one leaves the pool."""
+    bl, bht, ref, bkey, stamp, qb = state[0], state[1], state[3], state[4], state[6], state[7]
+    qs, qstate, la, nhits, depth = state[8], state[9], state[11], state[12], state[13]
+    flag, sst, sc, pk = state[20], state[21], state[23], state[27]
+    policy, acode, rng, aux = pp[0], pp[5], pp[6], pp[7]
+    track = policy in (KEYED, LFU_LISTS, MRU_STACK)
+    for i in range(h):
+        b = blocks[i]
+        if policy == LRU:  # a hit is an access
+            sq_push(qb, qs, stamp, qstate, b)
+            pk[b] = 0
+        elif policy == SIEVE:
+            sieve_access(flag, b)
+        elif policy == ARRAY:  # a hit; on an evictable block it pins it too
+            hook(acode, ist, fst, HIT_FREE if ref[b] == 0 else ACCESS, b, -1, bkey, depth, rng,
+                 aux)  # fmt: skip
+        if ref[b] == 0:  # it leaves the evictable pool
+            if policy == VLLM:  # touch takes it out of the free queue
+                stamp[b] = -1
+            # keyed: the block stays in the heap with its old key; a pop that meets a
+            # pinned block drops it, its release re-keys it (one heap step, not two)
+            elif policy == SIEVE:
+                sieve_pinned(flag, sst, b)
+            elif policy in (LFU_LISTS, MRU_STACK):
+                _l_unlink(bl, bht, b)
+            sc[2] -= 1
+        ref[b] += 1
+        if track:
+            la[b] = now
+            nhits[b] += 1
+
+
+@jit(nrt=False)
+def announce_misses(state: Any, keys: Any, k0: int, h: int, nk: int, pp: Any, ist: Any,
+                    fst: Any) -> None:  # fmt: skip
+    """An array-state policy hears the keys keys[k0 + h:k0 + nk] the request will cache
+    but missed, before any eviction (raw keys get their slots here)."""
+    bkey, depth, sc, ktab, skey, sfree = state[4], state[13], state[23], state[24], state[25], \
+        state[26]  # fmt: skip
+    if pp[0] != ARRAY or nk <= h:
+        return
+    raw = ktab.shape[0] > 1
+    acode, rng, aux = pp[5], pp[6], pp[7]
+    miss_begin(acode, ist)
+    for j in range(h, nk):
+        k = _kslot(ktab, skey, sfree, sc, keys[k0 + j]) if raw else keys[k0 + j]
+        hook(acode, ist, fst, MISS, k, -1, bkey, depth, rng, aux)
+
+
+@jit(nrt=False)
+def take_blocks(state: Any, need: int, blocks: Any, off: int, r: int, pp: Any, ist: Any,
+                fst: Any, victims: Any) -> None:  # fmt: skip
+    """Pin ``need`` new blocks into blocks[off:]: empty ones first (the top of the stack),
+    then the policy's victims, whose keys are dropped (the caller knows they exist)."""
+    ref, empty, sc = state[3], state[22], state[23]
+    n_empty = sc[1]
+    take = min(need, n_empty)
+    for j in range(take):
+        n_empty -= 1
+        blocks[off + j] = empty[n_empty]
+    sc[1] = n_empty
+    nv = need - take
+    if nv > 0:
+        _evict(nv, state, victims, r, pp, ist, fst)
+        for j in range(nv):
+            blocks[off + take + j] = victims[j]
+        sc[2] -= nv
+        sc[3] += nv
+    for j in range(need):
+        ref[blocks[off + j]] = 1
+
+
+@jit(nrt=False)
+def commit_blocks(state: Any, blocks: Any, keys: Any, k0: int, lo_: int, hi: int, now: float,
+                  pp: Any, ist: Any, fst: Any) -> None:  # fmt: skip
+    """Blocks blocks[lo_:hi] get the keys keys[k0 + lo_:k0 + hi], each appended to its
+    key's holders."""
+    bkey, chains, stamp, qb, qs, qstate = state[4], state[5], state[6], state[7], state[8], state[9]
+    primary, la, nhits, depth, created = state[10], state[11], state[12], state[13], state[14]
+    link, flag, sst, sc, ktab, skey, sfree = state[19], state[20], state[21], state[23], \
+        state[24], state[25], state[26]  # fmt: skip
+    policy, acode, rng, aux = pp[0], pp[5], pp[6], pp[7]
+    raw = ktab.shape[0] > 1
+    track = policy in (KEYED, LFU_LISTS, MRU_STACK)
+    for j in range(lo_, hi):
+        b = blocks[j]
+        k = _kslot(ktab, skey, sfree, sc, keys[k0 + j]) if raw else keys[k0 + j]
+        bkey[b] = k
+        primary[b] = chains[0, k] < 0
+        _chain_append(chains, b, k)
+        depth[b] = j
+        if track:
+            created[b] = now
+            la[b] = now
+            nhits[b] = 0
+        elif policy == SIEVE:
+            sieve_insert(link, flag, sst, b)
+        elif policy == ARRAY:
+            hook(acode, ist, fst, INSERT, b, -1, bkey, depth, rng, aux)
+        elif policy != VLLM:  # lru / fifo: an insertion
+            sq_push(qb, qs, stamp, qstate, b)
+
+
+@jit(nrt=False)
+def release_blocks(state: Any, blocks: Any, nh: int, r: int, nu_pos: Any, k0: int,
+                   max_free: int, pp: Any, ist: Any, fst: Any, released: Any,
+                   victims: Any) -> None:  # fmt: skip
+    """Unpin blocks[:nh], tail first: keyed ones become evictable (``nu_pos[k0 + i]``: a
+    keyed policy's next use of position i, when known), keyless ones go back on top of
+    the empty stack; then the cached-free pool is trimmed to ``max_free`` (-1: no bound),
+    its victims emptied on top of those."""
+    bl, bht, lo, ref, bkey, stamp, qb = state[0], state[1], state[2], state[3], state[4], \
+        state[6], state[7]  # fmt: skip
+    qs, qstate, primary, la, nhits, depth = state[8], state[9], state[10], state[11], state[12], \
+        state[13]  # fmt: skip
+    created, hk, he, hpos, hn, flag, sst = state[14], state[15], state[16], state[17], state[18], \
+        state[20], state[21]  # fmt: skip
+    empty, sc, pk, hst, hid, kbuf = state[22], state[23], state[27], state[28], state[29], \
+        state[30]  # fmt: skip
+    policy, cols, signs, occ_start, occ_req, acode, rng, aux, park = pp
+    n_rel = 0
+    n_mru = 0
+    for i in range(nh - 1, -1, -1):
+        b = blocks[i]
+        ref[b] -= 1
+        if ref[b] != 0:
+            continue
+        if bkey[b] < 0:
+            released[n_rel] = b
+            n_rel += 1
+            continue
+        sc[2] += 1
+        if policy == VLLM:
+            sq_push(qb, qs, stamp, qstate, b)
+        elif policy == KEYED:
+            nu = nu_pos[k0 + i] if nu_pos.shape[0] else np.nan
+            entry_key(cols, signs, b, la, nhits, depth, created, primary, bkey, occ_start,
+                      occ_req, r, kbuf, nu)  # fmt: skip
+            heap_set(hk, he, hpos, hn, b, kbuf[0], kbuf[1], kbuf[2], float(sc[0]))
+            sc[0] += 1
+        elif policy == SIEVE:
+            sieve_evictable(flag, sst, b)
+        elif policy == ARRAY:
+            hook(acode, ist, fst, EVICTABLE, b, -1, bkey, depth, rng, aux)
+        elif policy == LFU_LISTS:
+            _l_append(bl, bht, nhits[b], b)
+            lo[0] = min(lo[0], nhits[b])
+        elif policy == MRU_STACK:
+            victims[n_mru] = b  # appended below, shallowest first
+            n_mru += 1
+        elif park:  # lru / fifo under the engine: a parked block competes again
+            sq_unpark(stamp, pk, hst, hid, qstate, b)
+    for i in range(n_mru - 1, -1, -1):
+        _l_append(bl, bht, 0, victims[i])
+    _push_empty(empty, sc, released, n_rel)  # prepend_n: the first released ends on top
+    # ---- bound on the cached-free pool: trimmed blocks become empty, on top
+    if max_free >= 0 and sc[2] > max_free:
+        nv = sc[2] - max_free
+        _evict(nv, state, victims, r, pp, ist, fst)
+        sc[2] -= nv
+        sc[3] += nv
+        _push_empty(empty, sc, victims, nv)
+
+
+@jit(inline=True)
+def _push_empty(empty: Any, sc: Any, blocks: Any, n: int) -> None:
+    """Put blocks[:n] on the empty stack, blocks[0] on top (vLLM's prepend_n)."""
+    for i in range(n - 1, -1, -1):
+        empty[sc[1]] = blocks[i]
+        sc[1] += 1
+
+
 @jit(nogil=True)
 def block_kernel(
     state: Any,
@@ -414,18 +646,8 @@ def block_kernel(
     are dropped, as the block cache does (a dropped key may promote a duplicate holder,
     which a keyed policy re-ranks).
     """
-    (bl, bht, lo, ref, bkey, chains, stamp, qb, qs, qstate, primary, la, nhits, depth,
-     created, hk, he, hpos, hn, link, flag, sst, empty, sc, ktab, skey, sfree) = state  # fmt: skip
-    raw = ktab.shape[0] > 1  # keys are raw: map them to slots through ktab
-    keyed = policy == KEYED
-    sieve = policy == SIEVE
+    sc = state[23]
     array = policy == ARRAY
-    lists = policy in (LFU_LISTS, MRU_STACK)
-    kbuf = np.empty(3, np.float64)
-    order = sc[0]
-    n_empty = sc[1]
-    cached_free = sc[2]
-    evictions = sc[3]
     blocks = np.empty(max(int(held.max()) if held.shape[0] else 1, 1), np.int64)
     released = np.empty(max(blocks.shape[0], capacity), np.int64)
     victims = np.empty(max(blocks.shape[0], capacity), np.int64)
@@ -442,159 +664,33 @@ def block_kernel(
             ist[SC, REQ] = r
             if aux.shape[1] > r:
                 fst[FS, NOW] = aux[0, r]
-        # ---- match: longest run of keys with a holder (the first registered one)
-        h = 0
-        while h < nl:
-            if raw:
-                s = ktab[_kcell(ktab, keys[k0 + h]), 1]
-                if s < 0:
-                    break
-                b = chains[0, s]
-            else:
-                b = chains[0, keys[k0 + h]]
-            if b < 0:
-                break
-            blocks[h] = b
-            h += 1
+        pp = (policy, cols, signs, occ_start, occ_req, acode, rng, aux, False)
+        h = match_blocks(state, keys, k0, nl, blocks)
         hit_blocks[i_r] = h
         hit_tokens[i_r] = lookup_end[i_r] if h == nl else h * block_tokens
         # ---- acquire (nothing changes if it cannot fit)
         need = nh - h
-        hit_free = 0
-        for i in range(h):
-            if ref[blocks[i]] == 0:
-                hit_free += 1
-        if need > n_empty + cached_free - hit_free:
+        if need > sc[1] + sc[2] - num_hit_free(state, blocks, h):
             out[1] = r
             break
-        for i in range(h):
-            b = blocks[i]
-            if policy == LRU:  # a hit is an access
-                sq_push(qb, qs, stamp, qstate, b)
-            elif sieve:
-                sieve_access(flag, b)
-            elif array:  # a hit; on an evictable block it pins it too
-                hook(acode, ist, fst, HIT_FREE if ref[b] == 0 else ACCESS, b, -1, bkey, depth,
-                     rng, aux)  # fmt: skip
-            if ref[b] == 0:  # it leaves the evictable pool
-                if policy == VLLM:  # touch takes it out of the free queue
-                    stamp[b] = -1
-                # keyed: the block stays in the heap with its old key; a pop that meets a
-                # pinned block drops it, its release re-keys it (one heap step, not two)
-                elif sieve:
-                    sieve_pinned(flag, sst, b)
-                elif lists:
-                    _l_unlink(bl, bht, b)
-                cached_free -= 1
-            ref[b] += 1
-            if keyed or lists:
-                la[b] = now
-                nhits[b] += 1
-        if array and nk > h:  # the keys it will cache that it missed, before any eviction
-            miss_begin(acode, ist)
-            for j in range(h, nk):
-                k = _kslot(ktab, skey, sfree, sc, keys[k0 + j]) if raw else keys[k0 + j]
-                hook(acode, ist, fst, MISS, k, -1, bkey, depth, rng, aux)
-        take = min(need, n_empty)
-        for j in range(take):
-            n_empty -= 1
-            blocks[h + j] = empty[n_empty]
-        nv = need - take
-        if nv > 0:
-            _evict(nv, policy, victims, qb, qs, stamp, ref, qstate, hk, he, hpos, hn, link,
-                   flag, sst, bkey, chains, primary, cols, signs, la, nhits, depth, created,
-                   occ_start, occ_req, r, ist, fst, acode, rng, aux, bl, bht, lo, ktab, skey,
-                   sfree, sc)  # fmt: skip
-            for j in range(nv):
-                blocks[h + take + j] = victims[j]
-            cached_free -= nv
-            evictions += nv
-        for j in range(need):
-            ref[blocks[h + j]] = 1
-        # ---- commit: new full blocks get their keys, appended to the key's holders
-        for j in range(h, nk):
-            b = blocks[j]
-            k = _kslot(ktab, skey, sfree, sc, keys[k0 + j]) if raw else keys[k0 + j]
-            bkey[b] = k
-            primary[b] = chains[0, k] < 0
-            _list_append(b, chains[2], chains[3], chains[0:2, k])
-            depth[b] = j
-            if keyed or lists:
-                created[b] = now
-                la[b] = now
-                nhits[b] = 0
-            elif sieve:
-                sieve_insert(link, flag, sst, b)
-            elif array:
-                hook(acode, ist, fst, INSERT, b, -1, bkey, depth, rng, aux)
-            elif policy != VLLM:  # lru / fifo: an insertion
-                sq_push(qb, qs, stamp, qstate, b)
-        # ---- release, tail first; keyless blocks go back on top of the empty stack
-        n_rel = 0
-        n_mru = 0
-        for i in range(nh - 1, -1, -1):
-            b = blocks[i]
-            ref[b] -= 1
-            if ref[b] == 0:
-                if bkey[b] >= 0:
-                    cached_free += 1
-                    if policy == VLLM:
-                        sq_push(qb, qs, stamp, qstate, b)
-                    elif keyed:
-                        nu = nu_pos[k0 + i] if nu_pos.shape[0] else np.nan
-                        entry_key(cols, signs, b, la, nhits, depth, created, primary, bkey,
-                                  occ_start, occ_req, r, kbuf, nu)  # fmt: skip
-                        heap_set(hk, he, hpos, hn, b, kbuf[0], kbuf[1], kbuf[2], float(order))
-                        order += 1
-                    elif sieve:
-                        sieve_evictable(flag, sst, b)
-                    elif array:
-                        hook(acode, ist, fst, EVICTABLE, b, -1, bkey, depth, rng, aux)
-                    elif policy == LFU_LISTS:
-                        _l_append(bl, bht, nhits[b], b)
-                        lo[0] = min(lo[0], nhits[b])
-                    elif policy == MRU_STACK:
-                        victims[n_mru] = b  # appended below, shallowest first
-                        n_mru += 1
-                else:
-                    released[n_rel] = b
-                    n_rel += 1
-        for i in range(n_mru - 1, -1, -1):
-            _l_append(bl, bht, 0, victims[i])
-        # ---- bound on the cached-free pool: trimmed blocks become empty
-        if max_free >= 0 and cached_free > max_free:
-            nv = cached_free - max_free
-            _evict(nv, policy, victims, qb, qs, stamp, ref, qstate, hk, he, hpos, hn, link,
-                   flag, sst, bkey, chains, primary, cols, signs, la, nhits, depth, created,
-                   occ_start, occ_req, r, ist, fst, acode, rng, aux, bl, bht, lo, ktab, skey,
-                   sfree, sc)  # fmt: skip
-            for j in range(nv):
-                released[n_rel] = victims[j]
-                n_rel += 1
-            cached_free -= nv
-            evictions += nv
-        for i in range(n_rel - 1, -1, -1):  # prepend_n: the first released ends on top
-            empty[n_empty] = released[i]
-            n_empty += 1
-    sc[0] = order
-    sc[1] = n_empty
-    sc[2] = cached_free
-    sc[3] = evictions
-    out[0] = evictions
+        pin_hits(state, blocks, h, now, pp, ist, fst)
+        announce_misses(state, keys, k0, h, nk, pp, ist, fst)
+        take_blocks(state, need, blocks, h, r, pp, ist, fst, victims)
+        commit_blocks(state, blocks, keys, k0, h, nk, now, pp, ist, fst)
+        release_blocks(state, blocks, nh, r, nu_pos, k0, max_free, pp, ist, fst, released,
+                       victims)  # fmt: skip
+    out[0] = sc[3]
     return ist, fst
 
 
-@jit()
-def _evict(
-    n: int, policy: int, victims: Any, qb: Any, qs: Any, stamp: Any, ref: Any, qstate: Any,
-    hk: Any, he: Any, hpos: Any, hn: Any, link: Any, flag: Any, sst: Any, bkey: Any,
-    chains: Any, primary: Any, cols: Any, signs: Any, la: Any, nhits: Any, depth: Any,
-    created: Any, occ_start: Any, occ_req: Any, r: int, ist: Any, fst: Any, acode: int,
-    rng: Any, aux: Any, bl: Any, bht: Any, lo: Any, ktab: Any, skey: Any, sfree: Any,
-    sc: Any,
-) -> None:  # fmt: skip
+@jit(nrt=False)
+def _evict(n: int, state: Any, victims: Any, r: int, pp: Any, ist: Any, fst: Any) -> None:
     """Choose n victims (the caller knows they exist), then drop their keys in order (raw
     keys: a key left with no holder leaves the table and gives its slot back)."""
+    (bl, bht, lo, ref, bkey, chains, stamp, qb, qs, qstate, primary, la, nhits, depth,
+     created, hk, he, hpos, hn, link, flag, sst, _empty, sc, ktab, skey, sfree, pk, hst,
+     hid, kbuf) = state  # fmt: skip
+    policy, cols, signs, occ_start, occ_req, acode, rng, aux, park = pp
     for j in range(n):
         if policy == KEYED:
             e = heap_pop(hk, he, hpos, hn)
@@ -613,9 +709,10 @@ def _evict(
         elif policy == MRU_STACK:
             victims[j] = bht[1, 0]
             _l_unlink(bl, bht, victims[j])
-        else:
+        elif park:
+            victims[j] = sq_pop_parked(qb, qs, stamp, ref, True, qstate, pk, hst, hid)
+        else:  # under replay only the request's own hits are pinned: walk past them
             victims[j] = sq_pop(qb, qs, stamp, ref, True, qstate)
-    kbuf = np.empty(3, np.float64)
     raw = ktab.shape[0] > 1
     for j in range(n):
         k = bkey[victims[j]]
@@ -645,8 +742,11 @@ class Prepared:
         num_keys: int,
         nlists: int,
         raw_keys: bool = False,
+        engine: bool = False,
     ) -> None:
-        code = kernel_code(policy)
+        code = engine_code(policy) if engine else kernel_code(policy)
+        #: park pinned queue copies (the engine pins much of the cache; see _segments)
+        self.engine = engine
         if code < 0:
             raise ValueError(f"policy '{policy.spec()}' has no compiled kernel")
         self.policy, self.code = policy, code
@@ -672,6 +772,11 @@ class Prepared:
             st = grow_state(policy.state, capacity, max(num_keys, 1))
             self.acode, self.rng, self.aux = policy.code, policy.rng, policy.aux
         self.ist, self.fst = st
+
+    def policy_args(self) -> tuple[Any, ...]:
+        """The policy's arguments to the per-operation functions (``pp``)."""
+        return (self.code, self.cols, self.signs, self.occ_start, self.occ_req, self.acode,
+                self.rng, self.aux, self.engine)  # fmt: skip
 
     def run(
         self, keys: I64, key_offsets: I64, num_lookup: I64, lookup_end: I64, held: I64,

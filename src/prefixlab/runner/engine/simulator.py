@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,7 @@ import numpy.typing as npt
 
 from prefixlab.cache.events import Observer
 from prefixlab.cache.radix import RadixCache
-from prefixlab.errors import ConfigError
+from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.metrics.latency import by_task, latency_summary
 from prefixlab.metrics.replay import ReplayMetrics
 from prefixlab.model.timing import TimingModel
@@ -37,9 +38,10 @@ from prefixlab.runner.engine.events import Arrived, Finished, StepDone
 from prefixlab.runner.engine.loop import EventLoop
 from prefixlab.runner.engine.scheduler import Batch, Scheduler
 from prefixlab.runner.replay import ReplayConfig, build_cache, reserved_blocks, without_lookups
-from prefixlab.workload.trace import Trace
+from prefixlab.workload.trace import BlockLayout, Trace
 
 F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
 STEP, ARRIVE = 0, 1  # event priorities at one instant: step ends before arrivals
 
 
@@ -148,6 +150,8 @@ def simulate(
     timing: TimingModel,
     observers: Sequence[Observer] = (),
     check_every: int = 0,
+    fast: bool = True,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> EngineResult:
     """Run the trace through a continuous-batching engine and return latencies and hits.
 
@@ -159,6 +163,12 @@ def simulate(
         observers: see cache events and engine events (Arrived, Scheduled, FirstToken,
             Finished, Preempted, StepDone).
         check_every: check invariants (cache and scheduler) every this many steps.
+        fast: run the compiled engine (:mod:`prefixlab.runner.engine._kernel`) when it
+            applies: numba installed; the block structure; a policy the replay kernel
+            runs that does not read the waiting queue; power, table or tpot timing; no
+            observers or checks. It gives the same results as the reference (tested).
+        on_progress: called with (requests finished, requests) as requests finish (a
+            progress bar); it does not keep the compiled engine from running.
     """
     config.validate()
     pol = make_policy(policy, config.structure) if isinstance(policy, str) else policy
@@ -170,6 +180,8 @@ def simulate(
     n = len(trace)
     hits = ReplayMetrics(n)
     obs: list[Observer] = [hits, *observers]
+    if on_progress is not None:
+        obs.append(_FinishedCounter(on_progress, n))
     cache: Any
     if hybrid:
         from prefixlab.model.spec import get_model
@@ -188,6 +200,9 @@ def simulate(
             raise ConfigError(f"policy '{pol.spec()}' reserves {reserved:,} blocks, the whole "
                               f"capacity of {rc.capacity_blocks:,}")  # fmt: skip
         rc = dataclasses.replace(rc, capacity_blocks=rc.capacity_blocks - reserved)
+        codes = timing_codes(timing)
+        if fast and codes is not None and _compiled_applies(pol, rc, observers, check_every):
+            return _simulate_compiled(trace, pol, config, rc, layout, timing, codes, on_progress)
         cache = build_cache(rc, pol, layout, obs)
         if isinstance(cache, RadixCache):
             cache.spare_blocks = config.spare_blocks
@@ -235,32 +250,14 @@ class _Run:
         self.scheduled_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
         self.finish_s = np.full(n, np.nan)
-        self.next_turn: dict[int, int] = {}
         self.think_s = trace.think_s
         self.trace_arrival = trace.arrival_s
         self.busy = False
         self.num_steps = 0
         self.gated = gated
-        self._schedule_arrivals(trace, closed_loop or gated)
-
-    def _schedule_arrivals(self, trace: Trace, closed_loop: bool) -> None:
-        if not closed_loop:
-            for r, t in enumerate(trace.arrival_s.tolist()):
-                self.loop.schedule(t, (ARRIVE, r), ARRIVE)
-            return
-        # Closed loop: a session's first request arrives at its trace time; each later one
-        # a think time after its predecessor finishes (gated: at its trace time, but not
-        # before its predecessor finishes).
-        last: dict[str, int] = {}
-        order = np.lexsort((trace.turn, trace.arrival_s))
-        for r in order.tolist():
-            sid = trace.session_id[r]
-            if sid is not None and sid in last:
-                self.next_turn[last[sid]] = r
-            else:
-                self.loop.schedule(float(trace.arrival_s[r]), (ARRIVE, r), ARRIVE)
-            if sid is not None:
-                last[sid] = r
+        first, times, self.next_turn = arrival_plan(trace, closed_loop or gated)
+        for r, t in zip(first.tolist(), times.tolist(), strict=True):
+            self.loop.schedule(t, (ARRIVE, r), ARRIVE)
 
     def _think(self, prev: int, r: int, now: float) -> float:
         if self.gated:
@@ -320,11 +317,84 @@ class _Run:
         for r in done:
             self.finish_s[r] = now
             self._emit(Finished(r, now))
-            nxt = self.next_turn.get(r)
-            if nxt is not None:
+            nxt = int(self.next_turn[r])
+            if nxt >= 0:
                 self.loop.schedule(now + self._think(r, nxt, now), (ARRIVE, nxt), ARRIVE)
         if self.check_every and self.num_steps % self.check_every == 0:
             self.sched.check()
+
+
+class _FinishedCounter:
+    """Reports finished requests to ``on_progress`` (about every 1% of them)."""
+
+    def __init__(self, report: Callable[[int, int], None], total: int) -> None:
+        self.report, self.total = report, total
+        self.done = 0
+        self.every = max(1, total // 100)
+
+    def on_event(self, event: object) -> None:
+        if isinstance(event, Finished):
+            self.done += 1
+            if self.done % self.every == 0 or self.done == self.total:
+                self.report(self.done, self.total)
+
+
+def _run_reporting(
+    kernel: Callable[..., tuple[Any, Any]],
+    args: tuple[Any, ...],
+    out: I64,
+    total: int,
+    report: Callable[[int, int], None],
+) -> tuple[Any, Any]:
+    """Run the kernel on a thread; report out[4] (finished requests) until it returns."""
+    box: list[Any] = []
+
+    def work() -> None:
+        try:
+            box.append(kernel(*args))
+        except BaseException as exc:  # pragma: no cover - re-raised below
+            box.append(exc)
+
+    worker = threading.Thread(target=work, name="prefixlab-engine", daemon=True)
+    worker.start()
+    shown = -1
+    while worker.is_alive():
+        worker.join(0.1)
+        done = int(out[4])
+        if done != shown:
+            report(done, total)
+            shown = done
+    if isinstance(box[0], BaseException):  # pragma: no cover - a kernel bug
+        raise box[0]
+    report(int(out[4]), total)
+    result: tuple[Any, Any] = box[0]
+    return result
+
+
+def arrival_plan(trace: Trace, closed_loop: bool) -> tuple[I64, F64, I64]:
+    """The arrivals known at the start (requests and times, in the order they are
+    scheduled) and, per request, the one that arrives after it finishes (-1: none).
+
+    Open loop: every request at its trace time. Closed loop: a session's first request
+    arrives at its trace time; each later one a think time after its predecessor finishes
+    (gated: at its trace time, but not before its predecessor finishes)."""
+    n = len(trace)
+    next_turn = np.full(n, -1, np.int64)
+    if not closed_loop:
+        return np.arange(n, dtype=np.int64), trace.arrival_s.astype(np.float64), next_turn
+    last: dict[str, int] = {}
+    first: list[int] = []
+    order = np.lexsort((trace.turn, trace.arrival_s))
+    for r in order.tolist():
+        sid = trace.session_id[r]
+        if sid is not None and sid in last:
+            next_turn[last[sid]] = r
+        else:
+            first.append(r)
+        if sid is not None:
+            last[sid] = r
+    idx = np.array(first, dtype=np.int64)
+    return idx, trace.arrival_s[idx].astype(np.float64), next_turn
 
 
 def _result(
@@ -337,16 +407,33 @@ def _result(
 ) -> EngineResult:
     if run.check_every:
         run.sched.check()
-    args = (run.arrival_s, run.scheduled_s, run.first_token_s, run.finish_s,
-            trace.input_length, trace.output_length)  # fmt: skip
+    history = getattr(run.sched.cache, "alpha_history", None)
+    return _assemble(
+        trace, pol, config, timing, hits,
+        (run.arrival_s, run.scheduled_s, run.first_token_s, run.finish_s),
+        np.array(run.sched.num_preemptions, dtype=np.int64), run.num_steps,
+        history if hasattr(pol, "current_alpha") else None,
+    )  # fmt: skip
+
+
+def _assemble(
+    trace: Trace,
+    pol: EvictionPolicy,
+    config: EngineConfig,
+    timing: TimingModel,
+    hits: ReplayMetrics,
+    times: tuple[F64, F64, F64, F64],
+    preempt: I64,
+    num_steps: int,
+    history: list[tuple[int, float]] | None,
+) -> EngineResult:
+    args = (*times, trace.input_length, trace.output_length)
     metrics: dict[str, Any] = dict(hits.summary(trace.input_length))
     metrics.update(latency_summary(*args))
-    preempt = np.array(run.sched.num_preemptions, dtype=np.int64)
     metrics["num_preemptions"] = int(preempt.sum())
-    metrics["num_steps"] = run.num_steps
-    history = getattr(run.sched.cache, "alpha_history", None)
-    if history is not None and hasattr(pol, "current_alpha"):  # Marconi on the hybrid tree
-        metrics["alpha"] = float(pol.current_alpha)
+    metrics["num_steps"] = num_steps
+    if history is not None:  # Marconi on the hybrid tree
+        metrics["alpha"] = float(pol.current_alpha)  # type: ignore[attr-defined]
         metrics["alpha_history"] = [[n, a] for n, a in history]
     metrics["by_task"] = by_task(
         trace.task,
@@ -360,15 +447,143 @@ def _result(
         policy=pol.spec(),
         config=config,
         timing=timing.spec(),
-        arrival_s=run.arrival_s,
-        scheduled_s=run.scheduled_s,
-        first_token_s=run.first_token_s,
-        finish_s=run.finish_s,
+        arrival_s=times[0],
+        scheduled_s=times[1],
+        first_token_s=times[2],
+        finish_s=times[3],
         hit_tokens=hits.hit_tokens,
         num_preemptions=preempt,
         metrics=metrics,
-        num_steps=run.num_steps,
+        num_steps=num_steps,
     )
+
+
+# ----------------------------------------------------------------------------- compiled
+def timing_codes(timing: TimingModel) -> tuple[I64, F64, F64, F64] | None:
+    """The compiled engine's encoding of a timing model (codes, parameters, table), or
+    None when it has none (roofline, or a model class of the user's)."""
+    from prefixlab.model.timing import Composite, ConstantTPOT, PowerLaw, TableTiming
+    from prefixlab.runner.engine import _kernel as K
+
+    pre: TimingModel | None
+    dec: TimingModel | None
+    if type(timing) is Composite:
+        pre, dec = timing.prefill, timing.decode
+        if pre is dec and pre is not None:
+            return None  # a lone roofline prices the mixed batch
+    elif type(timing) in (PowerLaw, TableTiming):
+        pre, dec = timing, None
+    elif type(timing) is ConstantTPOT:
+        pre, dec = None, timing
+    else:
+        return None
+    tcode = np.zeros(2, np.int64)
+    tpar = np.zeros(4, np.float64)
+    tt, ts = np.zeros(1), np.zeros(1)
+    if type(pre) is PowerLaw:
+        tcode[0] = K.T_POWER
+        tpar[:3] = (pre.a, pre.b, pre.c)
+    elif type(pre) is TableTiming:
+        tcode[0] = K.T_TABLE
+        tt, ts = pre.tokens.astype(np.float64), pre.seconds.astype(np.float64)
+    elif pre is not None:
+        return None
+    if type(dec) is ConstantTPOT:
+        tcode[1] = K.T_TPOT
+        tpar[3] = dec.s
+    elif dec is not None:
+        return None
+    return tcode, tpar, tt, ts
+
+
+def _compiled_applies(
+    pol: EvictionPolicy, rc: ReplayConfig, observers: Sequence[Observer], check_every: int
+) -> bool:
+    from prefixlab.runner import _fast
+
+    return (
+        _fast.HAVE_NUMBA and rc.structure == "block" and not observers and not check_every
+        and _fast.engine_code(pol) >= 0
+    )  # fmt: skip
+
+
+def _simulate_compiled(
+    trace: Trace,
+    pol: EvictionPolicy,
+    config: EngineConfig,
+    rc: ReplayConfig,
+    layout: BlockLayout,
+    timing: TimingModel,
+    codes: tuple[I64, F64, F64, F64],
+    on_progress: Callable[[int, int], None] | None = None,
+) -> EngineResult:
+    """The simulation on the compiled engine (same results as the reference loop). With
+    ``on_progress`` the kernel (which releases the GIL) runs on a thread while this one
+    reports the finished requests it counts in out[4]."""
+    from prefixlab.runner import _fast
+    from prefixlab.runner.engine import _kernel as K
+
+    n = len(trace)
+    first, times, next_turn = arrival_plan(trace, config.closed_loop or config.gated)
+    early = np.flatnonzero(times < 0.0)
+    if early.shape[0]:
+        raise ConfigError(f"cannot schedule an event at {float(times[early[0]])} s, before "
+                          "now (0.0 s)")  # fmt: skip
+    _fast.warm_up()
+    if pol.needs_future:
+        pol.prepare(layout)
+    if pol.needs_trace:
+        pol.prepare_trace(trace, "view")
+    cap, bt = rc.capacity_blocks, layout.block_tokens
+    prep = _fast.Prepared(pol, cap, bt, max(layout.num_distinct_keys, 1), 1, engine=True)
+    inp = trace.input_length.astype(np.int64)
+    outp = trace.output_length.astype(np.int64)
+    num_keys = np.diff(layout.key_offsets)
+    input_keys = np.minimum(inp // bt, num_keys)
+    cfg = np.array([config.max_num_seqs, config.max_num_batched_tokens, config.chunked_prefill,
+                    config.cache_while_running, config.gated], np.int64)  # fmt: skip
+    times_out = (np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan))
+    first_hits = np.full(n, -1, np.int64)
+    hit_blocks = np.zeros(n, np.int64)
+    miss_blocks = np.zeros(n, np.int64)
+    preempt = np.zeros(n, np.int64)
+    out = np.zeros(5, np.int64)
+    out_f = np.zeros(2, np.float64)
+    max_free = -1 if rc.max_free_blocks is None else rc.max_free_blocks
+    args = (
+        prep.state, prep.policy_args(), prep.ist, prep.fst, prep.nu_pos, layout.keys,
+        layout.key_offsets, layout.num_lookup_blocks, layout.lookup_end_tokens, inp, outp,
+        input_keys, bt, cap, max_free, cfg, first, times, next_turn,
+        trace.think_s.astype(np.float64), trace.arrival_s.astype(np.float64), *codes,
+        *times_out, first_hits, hit_blocks, miss_blocks, preempt, out, out_f,
+    )  # fmt: skip
+    start = time.perf_counter()
+    if on_progress is None:
+        prep.ist, prep.fst = K.engine_kernel(*args)
+    else:
+        prep.ist, prep.fst = _run_reporting(K.engine_kernel, args, out, n, on_progress)
+    elapsed = time.perf_counter() - start
+    status = int(out[0])
+    if status == K.TOO_BIG:
+        r = int(out[1])
+        need = -(-(int(inp[r]) + int(outp[r])) // bt)
+        raise CapacityError(
+            f"request {r} needs {need} blocks of {bt} tokens ({int(inp[r])} input + "
+            f"{int(outp[r])} output tokens) but the pool holds {cap}; raise the capacity"
+        )
+    if status == K.IN_PAST:
+        raise ConfigError(f"cannot schedule an event at {float(out_f[0])} s, before now "
+                          f"({float(out_f[1])} s)")  # fmt: skip
+    if status == K.UNFINISHED:  # pragma: no cover - a scheduler bug
+        raise AssertionError("simulation ended with unfinished requests")
+    hits = ReplayMetrics(n)
+    hits.hit_tokens = np.maximum(first_hits, 0)
+    hits.hit_blocks = hit_blocks
+    hits.miss_blocks = miss_blocks
+    hits.num_evictions = int(out[3])
+    result = _assemble(trace, pol, config, timing, hits, times_out, preempt, int(out[2]), None)
+    result.metrics["elapsed_s"] = elapsed
+    return result
 
 
 def _ratio(a: npt.NDArray[np.int64], b: npt.NDArray[np.int64]) -> float:

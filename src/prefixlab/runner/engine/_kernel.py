@@ -1,0 +1,467 @@
+"""The engine runner compiled: event loop, scheduler and block cache in one kernel.
+
+:mod:`prefixlab.runner.engine.simulator` (the event loop), ``scheduler.py`` (continuous
+batching) and ``cache/block.py`` (the block cache) are the reference; this kernel runs the
+same simulation over arrays, step for step, for the block structure and every policy the
+replay kernel runs (:mod:`prefixlab.runner._fast`, whose per-operation functions it calls:
+match, pin, take, commit, release), and the power, table and tpot timing models. Tests
+check it gives the reference's times, hits and preemptions to the last bit. It applies
+when nothing else must see the simulation (no observers, no invariant checks) and the
+policy does not read the waiting queue.
+
+State, per request: its phase, tokens computed and generated, blocks held (a row of
+``held`` while it runs), keys committed, hits at admission. The waiting queue is a ring
+(a preempted request goes back to its front), the running list an array kept in admission
+order. Events: at most one step is in flight (its end is a number), arrivals sit in a
+binary heap ordered by (time, order scheduled), so a step's end comes before arrivals at
+the same instant and arrivals keep the reference's order::
+
+    arrivals heap --> add --> waiting ring --> admit --> running list --> step end
+                                   ^                          |
+                                   +------- preempt ----------+
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from prefixlab._jit import jit
+from prefixlab.policies._arrays import FS, NOW, REQ, SC
+from prefixlab.policies._dispatch import reserve
+from prefixlab.runner._fast import (
+    ARRAY,
+    announce_misses,
+    commit_blocks,
+    match_blocks,
+    num_hit_free,
+    pin_hits,
+    release_blocks,
+    take_blocks,
+)
+
+WAITING, PREFILL, DECODE, DONE = 1, 2, 3, 4
+#: timing codes: prefill none / power law / table; decode none / constant TPOT
+T_NONE, T_POWER, T_TABLE, T_TPOT = 0, 1, 2, 1
+#: statuses in out[0]: finished; a request larger than the pool (out[1]); an event before
+#: the clock (out_f[0]); requests left unfinished
+OK, TOO_BIG, IN_PAST, UNFINISHED = 0, 1, 2, 3
+
+
+@jit(inline=True)
+def _heap_push(ht: Any, hs: Any, hr: Any, hn: Any, t: float, seq: int, r: int) -> None:
+    i = hn[0]
+    hn[0] = i + 1
+    while i > 0:
+        p = (i - 1) // 2
+        if ht[p] < t or (ht[p] == t and hs[p] < seq):
+            break
+        ht[i], hs[i], hr[i] = ht[p], hs[p], hr[p]
+        i = p
+    ht[i], hs[i], hr[i] = t, seq, r
+
+
+@jit(inline=True)
+def _heap_pop(ht: Any, hs: Any, hr: Any, hn: Any) -> int:
+    r = hr[0]
+    n = hn[0] - 1
+    hn[0] = n
+    t, seq, last = ht[n], hs[n], hr[n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hs[c + 1] < hs[c])):
+            c += 1
+        if t < ht[c] or (t == ht[c] and seq < hs[c]):
+            break
+        ht[i], hs[i], hr[i] = ht[c], hs[c], hr[c]
+        i = c
+    if n > 0:
+        ht[i], hs[i], hr[i] = t, seq, last
+    return int(r)
+
+
+@jit()
+def _table_one(tt: Any, ts: Any, n: float) -> float:
+    """TableTiming._one: the measured time at n tokens, interpolated or extrapolated."""
+    if tt.shape[0] == 1:
+        return float(ts[0] * n / tt[0]) if tt[0] else float(ts[0])
+    last = tt.shape[0] - 1
+    if n <= tt[0]:
+        slope = (ts[1] - ts[0]) / (tt[1] - tt[0])
+        return max(float(ts[0] + slope * (n - tt[0])), 0.0)
+    if n >= tt[last]:
+        slope = (ts[last] - ts[last - 1]) / (tt[last] - tt[last - 1])
+        return max(float(ts[last] + slope * (n - tt[last])), 0.0)
+    return float(np.interp(n, tt, ts))
+
+
+@jit()
+def step_seconds(
+    tcode: Any, tpar: Any, tt: Any, ts: Any, cn: Any, cc: Any, cd: Any, nch: int, ndec: int
+) -> float:
+    """One step's seconds (Composite.step_s of a power / table prefill and a tpot decode
+    component): chunks (new, cached, done) in cn, cc, cd[:nch], ndec decode tokens."""
+    pre = 0.0
+    if nch and tcode[0] == T_POWER:
+        a, b, c = tpar[0], tpar[1], tpar[2]
+        total = 0.0
+        for i in range(nch):
+            d = cd[i]
+            if not d:
+                eq = float(cn[i])
+            else:
+                eq = max(float(d + cn[i]) ** c - float(d) ** c, 0.0) ** (1.0 / c)
+            total += eq
+        mean_new = total / nch
+        pre = a * float(nch) ** b * mean_new**c if mean_new > 0 else 0.0
+    elif nch and tcode[0] == T_TABLE:
+        for i in range(nch):
+            if cn[i] <= 0:
+                continue
+            d = cd[i]
+            if d:
+                pre += _table_one(tt, ts, float(d + cn[i])) - _table_one(tt, ts, float(d))
+            else:
+                pre += _table_one(tt, ts, float(cn[i]))
+    dec = tpar[3] if ndec and tcode[1] == T_TPOT else 0.0
+    return pre + dec
+
+
+@jit(nogil=True)
+def engine_kernel(
+    state: Any,
+    pp: Any,
+    ist: Any,
+    fst: Any,
+    nu_pos: Any,
+    keys: Any,
+    key_offsets: Any,
+    num_lookup: Any,
+    lookup_end: Any,
+    inp: Any,
+    outp: Any,
+    input_keys: Any,
+    block_tokens: int,
+    capacity: int,
+    max_free: int,
+    cfg: Any,
+    init_req: Any,
+    init_t: Any,
+    next_turn: Any,
+    think_s: Any,
+    trace_arrival: Any,
+    tcode: Any,
+    tpar: Any,
+    tt: Any,
+    ts: Any,
+    arrival_s: Any,
+    scheduled_s: Any,
+    first_token_s: Any,
+    finish_s: Any,
+    first_hits: Any,
+    hit_blocks: Any,
+    miss_blocks: Any,
+    num_preemptions: Any,
+    out: Any,
+    out_f: Any,
+) -> tuple[Any, Any]:
+    """Simulate every request; returns the array policy's state (it may have widened).
+
+    ``cfg``: max_num_seqs, max_num_batched_tokens, chunked prefill, cache while running,
+    gated. ``init_req`` / ``init_t``: the arrivals known at the start, in the order the
+    reference schedules them; ``next_turn[r]``: the request that arrives after r finishes
+    (closed loop or gated; -1: none). out = (status, request, steps, evictions, finished
+    requests, updated as they finish); out_f =
+    (the time of an event scheduled before the clock, the clock)."""
+    n = inp.shape[0]
+    bt = block_tokens
+    max_seqs, budget0, chunked, cwr, gated = cfg[0], cfg[1], cfg[2] != 0, cfg[3] != 0, cfg[4]
+    array = pp[0] == ARRAY
+    sc = state[23]
+    no_nu = nu_pos[:0]  # a preemption releases at another request's index: look next uses up
+    # blocks a request may hold: its whole sequence
+    max_need = 1
+    for r in range(n):
+        need = -(-(inp[r] + outp[r]) // bt)
+        max_need = max(max_need, need)
+    slots = max(min(max_seqs, n), 1)
+    held = np.empty((slots, max_need), np.int64)
+    free_slots = np.arange(slots - 1, -1, -1).astype(np.int64)
+    nfree_slots = slots
+    slot = np.full(n, -1, np.int64)
+    victims = np.empty(max(capacity, max_need), np.int64)
+    released = np.empty(max(capacity, max_need), np.int64)
+    mblocks = np.empty(max_need, np.int64)
+    # per request
+    phase = np.zeros(n, np.int64)
+    computed = np.zeros(n, np.int64)
+    prompt_len = np.zeros(n, np.int64)
+    generated = np.zeros(n, np.int64)
+    nblocks = np.zeros(n, np.int64)
+    committed = np.zeros(n, np.int64)
+    admit_hits = np.zeros(n, np.int64)
+    # queues
+    wq = np.empty(n + 1, np.int64)  # waiting: a ring, head .. tail
+    whead, wlen = 0, 0
+    running = np.empty(n, np.int64)
+    nrun = 0
+    # the batch in flight
+    cr = np.empty(n, np.int64)
+    cn = np.empty(n, np.int64)
+    cc = np.empty(n, np.int64)
+    cd = np.empty(n, np.int64)
+    dr = np.empty(n, np.int64)
+    dctx = np.empty(n, np.int64)
+    nch, ndec = 0, 0
+    done_list = np.empty(n, np.int64)
+    # events
+    ht = np.empty(n, np.float64)
+    hs = np.empty(n, np.int64)
+    hr = np.empty(n, np.int64)
+    hn = np.zeros(1, np.int64)
+    seq = 0
+    for i in range(init_req.shape[0]):
+        _heap_push(ht, hs, hr, hn, init_t[i], seq, init_req[i])
+        seq += 1
+    clock = 0.0
+    busy = False
+    step_end = 0.0
+    num_steps = 0
+    cur_req = 0  # the cache view's request index: the last request an operation named
+    out[0] = OK
+    while busy or hn[0] > 0:
+        now = step_end if busy else ht[0]
+        if hn[0] > 0 and ht[0] < now:
+            now = ht[0]
+        # ---- every event at this instant: the step's end first, then arrivals in order
+        while True:
+            if busy and step_end == now:
+                clock = now
+                busy = False
+                # complete the batch
+                ndone = 0
+                for i in range(nch):
+                    r = cr[i]
+                    if phase[r] != PREFILL:
+                        continue
+                    computed[r] += cn[i]
+                    if cwr:  # cache the prompt's full blocks now
+                        upto = min(min(computed[r], inp[r]) // bt, input_keys[r])
+                        if upto > committed[r]:
+                            cur_req = r
+                            if array:
+                                ist, fst = reserve(pp[5], ist, fst, upto - committed[r])
+                                ist[SC, REQ] = r
+                                fst[FS, NOW] = now
+                            commit_blocks(state, held[slot[r]], keys, key_offsets[r],
+                                          committed[r], upto, now, pp, ist, fst)  # fmt: skip
+                            committed[r] = upto
+                    if computed[r] < prompt_len[r]:
+                        continue
+                    if generated[r] == 0:
+                        first_token_s[r] = now
+                    if outp[r] > 0:
+                        generated[r] += 1
+                    phase[r] = DECODE
+                    if generated[r] >= outp[r]:
+                        done_list[ndone] = r
+                        ndone += 1
+                for i in range(ndec):
+                    r = dr[i]
+                    if phase[r] != DECODE:
+                        continue
+                    generated[r] += 1
+                    if generated[r] >= outp[r]:
+                        done_list[ndone] = r
+                        ndone += 1
+                for i in range(ndone):  # finish: cache every key, release, leave
+                    r = done_list[i]
+                    cur_req = r
+                    k0 = key_offsets[r]
+                    nk = key_offsets[r + 1] - k0
+                    s = slot[r]
+                    if array:
+                        ist, fst = reserve(pp[5], ist, fst, nk + nblocks[r])
+                        ist[SC, REQ] = r
+                        fst[FS, NOW] = now
+                    commit_blocks(state, held[s], keys, k0, committed[r], nk, now, pp, ist, fst)
+                    release_blocks(state, held[s], nblocks[r], r, nu_pos, k0, max_free, pp, ist,
+                                   fst, released, victims)  # fmt: skip
+                    free_slots[nfree_slots] = s
+                    nfree_slots += 1
+                    slot[r] = -1
+                    nblocks[r] = 0
+                    phase[r] = DONE
+                    j = 0
+                    while running[j] != r:
+                        j += 1
+                    for m in range(j, nrun - 1):
+                        running[m] = running[m + 1]
+                    nrun -= 1
+                out[4] += ndone  # finished so far (a progress bar reads it)
+                for i in range(ndone):
+                    r = done_list[i]
+                    finish_s[r] = now
+                    nxt = next_turn[r]
+                    if nxt >= 0:
+                        if gated:
+                            think = max(trace_arrival[nxt] - now, 0.0)
+                        else:
+                            think = think_s[nxt]
+                            if think != think:
+                                think = max(trace_arrival[nxt] - trace_arrival[r], 0.0)
+                        at = now + think
+                        if at < clock:
+                            out[0] = IN_PAST
+                            out_f[0], out_f[1] = at, clock
+                            return ist, fst
+                        _heap_push(ht, hs, hr, hn, at, seq, nxt)
+                        seq += 1
+            elif hn[0] > 0 and ht[0] == now:
+                clock = now
+                r = _heap_pop(ht, hs, hr, hn)
+                arrival_s[r] = now
+                if -(-(inp[r] + outp[r]) // bt) > capacity:
+                    out[0] = TOO_BIG
+                    out[1] = r
+                    return ist, fst
+                phase[r] = WAITING
+                wq[(whead + wlen) % (n + 1)] = r
+                wlen += 1
+            else:
+                break
+        if busy:
+            continue
+        # ---- start a step: running requests first, then admissions
+        nch, ndec = 0, 0
+        budget = budget0
+        preempted = False
+        i = 0
+        while i < nrun and budget > 0:
+            r = running[i]
+            if phase[r] == PREFILL:
+                m = min(prompt_len[r] - computed[r], budget)
+                if not chunked and m < prompt_len[r] - computed[r]:
+                    i += 1
+                    continue
+                cr[nch], cn[nch], cc[nch] = r, m, computed[r]
+                nch += 1
+                budget -= m
+            else:
+                # Only a decode that crosses into a new block needs memory.
+                g = min(generated[r] + 1, outp[r])
+                if inp[r] + g > nblocks[r] * bt:
+                    more = -(-(inp[r] + min(generated[r] + 1, outp[r])) // bt) - nblocks[r]
+                    gone = False
+                    while more > 0:
+                        if more <= sc[1] + sc[2]:  # grow
+                            if array:
+                                ist, fst = reserve(pp[5], ist, fst, more)
+                                ist[SC, REQ] = cur_req
+                                fst[FS, NOW] = now
+                            take_blocks(state, more, held[slot[r]], nblocks[r], cur_req, pp,
+                                        ist, fst, victims)  # fmt: skip
+                            nblocks[r] += more
+                            break
+                        # preempt the most recently admitted request
+                        v = running[nrun - 1]
+                        if array:
+                            ist, fst = reserve(pp[5], ist, fst, nblocks[v])
+                            ist[SC, REQ] = cur_req
+                            fst[FS, NOW] = now
+                        release_blocks(state, held[slot[v]], nblocks[v], cur_req, no_nu,
+                                       key_offsets[v], max_free, pp, ist, fst, released,
+                                       victims)  # fmt: skip
+                        free_slots[nfree_slots] = slot[v]
+                        nfree_slots += 1
+                        slot[v] = -1
+                        nblocks[v] = 0
+                        computed[v] = 0
+                        phase[v] = WAITING
+                        nrun -= 1
+                        whead = (whead - 1) % (n + 1)
+                        wq[whead] = v
+                        wlen += 1
+                        num_preemptions[v] += 1
+                        preempted = True
+                        if v == r:
+                            gone = True
+                            break
+                    if gone:
+                        continue  # r itself was preempted: the list shifted
+                dr[ndec], dctx[ndec] = r, inp[r] + generated[r]
+                ndec += 1
+                budget -= 1
+            i += 1
+        if not preempted:
+            while wlen > 0 and budget > 0 and nrun < max_seqs:
+                r = wq[whead]
+                cur_req = r
+                k0 = key_offsets[r]
+                nk = key_offsets[r + 1] - k0
+                nl = num_lookup[r]
+                h = match_blocks(state, keys, k0, nl, mblocks)
+                hit_tokens = lookup_end[r] if h == nl else h * bt
+                prompt = inp[r] + generated[r]
+                rem = prompt - hit_tokens
+                if not chunked and rem > budget and (nch or ndec):
+                    break
+                want = -(-(inp[r] + min(generated[r] + 1, outp[r])) // bt)
+                need = want - h
+                if need > sc[1] + sc[2] - num_hit_free(state, mblocks, h):
+                    break
+                if array:
+                    ist, fst = reserve(pp[5], ist, fst, nk + want)
+                    ist[SC, REQ] = r
+                    fst[FS, NOW] = now
+                nfree_slots -= 1
+                s = free_slots[nfree_slots]
+                slot[r] = s
+                row = held[s]
+                for j in range(h):
+                    row[j] = mblocks[j]
+                pin_hits(state, row, h, now, pp, ist, fst)
+                announce_misses(state, keys, k0, h, nk, pp, ist, fst)
+                take_blocks(state, need, row, h, r, pp, ist, fst, victims)
+                whead = (whead + 1) % (n + 1)
+                wlen -= 1
+                if first_hits[r] < 0:
+                    first_hits[r] = hit_tokens
+                    hit_blocks[r] = h
+                    miss_blocks[r] = max(0, nl - h)
+                nblocks[r] = want
+                committed[r] = h
+                admit_hits[r] = hit_tokens
+                computed[r] = hit_tokens
+                prompt_len[r] = prompt
+                phase[r] = PREFILL
+                running[nrun] = r
+                nrun += 1
+                m = rem if not chunked else min(rem, budget)
+                cr[nch], cn[nch], cc[nch] = r, m, hit_tokens
+                nch += 1
+                budget -= m
+        if nch == 0 and ndec == 0:
+            continue
+        for j in range(nch):
+            r = cr[j]
+            if scheduled_s[r] != scheduled_s[r]:
+                scheduled_s[r] = now
+            cd[j] = cc[j] - admit_hits[r]
+        duration = step_seconds(tcode, tpar, tt, ts, cn, cc, cd, nch, ndec)
+        busy = True
+        num_steps += 1
+        step_end = now + duration
+        if step_end < clock:
+            out[0] = IN_PAST
+            out_f[0], out_f[1] = step_end, clock
+            return ist, fst
+    if wlen or nrun:
+        out[0] = UNFINISHED
+    out[2] = num_steps
+    out[3] = sc[3]
+    return ist, fst

@@ -1,0 +1,193 @@
+"""The compiled engine (runner/engine/_kernel.py) against the reference loop (simulator.py +
+scheduler.py + cache/block.py + the policy classes): the same per-request times, hits and
+preemptions to the last bit, for every policy it runs, under every scheduler setting and
+timing model it accepts; the same errors; and the reference wherever it does not apply.
+
+CI runs this file compiled and with NUMBA_DISABLE_JIT=1 (the same source, interpreted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from prefixlab.errors import CapacityError, ConfigError
+from prefixlab.model.timing import make_timing
+from prefixlab.policies.base import make_policy
+from prefixlab.runner import _fast
+from prefixlab.runner.engine import EngineConfig, EngineResult, simulate
+from prefixlab.runner.engine import simulator as sim
+from prefixlab.workload.generators import GENERATORS, generate_sessions
+from prefixlab.workload.trace import Request, Trace
+
+POLICIES = ["lru", "fifo", "vllm", "lfu", "mru", "sglang-lru", "hashtable", "sieve", "arc",
+            "s3fifo", "lecar", "opt", "wa", "wa-atc25", "unicache", "lpc-oracle"]  # fmt: skip
+TIMING = "power:a=0.000144543,b=0.992,c=1.034+tpot:s=0.02"
+ARRAYS = ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "hit_tokens",
+          "num_preemptions")  # fmt: skip
+
+
+def _mix(n: int = 160) -> Trace:
+    return GENERATORS["mix"].fn(trace=1, num_requests=n, duration_s=n / 5.0, seed=3,
+                                system_tokens=0, system_pool="per-task")  # fmt: skip
+
+
+def assert_same(a: EngineResult, b: EngineResult) -> None:
+    for name in ARRAYS:
+        x, y = getattr(a, name), getattr(b, name)
+        assert np.array_equal(x, y, equal_nan=True), name
+    ma = {k: v for k, v in a.metrics.items() if k != "elapsed_s"}
+    mb = {k: v for k, v in b.metrics.items() if k != "elapsed_s"}
+    assert ma == mb
+    assert a.num_steps == b.num_steps and a.policy == b.policy and a.timing == b.timing
+
+
+def both(trace: Trace, policy: str, cfg: EngineConfig, timing: str = TIMING) -> EngineResult:
+    t = make_timing(timing)
+    fast = simulate(trace, policy, cfg, t)
+    ref = simulate(trace, policy, cfg, t, fast=False)
+    assert_same(fast, ref)
+    return fast
+
+
+CONFIGS = {
+    "pressure": EngineConfig(capacity_blocks=700, block_tokens=16),
+    "whole-prompts": EngineConfig(
+        capacity_blocks=2500, block_tokens=16, max_num_seqs=6, chunked_prefill=False
+    ),
+    "free-pool-cap": EngineConfig(
+        capacity_blocks=1000, block_tokens=16, max_free_blocks=60, cache_while_running=False
+    ),
+    "closed-loop": EngineConfig(
+        capacity_blocks=800, block_tokens=16, closed_loop=True, max_num_batched_tokens=1024
+    ),
+    "gated": EngineConfig(capacity_blocks=800, block_tokens=16, gated=True),
+}
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_policy_gives_the_reference_results_under_memory_pressure(policy: str) -> None:
+    res = both(_mix(), policy, CONFIGS["pressure"])
+    assert res.metrics["num_preemptions"] > 0  # the pool is small enough to preempt
+
+
+@pytest.mark.parametrize("name", [c for c in CONFIGS if c != "pressure"])
+@pytest.mark.parametrize("policy", ["lru", "fifo", "opt", "arc", "unicache", "lfu"])
+def test_scheduler_settings(policy: str, name: str) -> None:
+    both(_mix(), policy, CONFIGS[name])
+
+
+def test_sessions_with_think_times_closed_loop() -> None:
+    trace = generate_sessions(num_sessions=25, session_rate_per_s=1.0, mean_output_tokens=40,
+                              seed=1)  # fmt: skip
+    trace.think_s[::2] = np.linspace(0.0, 3.0, trace.think_s[::2].shape[0])  # the rest: gaps
+    for cfg in (EngineConfig(capacity_blocks=3000, block_tokens=16, closed_loop=True),
+                EngineConfig(capacity_blocks=3000, block_tokens=16)):  # fmt: skip
+        both(trace, "lru", cfg)
+
+
+@pytest.mark.parametrize("timing", ["tpot:s=0.01", "power:preset=llama-3.2-1b-a100",
+                                    "power:a=2e-5,b=0.9,c=1.1+tpot:s=0.03", "table"])  # fmt: skip
+def test_timing_models(timing: str, tmp_path: Path) -> None:
+    if timing == "table":
+        csv = tmp_path / "t.csv"
+        csv.write_text("input_tokens,ttft_s\n100,0.02\n1000,0.09\n4000,0.5\n")
+        timing = f"table:path={csv}+tpot:s=0.02"
+    res = both(_mix(120), "lru", EngineConfig(capacity_blocks=900, block_tokens=16,
+                                              max_num_batched_tokens=512), timing)  # fmt: skip
+    assert res.metrics["makespan_s"] > 0
+
+
+def test_single_row_table(tmp_path: Path) -> None:
+    csv = tmp_path / "t.csv"
+    csv.write_text("input_tokens,ttft_s\n500,0.05\n")
+    both(_mix(60), "fifo", EngineConfig(capacity_blocks=900, block_tokens=16),
+         f"table:path={csv}")  # fmt: skip
+
+
+def test_roofline_and_observers_take_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert sim.timing_codes(make_timing("roofline", model="llama-3.1-8b", gpu="h100")) is None
+    assert sim.timing_codes(make_timing("power:preset=llama-3.1-8b-h100+roofline",
+                                        model="llama-3.1-8b", gpu="h100")) is None  # fmt: skip
+    called: list[int] = []
+    monkeypatch.setattr(sim, "_simulate_compiled", lambda *a: called.append(1))
+    trace, cfg = _mix(40), EngineConfig(capacity_blocks=2000, block_tokens=16)
+    events: list[Any] = []
+
+    class Obs:
+        def on_event(self, e: Any) -> None:
+            events.append(e)
+
+    simulate(trace, "lru", cfg, make_timing(TIMING), observers=[Obs()])
+    simulate(trace, "lru", cfg, make_timing(TIMING), check_every=5)
+    simulate(trace, "opt-online", cfg, make_timing(TIMING))  # reads the waiting queue
+    simulate(trace, "lru", EngineConfig(capacity_blocks=2000, block_tokens=16,
+                                        structure="radix"), make_timing(TIMING))  # fmt: skip
+    assert not called and events
+    simulate(trace, "lru", cfg, make_timing(TIMING))
+    assert called == [1]
+
+
+def test_engine_codes() -> None:
+    """Keyed policies keep their heap under the engine (release order is not key order)."""
+    for name in ("sglang-lru", "hashtable", "lfu", "mru", "opt"):
+        assert _fast.engine_code(make_policy(name, "block")) == _fast.KEYED
+    assert _fast.engine_code(make_policy("opt-online", "block")) == -1
+    assert _fast.engine_code(make_policy("lru", "block")) == _fast.LRU
+
+
+def _req(t: float, n_in: int, out: int, **kw: Any) -> Request:
+    return Request(arrival_s=t, input_length=n_in, output_length=out,
+                   input_tokens=np.arange(n_in, dtype=np.int64), **kw)  # fmt: skip
+
+
+def _same_error(trace: Trace, cfg: EngineConfig, kind: type[Exception]) -> str:
+    """The error both paths raise (the same message); returns it."""
+    msgs = []
+    for fast in (True, False):
+        with pytest.raises(kind) as err:
+            simulate(trace, "lru", cfg, make_timing(TIMING), fast=fast)
+        msgs.append(str(err.value))
+    assert msgs[0] == msgs[1]
+    return msgs[0]
+
+
+def test_capacity_error_is_the_reference_error() -> None:
+    trace = Trace.from_requests([_req(0.0, 32, 4), _req(1.0, 200, 4)])
+    msg = _same_error(trace, EngineConfig(capacity_blocks=8, block_tokens=16), CapacityError)
+    assert "request 1 needs 13 blocks" in msg
+
+
+def test_negative_think_time_is_the_reference_error() -> None:
+    reqs = [_req(0.0, 20, 2, session_id="s", turn=0),
+            _req(1.0, 30, 2, session_id="s", turn=1, think_s=1.0)]  # fmt: skip
+    trace = Trace.from_requests(reqs)
+    trace.think_s[1] = -5.0  # past the trace's own check, as a caller could
+    cfg = EngineConfig(capacity_blocks=50, block_tokens=16, closed_loop=True)
+    assert "before now" in _same_error(trace, cfg, ConfigError)
+
+
+def test_deterministic() -> None:
+    trace, cfg = _mix(80), CONFIGS["pressure"]
+    a = simulate(trace, "lecar", cfg, make_timing(TIMING))
+    b = simulate(trace, "lecar", cfg, make_timing(TIMING))
+    assert_same(a, b)
+
+
+def test_negative_arrival_is_the_reference_error() -> None:
+    trace = Trace.from_requests([_req(-1.0, 20, 2), _req(0.0, 20, 2)])
+    msg = _same_error(trace, EngineConfig(capacity_blocks=50, block_tokens=16), ConfigError)
+    assert msg == "cannot schedule an event at -1.0 s, before now (0.0 s)"
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_progress_reports_finished_requests(fast: bool) -> None:
+    trace, cfg = _mix(120), CONFIGS["pressure"]
+    seen: list[tuple[int, int]] = []
+    res = simulate(trace, "lru", cfg, make_timing(TIMING), fast=fast,
+                   on_progress=lambda d, t: seen.append((d, t)))  # fmt: skip
+    assert seen and seen[-1] == (120, 120)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert_same(res, simulate(trace, "lru", cfg, make_timing(TIMING), fast=not fast))
