@@ -191,3 +191,32 @@ def test_progress_reports_finished_requests(fast: bool) -> None:
     assert seen and seen[-1] == (120, 120)
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
     assert_same(res, simulate(trace, "lru", cfg, make_timing(TIMING), fast=not fast))
+
+
+def test_a_request_beyond_any_pool_is_a_capacity_error_not_an_allocation() -> None:
+    trace = Trace.from_requests([_req(0.0, 32, 4), _req(1.0, 40, 10**12)])
+    msg = _same_error(trace, EngineConfig(capacity_blocks=100, block_tokens=16), CapacityError)
+    assert "request 1 needs 62500000003 blocks" in msg
+
+
+def test_limits_beyond_int64_mean_no_limit() -> None:
+    cfg = EngineConfig(capacity_blocks=900, block_tokens=16, max_num_seqs=2**64,
+                       max_num_batched_tokens=2**63)  # fmt: skip
+    both(_mix(60), "lru", cfg)
+
+
+def test_nan_arrival_is_refused_on_both_paths() -> None:
+    trace = Trace.from_requests([_req(0.0, 20, 2), _req(float("nan"), 20, 2)])
+    msg = _same_error(trace, EngineConfig(capacity_blocks=50, block_tokens=16), ConfigError)
+    assert msg == "request 1: arrival_s is NaN"
+
+
+@pytest.mark.parametrize("policy", ["lecar", "unicache"])
+def test_the_policy_object_ends_with_the_reference_state(policy: str) -> None:
+    trace, cfg = _mix(120), CONFIGS["pressure"]
+    fast, ref = make_policy(policy, "block"), make_policy(policy, "block")
+    simulate(trace, fast, cfg, make_timing(TIMING))
+    simulate(trace, ref, cfg, make_timing(TIMING), fast=False)
+    assert fast.state[0].shape[0] == ref.state[0].shape[0]  # type: ignore[attr-defined]
+    attr = "w_lru" if policy == "lecar" else "alpha"
+    assert np.array_equal(getattr(fast, attr), getattr(ref, attr))

@@ -184,10 +184,10 @@ def engine_kernel(
     sc = state[23]
     no_nu = nu_pos[:0]  # a preemption releases at another request's index: look next uses up
     # blocks a request may hold: its whole sequence
-    max_need = 1
+    max_need = 1  # the most blocks a running request can hold (more: refused on arrival)
     for r in range(n):
         need = -(-(inp[r] + outp[r]) // bt)
-        max_need = max(max_need, need)
+        max_need = max(max_need, min(need, capacity))
     slots = max(min(max_seqs, n), 1)
     held = np.empty((slots, max_need), np.int64)
     free_slots = np.arange(slots - 1, -1, -1).astype(np.int64)

@@ -33,6 +33,7 @@ from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.metrics.latency import by_task, latency_summary
 from prefixlab.metrics.replay import ReplayMetrics
 from prefixlab.model.timing import TimingModel
+from prefixlab.policies._arrays import ArrayPolicy
 from prefixlab.policies.base import EvictionPolicy, make_policy
 from prefixlab.runner.engine.events import Arrived, Finished, StepDone
 from prefixlab.runner.engine.loop import EventLoop
@@ -171,6 +172,9 @@ def simulate(
             progress bar); it does not keep the compiled engine from running.
     """
     config.validate()
+    nan = np.flatnonzero(np.isnan(trace.arrival_s))
+    if nan.shape[0]:  # an event at NaN would never come: the loop could not end
+        raise ConfigError(f"request {int(nan[0])}: arrival_s is NaN")
     pol = make_policy(policy, config.structure) if isinstance(policy, str) else policy
     hybrid = config.structure == "hybrid"
     bt = config.block_tokens if config.block_tokens is not None or not hybrid else 16
@@ -524,24 +528,26 @@ def _simulate_compiled(
     from prefixlab.runner.engine import _kernel as K
 
     n = len(trace)
-    first, times, next_turn = arrival_plan(trace, config.closed_loop or config.gated)
-    early = np.flatnonzero(times < 0.0)
-    if early.shape[0]:
-        raise ConfigError(f"cannot schedule an event at {float(times[early[0]])} s, before "
-                          "now (0.0 s)")  # fmt: skip
     _fast.warm_up()
     if pol.needs_future:
         pol.prepare(layout)
     if pol.needs_trace:
         pol.prepare_trace(trace, "view")
+    first, times, next_turn = arrival_plan(trace, config.closed_loop or config.gated)
+    early = np.flatnonzero(times < 0.0)
+    if early.shape[0]:  # as the reference's loop says when it schedules it
+        raise ConfigError(f"cannot schedule an event at {float(times[early[0]])} s, before "
+                          "now (0.0 s)")  # fmt: skip
     cap, bt = rc.capacity_blocks, layout.block_tokens
     prep = _fast.Prepared(pol, cap, bt, max(layout.num_distinct_keys, 1), 1, engine=True)
     inp = trace.input_length.astype(np.int64)
     outp = trace.output_length.astype(np.int64)
     num_keys = np.diff(layout.key_offsets)
     input_keys = np.minimum(inp // bt, num_keys)
-    cfg = np.array([config.max_num_seqs, config.max_num_batched_tokens, config.chunked_prefill,
-                    config.cache_while_running, config.gated], np.int64)  # fmt: skip
+    big = 1 << 62  # limits beyond any count of requests or tokens: the same as no limit
+    cfg = np.array([min(config.max_num_seqs, big), min(config.max_num_batched_tokens, big),
+                    config.chunked_prefill, config.cache_while_running, config.gated],
+                   np.int64)  # fmt: skip
     times_out = (np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan))
     first_hits = np.full(n, -1, np.int64)
     hit_blocks = np.zeros(n, np.int64)
@@ -562,6 +568,8 @@ def _simulate_compiled(
         prep.ist, prep.fst = K.engine_kernel(*args)
     else:
         prep.ist, prep.fst = _run_reporting(K.engine_kernel, args, out, n, on_progress)
+    if isinstance(pol, ArrayPolicy):  # the policy object ends with its state, as on the reference
+        pol.state = (prep.ist, prep.fst)
     elapsed = time.perf_counter() - start
     status = int(out[0])
     if status == K.TOO_BIG:
