@@ -220,3 +220,35 @@ def test_the_policy_object_ends_with_the_reference_state(policy: str) -> None:
     assert fast.state[0].shape[0] == ref.state[0].shape[0]  # type: ignore[attr-defined]
     attr = "w_lru" if policy == "lecar" else "alpha"
     assert np.array_equal(getattr(fast, attr), getattr(ref, attr))
+
+
+LINEAR = "power:a=1,b=1,c=1+tpot:s=1"  # prefill = total new tokens; decode = 1 s
+
+
+def _tok(t: float, ids: list[int], out: int) -> Request:
+    return Request(arrival_s=t, input_length=len(ids), output_length=out, input_tokens=ids)
+
+
+def test_hand_computed_timeline_compiled() -> None:
+    """test_engine.py's hand-computed timeline (see its docstring), on the compiled engine:
+    r1 hits r0's two prompt blocks while r0 still decodes."""
+    a = list(range(1, 9))
+    trace = Trace.from_requests([_tok(0.0, a, 3), _tok(8.5, [*a, 20, 21, 22, 23], 2),
+                                 _tok(30.0, [*a, 20, 21, 22, 23], 1)])  # fmt: skip
+    res = both(trace, "lru", EngineConfig(capacity_blocks=64, block_tokens=4), LINEAR)
+    assert res.scheduled_s.tolist() == [0.0, 9.0, 30.0]
+    assert res.first_token_s.tolist() == [8.0, 14.0, 34.0]
+    assert res.finish_s.tolist() == [14.0, 15.0, 34.0]
+    assert res.hit_tokens.tolist() == [0, 8, 8] and res.num_steps == 5
+    late = both(trace, "lru", EngineConfig(capacity_blocks=64, block_tokens=4,
+                                           cache_while_running=False), LINEAR)  # fmt: skip
+    assert late.hit_tokens.tolist() == [0, 0, 8]
+    assert late.finish_s.tolist() == [22.0, 23.0, 34.0]
+
+
+def test_preemption_hand_example_compiled() -> None:
+    """Pool of 5 blocks of 4 tokens; r1, admitted second, cannot grow and is preempted."""
+    trace = Trace.from_requests([_tok(0.0, [1, 2, 3, 4], 8), _tok(0.0, [5, 6, 7, 8], 8)])
+    res = both(trace, "lru", EngineConfig(capacity_blocks=5, block_tokens=4), LINEAR)
+    assert res.num_preemptions.tolist() == [0, 1]
+    assert res.finish_s[0] < res.finish_s[1] and res.scheduled_s.tolist() == [0.0, 0.0]
