@@ -33,9 +33,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from prefixlab._jit import jit
 from prefixlab.errors import ConfigError
 from prefixlab.model._csv import read_csv
 from prefixlab.model.spec import ModelSpec, get_model
@@ -72,6 +74,41 @@ POWER_PRESETS = {
     "llama-3.2-1b-a100": (5.56e-5, 0.992, 1.034),
     "llama-3.1-8b-h100": (3.59e-5, 0.991, 1.018),
 }
+
+
+# The formulas the compiled engine (runner/engine/_kernel.py) prices steps with, and the
+# classes below too: one source.
+@jit()
+def power_fresh_tokens(new: float, done: float, c: float) -> float:
+    """A chunk of ``new`` tokens after ``done`` of its own prompt costs the increment
+    (done + new)^c - done^c: this is the fresh length with that cost."""
+    if not done:
+        return new
+    return float(max((done + new) ** c - done**c, 0.0) ** (1.0 / c))
+
+
+@jit()
+def power_batch_s(a: float, b: float, c: float, n: int, total_fresh: float) -> float:
+    """``a * BS^b * L^c``: n chunks of ``total_fresh`` fresh-equivalent tokens in all."""
+    mean_new = total_fresh / n
+    return float(a * float(n) ** b * mean_new**c) if mean_new > 0 else 0.0
+
+
+@jit()
+def table_s(tokens: Any, seconds: Any, n: float) -> float:
+    """A measured table's seconds at n tokens: interpolated inside it, extrapolated from
+    its end segments outside it (never below 0); one row scales linearly."""
+    t, s = tokens, seconds
+    if t.shape[0] == 1:
+        return float(s[0] * n / t[0]) if t[0] else float(s[0])
+    last = t.shape[0] - 1
+    if n <= t[0]:
+        slope = (s[1] - s[0]) / (t[1] - t[0])
+        return max(float(s[0] + slope * (n - t[0])), 0.0)
+    if n >= t[last]:
+        slope = (s[last] - s[last - 1]) / (t[last] - t[last - 1])
+        return max(float(s[last] + slope * (n - t[last])), 0.0)
+    return float(np.interp(n, t, s))
 
 
 def get_gpu(name: str) -> GPU:
@@ -115,16 +152,10 @@ class PowerLaw(TimingModel):
         # A chunk after d tokens of its own prompt costs the increment (d + L)^c - d^c, so
         # chunking does not make a prompt cheaper; its equivalent fresh length enters the
         # batch formula (for fresh chunks this is a BS^b (mean L)^c exactly).
-        eq = [
-            float(c[0]) if not _done(c) else
-            max((_done(c) + c[0]) ** self.c - _done(c) ** self.c, 0.0) ** (1.0 / self.c)
-            for c in chunks
-        ]  # fmt: skip
         total = 0.0  # left to right, as the compiled engine adds (sum() compensates on 3.12+)
-        for x in eq:
-            total += x
-        mean_new = total / n
-        return float(self.a * n**self.b * mean_new**self.c) if mean_new > 0 else 0.0
+        for c in chunks:
+            total += power_fresh_tokens(float(c[0]), float(_done(c)), self.c)
+        return power_batch_s(self.a, self.b, self.c, n, total)
 
     def spec(self) -> str:
         return f"power:a={self.a},b={self.b},c={self.c}"
@@ -154,17 +185,7 @@ class TableTiming(TimingModel):
         self.tokens, self.seconds = tokens[order], seconds[order]
 
     def _one(self, n: float) -> float:
-        t, s = self.tokens, self.seconds
-        if t.shape[0] == 1:
-            return float(s[0] * n / t[0]) if t[0] else float(s[0])
-        if n <= t[0]:
-            slope = (s[1] - s[0]) / (t[1] - t[0])
-        elif n >= t[-1]:
-            slope = (s[-1] - s[-2]) / (t[-1] - t[-2])
-        else:
-            return float(np.interp(n, t, s))
-        anchor = 0 if n <= t[0] else -1
-        return max(float(s[anchor] + slope * (n - t[anchor])), 0.0)
+        return float(table_s(self.tokens, self.seconds, n))
 
     def prefill_s(self, chunks: Sequence[Chunk]) -> float:
         # A chunk after d tokens of its prompt costs t(d + L) - t(d): chunks sum to t(n).

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from prefixlab._jit import jit
+from prefixlab.model.timing import power_batch_s, power_fresh_tokens, table_s
 from prefixlab.policies._arrays import FS, NOW, REQ, SC
 from prefixlab.policies._dispatch import reserve
 from prefixlab.runner._fast import (
@@ -85,21 +86,6 @@ def _heap_pop(ht: Any, hs: Any, hr: Any, hn: Any) -> int:
 
 
 @jit()
-def _table_one(tt: Any, ts: Any, n: float) -> float:
-    """TableTiming._one: the measured time at n tokens, interpolated or extrapolated."""
-    if tt.shape[0] == 1:
-        return float(ts[0] * n / tt[0]) if tt[0] else float(ts[0])
-    last = tt.shape[0] - 1
-    if n <= tt[0]:
-        slope = (ts[1] - ts[0]) / (tt[1] - tt[0])
-        return max(float(ts[0] + slope * (n - tt[0])), 0.0)
-    if n >= tt[last]:
-        slope = (ts[last] - ts[last - 1]) / (tt[last] - tt[last - 1])
-        return max(float(ts[last] + slope * (n - tt[last])), 0.0)
-    return float(np.interp(n, tt, ts))
-
-
-@jit()
 def step_seconds(
     tcode: Any, tpar: Any, tt: Any, ts: Any, cn: Any, cc: Any, cd: Any, nch: int, ndec: int
 ) -> float:
@@ -107,26 +93,19 @@ def step_seconds(
     component): chunks (new, cached, done) in cn, cc, cd[:nch], ndec decode tokens."""
     pre = 0.0
     if nch and tcode[0] == T_POWER:
-        a, b, c = tpar[0], tpar[1], tpar[2]
         total = 0.0
         for i in range(nch):
-            d = cd[i]
-            if not d:
-                eq = float(cn[i])
-            else:
-                eq = max(float(d + cn[i]) ** c - float(d) ** c, 0.0) ** (1.0 / c)
-            total += eq
-        mean_new = total / nch
-        pre = a * float(nch) ** b * mean_new**c if mean_new > 0 else 0.0
+            total += power_fresh_tokens(float(cn[i]), float(cd[i]), tpar[2])
+        pre = power_batch_s(tpar[0], tpar[1], tpar[2], nch, total)
     elif nch and tcode[0] == T_TABLE:
         for i in range(nch):
             if cn[i] <= 0:
                 continue
             d = cd[i]
             if d:
-                pre += _table_one(tt, ts, float(d + cn[i])) - _table_one(tt, ts, float(d))
+                pre += table_s(tt, ts, float(d + cn[i])) - table_s(tt, ts, float(d))
             else:
-                pre += _table_one(tt, ts, float(cn[i]))
+                pre += table_s(tt, ts, float(cn[i]))
     dec = tpar[3] if ndec and tcode[1] == T_TPOT else 0.0
     return pre + dec
 
