@@ -246,8 +246,8 @@ def test_marconi_efficiency_prefix_and_node_and_ties_in_tree_order() -> None:
     assert node.efficiency(lower) == (648 - 260) / (4 * KV + ST)  # its own bytes
     # equal recency (both 6), and the upper node is the more efficient: scores 1 and 0
     cache.tick()
-    score, _, _ = pol.scores([upper, lower])
-    assert score.tolist() == [1.0, 0.0]
+    score, least = pol.scores([upper, lower])
+    assert score.tolist() == [1.0, 0.0] and least == 1
     # C: the leaf goes (24 bytes), so nothing merges
     step(cache, 2, [20, 21])
     assert shape(cache) == [(0, 2, True), (0, 4, True)]

@@ -222,7 +222,23 @@ class ModelSpec:
     def total_prefill_flops(
         self, num_new_tokens: int, num_cached_tokens: int = 0, causal: bool = False
     ) -> float:
-        return sum(self.prefill_flops(num_new_tokens, num_cached_tokens, causal).values())
+        """All layer types' FLOPs, added left to right in LAYER_TYPES order (not ``sum``,
+        which compensates on Python 3.12+: :meth:`prefill_flops_table` adds the same way)."""
+        total = 0.0
+        for v in self.prefill_flops(num_new_tokens, num_cached_tokens, causal).values():
+            total += v
+        return total
+
+    def prefill_flops_table(self, max_tokens: int) -> npt.NDArray[np.float64]:
+        """``total_prefill_flops(n)`` for n = 0 .. max_tokens, bit for bit (the same
+        element-wise formula, added in the same order): what the compiled hybrid replay and
+        Marconi's efficiency read."""
+        n = np.arange(max_tokens + 1, dtype=np.float64)
+        parts = self._flops(n, np.zeros_like(n), False)
+        total = np.zeros_like(n)
+        for t in LAYER_TYPES:
+            total = total + np.broadcast_to(np.asarray(parts[t], dtype=np.float64), n.shape)
+        return total
 
     def decode_flops(self, context_tokens: int, causal: bool = False) -> float:
         """FLOPs of one decode step of one sequence with ``context_tokens`` before it."""

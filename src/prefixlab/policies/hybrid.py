@@ -29,13 +29,13 @@ and that tuning keeps "the alpha that maximizes the hit rate" (``objective=hit_r
 simulator normalises over the nodes with at most one child and maximises the FLOPs saved over
 the last 500 replayed requests (``objective=flops_saved``, ``score_window=500``, defaults).
 
-**Exact with less work.** The simulator rescans every candidate for every victim (O(n) per
-victim, in Python). Here the candidates are scored once, vectorised, and evicted in score
-order; the order is recomputed only when it can change: when a candidate appears (a parent
-becomes a leaf) or changes (a merge lengthens a child's edge), or when the victim was the last
-candidate holding a min or max of recency or efficiency (the normalisation moves). Otherwise
-removing a candidate leaves every other score unchanged, so the next in order is exactly what
-a rescan would pick (tested against a rescanning reference).
+**One rule, two trees.** Every victim is chosen by a rescan of every candidate, as in the
+simulator. The score is :func:`marconi_scores` over the candidates' last accesses and
+:func:`node_efficiency` values, compiled: the object tree keeps its candidates' columns in
+arrays (``_CandidateIndex``, updated by the cache's ``changed`` / ``gone`` calls) and the
+compiled replay (:mod:`prefixlab.runner._fast_hybrid`) gathers them from its node arrays;
+both call the same two functions, and LRU's baselines order leaves by the same
+:func:`lru_leaf_key`.
 
 On a model without SSM layers (a Transformer) there is no state to weigh against its KV,
 and admission stores the same tokens either way: ``marconi`` then behaves exactly as
@@ -51,10 +51,12 @@ by ``objective`` takes effect at once; ties go to the smallest alpha.
 from __future__ import annotations
 
 import heapq
+import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from prefixlab._jit import jit
 from prefixlab.errors import ConfigError
 from prefixlab.policies.base import I64, EvictionPolicy, register
 
@@ -65,8 +67,8 @@ OBJECTIVES = ("hit_ratio", "flops_saved")
 
 
 BRANCHES = ("sequence", "input")
-RECENCIES = ("inverse-age", "last-access")
-EFFICIENCIES = ("prefix", "node")
+RECENCIES = ("inverse-age", "last-access")  # codes 0, 1 in the compiled functions
+EFFICIENCIES = ("prefix", "node")  # codes 0, 1
 SIZINGS = ("exact", "estimate")
 
 
@@ -148,10 +150,16 @@ class Vanilla(HybridPolicy):
         return 0
 
 
+def lru_leaf_key(nd: Node) -> tuple[float, int, int]:
+    """LRU's order of leaves: least recently used first, ties to the deeper leaf, then the
+    smaller id (the compiled replay's heap orders its rows by the same three columns)."""
+    return nd.last_access, -nd.end, nd.id
+
+
 def _lru_leaves(cache: HybridCache, need: int) -> int:
-    """Evict least recently used unlocked leaves until ``need`` bytes are freed; ties go to
-    the deeper leaf, then the smaller id."""
-    heap = [(nd.last_access, -nd.end, nd.id, nd) for nd in cache.iter_nodes()
+    """Evict least recently used unlocked leaves until ``need`` bytes are freed (the order
+    of :func:`lru_leaf_key`, each key taken when the leaf is pushed: a lazy heap)."""
+    heap = [(*lru_leaf_key(nd), nd) for nd in cache.iter_nodes()
             if not nd.children and not nd.lock]  # fmt: skip
     heapq.heapify(heap)
     freed = 0
@@ -162,7 +170,7 @@ def _lru_leaves(cache: HybridCache, need: int) -> int:
         freed += cache.freed_by(nd)
         for ch in cache.remove(nd):
             if not ch.children and not ch.lock and ch is not cache.root:
-                heapq.heappush(heap, (ch.last_access, -ch.end, ch.id, ch))
+                heapq.heappush(heap, (*lru_leaf_key(ch), ch))
     return freed
 
 
@@ -263,11 +271,10 @@ class Marconi(HybridPolicy):
         self.tunes = alpha is None
         #: the alpha in use (tuned: 0 until the first tuning)
         self.current_alpha = 0.0 if alpha is None else float(alpha)
-        self._eff: dict[int, tuple[int, int, bool, float]] = {}
-        #: scoring passes over the candidates, and victims (a rescan does one pass each)
-        self.num_passes = 0
+        #: prefill FLOPs by token count (ModelSpec.prefill_flops_table), grown on demand
+        self._tot = np.zeros(1, dtype=np.float64)
+        #: victims, and candidate scores computed in all (every candidate per victim)
         self.num_victims = 0
-        #: candidate scores computed in all (a rescan computes every candidate per victim)
         self.num_scored = 0
         self._index = _CandidateIndex()
 
@@ -290,42 +297,25 @@ class Marconi(HybridPolicy):
 
     # ------------------------------------------------------------------ scoring
     def efficiency(self, nd: Node) -> float:
-        """FLOPs the node saves over its parent per byte (memoised per shape).
-
-        ``efficiency=prefix`` (Marconi's simulator) divides by one checkpoint plus the KV
-        of the node's *whole prefix*; ``node`` divides by the bytes the node itself holds
-        (its edge's KV and its checkpoint), as ``ModelSpec.flop_efficiency`` does.
-        """
-        key = (nd.start, nd.end, nd.ckpt)
-        hit = self._eff.get(nd.id)
-        if hit is not None and hit[:3] == key:
-            return hit[3]
+        """FLOPs the node saves over its parent per byte (:func:`node_efficiency`, the
+        function the compiled replay calls)."""
         cache = self.cache
-        model = cache.model
-        saved = model.total_prefill_flops(nd.end) - model.total_prefill_flops(nd.start)
-        if self.efficiency_of == "prefix":
-            held = nd.end * cache.kv + (cache.state if nd.ckpt else 0)
-        else:
-            held = cache.node_bytes(nd)
-        eff = saved / held if held else 0.0  # holds nothing (a state-less model's empty leaf)
-        self._eff[nd.id] = (*key, eff)
-        return eff
+        if nd.end >= self._tot.shape[0]:
+            self._tot = cache.model.prefill_flops_table(max(nd.end, 2 * self._tot.shape[0]))
+        mode = EFFICIENCIES.index(self.efficiency_of)
+        eff = node_efficiency(self._tot, nd.start, nd.end, nd.ckpt, cache.kv, cache.state, mode)
+        return float(eff)
 
-    def recency_of(self, last_access: Any) -> Any:
-        """The recency term from raw access times: ``inverse-age`` is the simulator's
-        ``1 / (now - last access)`` on the logical clock (an eviction call ticks first, so
-        the age is at least 1); ``last-access`` is the raw time."""
-        r = np.asarray(last_access, dtype=np.float64)
-        if self.recency == "last-access":
-            return r
-        age = float(self.cache.clock) - r
-        return np.divide(1.0, age, out=np.full_like(r, np.inf), where=age > 0)
-
-    def scores(self, cands: list[Node]) -> tuple[Any, Any, Any]:
-        """(score, recency, efficiency) arrays of the candidates."""
-        r = self.recency_of([nd.last_access for nd in cands])
+    def scores(self, cands: list[Node]) -> tuple[Any, int]:
+        """(score array, index of the least score among the unlocked ones or -1) of the
+        candidates, now (:func:`marconi_scores`)."""
+        r = np.array([nd.last_access for nd in cands], dtype=np.float64)
         f = np.array([self.efficiency(nd) for nd in cands], dtype=np.float64)
-        return normalised_score(r, f, self.current_alpha), r, f
+        ok = np.array([nd.lock == 0 for nd in cands], dtype=np.bool_)
+        score = np.empty(len(cands), dtype=np.float64)
+        least = marconi_scores(r, f, ok, float(self.cache.clock), self.current_alpha,
+                               RECENCIES.index(self.recency), score)  # fmt: skip
+        return score, int(least)
 
     def touched(self, m: HybridMatch) -> None:
         if not self.cache.has_state:  # no states to weigh: SGLang+'s recency (see free)
@@ -356,7 +346,6 @@ class Marconi(HybridPolicy):
 
     def gone(self, nd: Node) -> None:
         self._index.drop(nd.id)
-        self._eff.pop(nd.id, None)
 
     def free(self, need: int) -> int:
         cache = self.cache
@@ -366,55 +355,24 @@ class Marconi(HybridPolicy):
             # SGLang+ there (the paper's gains are those of hybrid models).
             return _lru_leaves(cache, need)
         ix = self._index
+        rec = RECENCIES.index(self.recency)
         freed = 0
         while freed < need:
             live = ix.live()
-            r, f, ids = ix.r[live], ix.f[live], ix.ids[live]
-            score = normalised_score(self.recency_of(r), f, self.current_alpha)
-            self.num_passes += 1
+            score = np.empty(live.shape[0], dtype=np.float64)
+            ok = ix.evictable[live]
+            least = int(marconi_scores(ix.r[live], ix.f[live], ok, float(cache.clock),
+                                       self.current_alpha, rec, score))  # fmt: skip
             self.num_scored += int(live.shape[0])
-            order = np.argsort(score, kind="stable")
-            order = order[ix.evictable[live][order]]
-            if order.shape[0] == 0:
+            if least < 0:
                 break
-            order = _ties_in_tree_order(order, score, ix.node, live)
-            extremes = _extreme_counts(r, f)
-            for i in order.tolist():
-                v = ix.node[int(live[i])]
-                assert v is not None and v.id == int(ids[i])
-                self.num_victims += 1
-                freed += cache.freed_by(v)
-                ix.dirty = False
-                ix.victim = v.id
-                cache.remove(v)
-                if freed >= need:
-                    return freed
-                if _moves_bounds(extremes, float(r[i]), float(f[i])) or ix.dirty:
-                    break  # the order may change: score the candidates again
+            tied = live[ok & (score == score[least])].tolist()
+            v = min((ix.node[k] for k in tied), key=_preorder_key)
+            assert v is not None
+            self.num_victims += 1
+            freed += cache.freed_by(v)
+            cache.remove(v)
         return freed
-
-
-def _ties_in_tree_order(order: Any, score: Any, nodes: list[Node | None], live: Any) -> Any:
-    """Reorder runs of equal score by the tree's depth-first pre-order (children in the
-    order they were added), which is how the simulator's rescan breaks ties: it takes the
-    first minimum of a list built depth first."""
-    s = score[order]
-    same = np.flatnonzero(s[1:] == s[:-1])
-    if same.shape[0] == 0:
-        return order
-    out = order.copy()
-    i = 0
-    n = out.shape[0]
-    while i < n - 1:
-        j = i
-        while j + 1 < n and s[j + 1] == s[i]:
-            j += 1
-        if j > i:
-            run = out[i : j + 1].tolist()
-            run.sort(key=lambda k: _preorder_key(nodes[int(live[k])]))
-            out[i : j + 1] = run
-        i = j + 1
-    return out
 
 
 def _preorder_key(nd: Node | None) -> tuple[int, ...]:
@@ -442,9 +400,6 @@ class _CandidateIndex:
         self.slot: dict[int, int] = {}
         self.free_slots: list[int] = []
         self.used = 0
-        #: set when a candidate other than the current victim appears or changes
-        self.dirty = False
-        self.victim = -1
 
     def live(self) -> Any:
         return np.flatnonzero(self.alive[: self.used])
@@ -457,9 +412,6 @@ class _CandidateIndex:
             self.node[k] = nd
             self.ids[k] = nd.id
             self.alive[k] = True
-            self.dirty = True
-        elif self.r[k] != r or self.f[k] != f or self.evictable[k] != evictable:
-            self.dirty = True
         self.r[k] = r
         self.f[k] = f
         self.evictable[k] = evictable
@@ -468,8 +420,6 @@ class _CandidateIndex:
         k = self.slot.pop(node_id, None)
         if k is None:
             return
-        if node_id != self.victim:
-            self.dirty = True
         self.alive[k] = False
         self.evictable[k] = False
         self.node[k] = None
@@ -488,34 +438,52 @@ class _CandidateIndex:
         return self.used - 1
 
 
-def normalised_score(r: Any, f: Any, alpha: float) -> Any:
-    """norm(r) + alpha * norm(f), each min-max normalised (a constant column scores 0)."""
-    out = np.zeros(r.shape[0], dtype=np.float64)
-    for col, w in ((r, 1.0), (f, alpha)):
-        lo, hi = float(col.min()), float(col.max())
-        if hi > lo and w:
-            out += w * ((col - lo) / (hi - lo))
-    return out
+@jit(nrt=False)
+def node_efficiency(tot: Any, start: int, end: int, ckpt: bool, kv: int, state: int,
+                    mode: int) -> float:  # fmt: skip
+    """FLOPs a node saves over its parent per byte. ``tot[n]``: the prefill FLOPs of n
+    tokens (:meth:`ModelSpec.prefill_flops_table`). ``mode`` 0 (``prefix``, Marconi's
+    simulator) divides by one checkpoint plus the KV of the node's *whole prefix*; 1
+    (``node``) by the bytes the node itself holds (its edge's KV and its checkpoint), as
+    ``ModelSpec.flop_efficiency`` does. A node that holds nothing (a state-less model's
+    empty leaf) scores 0."""
+    saved = tot[end] - tot[start]
+    held = (end if mode == 0 else end - start) * kv + (state if ckpt else 0)
+    return saved / held if held else 0.0
 
 
-def _extreme_counts(r: Any, f: Any) -> dict[str, list[float]]:
-    """For each bound, [value, how many candidates hold it]."""
-    out = {}
-    for name, col in (("r", r), ("f", f)):
-        lo, hi = float(col.min()), float(col.max())
-        out[name + "lo"] = [lo, float(np.count_nonzero(col == lo))]
-        out[name + "hi"] = [hi, float(np.count_nonzero(col == hi))]
-    return out
+@jit(nrt=False)
+def marconi_scores(r: Any, f: Any, ok: Any, clock: float, alpha: float, recency: int,
+                   score: Any) -> int:  # fmt: skip
+    """Marconi's score of each candidate into ``score``: ``norm(recency) + alpha x
+    norm(efficiency)``, each min-max normalised over all the candidates (a constant column
+    adds 0); the index of the least score among those with ``ok`` (the first of equal
+    ones), or -1 when none is.
 
-
-def _moves_bounds(ext: dict[str, list[float]], rv: float, fv: float) -> bool:
-    """Remove a victim's values from the counts; True if a min or max has no holder left."""
-    moved = False
-    for name, v in (("r", rv), ("f", fv)):
-        for side in ("lo", "hi"):
-            entry = ext[name + side]
-            if v == entry[0]:
-                entry[1] -= 1
-                if entry[1] <= 0:
-                    moved = True
-    return moved
+    ``r``: last access times; ``recency`` 0 (``inverse-age``, the simulator's) takes
+    ``1 / (clock - r)`` (an eviction call ticks first, so the age is at least 1), 1
+    (``last-access``) the raw time. ``f``: efficiencies (:func:`node_efficiency`)."""
+    n = r.shape[0]
+    if n == 0:
+        return -1
+    rlo, rhi = math.inf, -math.inf
+    flo, fhi = math.inf, -math.inf
+    for i in range(n):
+        x = r[i]
+        if recency == 0:
+            age = clock - x
+            x = 1.0 / age if age > 0 else math.inf
+        score[i] = x
+        rlo, rhi = min(rlo, x), max(rhi, x)
+        flo, fhi = min(flo, f[i]), max(fhi, f[i])
+    least = -1
+    for i in range(n):
+        s = 0.0
+        if rhi > rlo:
+            s = s + 1.0 * ((score[i] - rlo) / (rhi - rlo))
+        if fhi > flo and alpha:
+            s = s + alpha * ((f[i] - flo) / (fhi - flo))
+        score[i] = s
+        if ok[i] and (least < 0 or s < score[least]):
+            least = i
+    return least

@@ -5,7 +5,8 @@ has the rules), in arrays, for the whole trace in one call:
 
 * an edge is a range of the layout's key array (``estart``, ``elen``): a split cuts the
   range in two, a new leaf points at the request's own keys, nothing is copied;
-* children are found through one open-addressing table keyed by (parent, first key);
+* children are found through one open-addressing table keyed by (parent, first key)
+  (``runner/_pairs.py``);
 * node ids come from the same stack of free ids, so every node gets the id it gets there.
 
 The policies' hooks are the functions their classes call (``policies._segments`` for lru
@@ -65,6 +66,7 @@ from prefixlab.policies.sieve import (
     sieve_state,
 )
 from prefixlab.runner._fast import policy_family
+from prefixlab.runner._pairs import pair_find, pair_unmap
 
 I64 = npt.NDArray[np.int64]
 LRU, FIFO, KEYED, SIEVE, ARRAY = 1, 2, 3, 4, 5
@@ -78,44 +80,6 @@ def radix_code(pol: EvictionPolicy) -> int:
     """The kernel's code for a policy on the radix structure, or -1 (generic path)."""
     codes = {"keyed": KEYED, "sieve": SIEVE, "array": ARRAY, "lru": LRU, "fifo": FIFO}
     return codes.get(policy_family(pol) or "", -1)
-
-
-# ----------------------------------------------------------------------------- children
-@jit(inline=True)
-def _hash(parent: int, key: int, mask: int) -> int:
-    # node ids and dense key ids stay below 2**31: no product overflows int64
-    h = parent * 0x9E3779B1 + key * 0x85EBCA77
-    return (h ^ (h >> 29)) & mask
-
-
-@jit(inline=True)
-def _slot(tp: Any, tk: Any, tv: Any, parent: int, key: int) -> int:
-    """The slot holding (parent, key), or the empty slot where it would go."""
-    mask = tv.shape[0] - 1
-    s = _hash(parent, key, mask)
-    while tv[s] >= 0 and (tp[s] != parent or tk[s] != key):
-        s = (s + 1) & mask
-    return s
-
-
-@jit(nrt=False)
-def _unmap(tp: Any, tk: Any, tv: Any, parent: int, key: int) -> None:
-    """Delete (parent, key), shifting the rest of its probe run back (no tombstones)."""
-    mask = tv.shape[0] - 1
-    s = _slot(tp, tk, tv, parent, key)
-    if tv[s] < 0:
-        return
-    tv[s] = -1
-    j = s
-    while True:
-        j = (j + 1) & mask
-        if tv[j] < 0:
-            return
-        k = _hash(tp[j], tk[j], mask)
-        if (k <= s or k > j) if s <= j else (k <= s and k > j):
-            tp[s], tk[s], tv[s] = tp[j], tk[j], tv[j]
-            tv[j] = -1
-            s = j
 
 
 # ----------------------------------------------------------------------------- policies
@@ -347,7 +311,7 @@ def _new_node(par: int, es: int, el: int, keys: Any, parent: Any, estart: Any, e
     la[node] = st[3]
     nhits[node] = 0
     ref[node] = 0
-    s = _slot(tp, tk, tv, par, first)
+    s = pair_find(tp, tk, tv, par, first)
     if tv[s] < 0:
         nchild[par] += 1
     tp[s], tk[s], tv[s] = par, first, node
@@ -371,7 +335,7 @@ def _walk(keys: Any, k0: int, n: int, parent: Any, estart: Any, elen: Any, ref: 
     node = path[npath - 1] if npath else ROOT
     nsplit = 0
     while i < n:
-        s = _slot(tp, tk, tv, node, keys[k0 + i])
+        s = pair_find(tp, tk, tv, node, keys[k0 + i])
         child = tv[s]
         if child < 0:
             break
@@ -392,7 +356,7 @@ def _walk(keys: Any, k0: int, n: int, parent: Any, estart: Any, elen: Any, ref: 
             elen[lower] = el - m
             nkey[lower] = keys[es + m]
             parent[lower] = child
-            s = _slot(tp, tk, tv, child, keys[es + m])
+            s = pair_find(tp, tk, tv, child, keys[es + m])
             tp[s], tk[s], tv[s] = child, keys[es + m], lower
             nchild[child] += 1
             _pol(code, H_SPLIT, child, lower, P)
@@ -424,7 +388,7 @@ def _remove_leaf(leaf: int, parent: Any, estart: Any, elen: Any, ref: Any, nchil
                  evictable: Any, keys: Any, tp: Any, tk: Any, tv: Any, free_ids: Any,
                  st: Any, nkey: Any, code: int, P: Any) -> None:  # fmt: skip
     par = parent[leaf]
-    _unmap(tp, tk, tv, par, keys[estart[leaf]])
+    pair_unmap(tp, tk, tv, par, keys[estart[leaf]])
     nchild[par] -= 1
     st[0] -= elen[leaf]
     st[4] += elen[leaf]

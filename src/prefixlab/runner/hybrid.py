@@ -33,11 +33,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from prefixlab._jit import HAVE_NUMBA
 from prefixlab.cache.hybrid import HybridCache
 from prefixlab.errors import ConfigError
 from prefixlab.model.spec import ModelSpec, get_model
 from prefixlab.policies.base import EvictionPolicy, make_policy
 from prefixlab.policies.hybrid import HybridPolicy, Marconi
+from prefixlab.runner._fast_hybrid import ST_TUNE, HybridKernel, hybrid_code
 from prefixlab.workload.trace import Trace
 
 I64 = npt.NDArray[np.int64]
@@ -109,8 +111,14 @@ def replay_hybrid(
     config: HybridConfig,
     check_every: int = 0,
     on_step: Callable[[int], None] | None = None,
+    fast: bool = True,
 ) -> HybridResult:
-    """Replay ``trace`` (token form) through a hybrid cache under one policy."""
+    """Replay ``trace`` (token form) through a hybrid cache under one policy.
+
+    A built-in policy runs compiled (:mod:`prefixlab.runner._fast_hybrid`: the same tree in
+    arrays, the same results) unless invariant checks are asked for (``check_every``),
+    numba is not installed, or ``fast=False``; a third-party or subclassed policy runs on
+    the object tree (:class:`HybridCache`), the slow path that calls its hooks."""
     config.validate()
     pol = _policy(policy)
     spec = config.spec()
@@ -121,10 +129,12 @@ def replay_hybrid(
         )
     values, offsets = trace.sequence_tokens()
     inputs = trace.input_length
+    if fast and not check_every and HAVE_NUMBA and hybrid_code(pol) >= 0:
+        return _replay_compiled(trace, pol, config, on_step)
     n = len(trace)
     cache = HybridCache(config.capacity_bytes, spec, pol, config.locks)
     hits = np.zeros(n, dtype=np.int64)
-    tuner = _Tuner(trace, pol, config) if isinstance(pol, Marconi) and pol.tunes else None
+    tuner = _Tuner(trace, pol, config, fast) if isinstance(pol, Marconi) and pol.tunes else None
     peak = 0
     start = time.perf_counter()
     offs = offsets.tolist()
@@ -146,33 +156,70 @@ def replay_hybrid(
     elapsed = time.perf_counter() - start
     if check_every:
         cache.check()
+    counters = {
+        "bytes_used": cache.used, "peak_bytes": peak, "bytes_written": cache.bytes_written,
+        "bytes_evicted": cache.bytes_evicted, "num_nodes": cache.num_nodes,
+        "num_checkpoints": cache.num_checkpoints,
+        "num_checkpoints_written": cache.num_checkpoints_written,
+        "num_evicted_nodes": cache.num_evicted_nodes, "num_merges": cache.num_merges,
+        "num_rejected": cache.num_rejected,
+    }  # fmt: skip
+    history = tuner.history if tuner is not None else []
+    return _result(pol, config, spec, hits, inputs, counters, elapsed, history)
+
+
+def _result(pol: HybridPolicy, config: HybridConfig, spec: ModelSpec, hits: I64, inputs: I64,
+            counters: dict[str, int], elapsed: float,
+            history: list[tuple[int, float]]) -> HybridResult:  # fmt: skip
     metrics = hybrid_metrics(spec, inputs, hits)
+    metrics["capacity_bytes"] = config.capacity_bytes
+    metrics.update(counters)
     metrics.update(
-        capacity_bytes=config.capacity_bytes,
-        bytes_used=cache.used,
-        peak_bytes=peak,
-        bytes_written=cache.bytes_written,
-        bytes_evicted=cache.bytes_evicted,
-        num_nodes=cache.num_nodes,
-        num_checkpoints=cache.num_checkpoints,
-        num_checkpoints_written=cache.num_checkpoints_written,
-        num_evicted_nodes=cache.num_evicted_nodes,
-        num_merges=cache.num_merges,
-        num_rejected=cache.num_rejected,
         kv_bytes_per_token=spec.kv_bytes_per_token,
-        state_bytes_per_checkpoint=cache.state,
+        state_bytes_per_checkpoint=spec.state_bytes_per_checkpoint if spec.num_ssm_layers else 0,
     )
     if isinstance(pol, Marconi):
         metrics["alpha"] = pol.current_alpha
-    history = tuner.history if tuner is not None else []
     return HybridResult(pol.spec(), config.capacity_bytes, spec.name, metrics, elapsed,
                         hits, inputs, history)  # fmt: skip
+
+
+def _replay_compiled(trace: Trace, pol: HybridPolicy, config: HybridConfig,
+                     on_step: Callable[[int], None] | None) -> HybridResult:  # fmt: skip
+    """replay_hybrid on the compiled tree; Marconi's tuner runs where the kernel stops for
+    it (before request W's insertion), as in the object loop."""
+    spec = config.spec()
+    values, offsets = trace.sequence_tokens()
+    inputs = trace.input_length
+    n = len(trace)
+    k = HybridKernel(values, offsets, inputs, pol, spec, config.capacity_bytes, config.locks)
+    history: list[tuple[int, float]] = []
+    alpha = pol.current_alpha if isinstance(pol, Marconi) else 0.0
+    step = 256 if on_step is not None else max(n, 1)
+    reported = 0
+    start = time.perf_counter()
+    while k.next_request < n:
+        if k.run(min(n, k.next_request + step), alpha) == ST_TUNE:
+            assert isinstance(pol, Marconi)
+            r = k.next_request
+            alpha = _tune_compiled(trace, r + 1, pol, config)
+            pol.current_alpha = alpha
+            history.append((r, alpha))
+            every = pol.retune_every
+            k.tune_at = r + 1 + every if every else n + 1
+        if on_step is not None:
+            for r in range(reported, k.next_request):
+                on_step(r)
+            reported = k.next_request
+    elapsed = time.perf_counter() - start
+    return _result(pol, config, spec, k.hits, inputs, k.counters(), elapsed, history)
 
 
 class _Tuner:
     """When and on what Marconi's alpha is tuned (see the module docstring)."""
 
-    def __init__(self, trace: Trace, pol: Marconi, config: HybridConfig) -> None:
+    def __init__(self, trace: Trace, pol: Marconi, config: HybridConfig, fast: bool) -> None:
+        self.fast = fast
         self.trace = trace
         self.pol = pol
         self.config = config
@@ -183,7 +230,7 @@ class _Tuner:
         if r + 1 != self.tune_at:
             return
         self.pol.current_alpha = tune_alpha(self.trace.take(np.arange(r + 1)), self.pol,
-                                            self.config)  # fmt: skip
+                                            self.config, self.fast)  # fmt: skip
         self.history.append((r, self.pol.current_alpha))
         every = self.pol.retune_every
         self.tune_at = r + 1 + every if every else len(self.trace) + 1
@@ -220,18 +267,54 @@ def window_score(spec: ModelSpec, inputs: I64, hits: I64, objective: str, window
     return float(spec.flops_saved(inputs, hits)["flops_saved"])
 
 
-def _tune_one(trace: Trace, pol: Marconi, config: HybridConfig) -> float:
-    res = replay_hybrid(trace, pol, config)
+def _tune_one(trace: Trace, pol: Marconi, config: HybridConfig, fast: bool = True) -> float:
+    res = replay_hybrid(trace, pol, config, fast=fast)
     return window_score(config.spec(), res.input_tokens, res.hit_tokens, pol.objective,
                         pol.score_window)  # fmt: skip
 
 
-def tune_alpha(trace: Trace, pol: Marconi, config: HybridConfig) -> float:
+def tune_alpha(trace: Trace, pol: Marconi, config: HybridConfig, fast: bool = True) -> float:
     """Replay ``trace`` once per alpha of the grid (a fresh cache each); the best by the
     objective, ties to the smallest alpha. Parallel on a process pool (``tune_jobs``), or
-    on Ray when it is running."""
+    on Ray when it is running. ``fast=False``: the replays on the object tree."""
     grid = pol.alpha_grid()
-    scores = _map_grid(trace, grid, pol, config)
+    return _best(grid, _map_grid(trace, grid, pol, config, fast))
+
+
+def _tune_compiled(trace: Trace, n: int, pol: Marconi, config: HybridConfig) -> float:
+    """tune_alpha on the trace's first ``n`` requests, compiled: the replays read the
+    trace's own arrays (no copy) and run on ``tune_jobs`` threads (the kernel releases the
+    GIL); on Ray when it is running."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return tune_alpha(trace.take(np.arange(n)), pol, config)
+    except ImportError:
+        pass
+    spec = config.spec()
+    values, offsets = trace.sequence_tokens()
+    offsets, inputs = offsets[: n + 1], trace.input_length[:n]
+
+    def score(alpha: float) -> float:
+        k = HybridKernel(values, offsets, inputs, pol.with_alpha(alpha), spec,
+                         config.capacity_bytes, config.locks)  # fmt: skip
+        k.run(n, alpha)
+        return window_score(spec, inputs, k.hits, pol.objective, pol.score_window)
+
+    grid = pol.alpha_grid()
+    if pol.tune_jobs > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=pol.tune_jobs) as ex:
+            scores = list(ex.map(score, grid))
+    else:
+        scores = [score(a) for a in grid]
+    return _best(grid, scores)
+
+
+def _best(grid: Sequence[float], scores: Sequence[float]) -> float:
+    """The alpha of the best score, ties to the smallest."""
     best, best_score = grid[0], scores[0]
     for a, s in zip(grid[1:], scores[1:], strict=True):
         if s > best_score:
@@ -239,16 +322,16 @@ def tune_alpha(trace: Trace, pol: Marconi, config: HybridConfig) -> float:
     return best
 
 
-def _map_grid(trace: Trace, grid: Sequence[float], pol: Marconi,
-              config: HybridConfig) -> list[float]:  # fmt: skip
-    args = [(trace, pol.with_alpha(a), config) for a in grid]
+def _map_grid(trace: Trace, grid: Sequence[float], pol: Marconi, config: HybridConfig,
+              fast: bool) -> list[float]:  # fmt: skip
+    args = [(trace, pol.with_alpha(a), config, fast) for a in grid]
     try:
         import ray
 
-        if ray.is_initialized():
+        if ray.is_initialized() and fast:
             remote = ray.remote(num_cpus=1)(_tune_one)
             ref = ray.put(trace)
-            return list(ray.get([remote.remote(ref, *a[1:]) for a in args]))
+            return list(ray.get([remote.remote(ref, a[1], a[2]) for a in args]))
     except ImportError:
         pass
     if pol.tune_jobs > 1:
