@@ -30,7 +30,8 @@ from prefixlab.runner.engine import EngineConfig, EngineResult, simulate
 from prefixlab.workload.generators import generate_sessions
 
 POLICIES = ["lru", "fifo", "vllm", "lfu", "mru", "sglang-lru", "hashtable", "sieve", "arc",
-            "s3fifo", "lecar", "opt", "wa", "wa-atc25", "unicache", "lpc-oracle"]  # fmt: skip
+            "s3fifo", "lecar", "opt", "wa", "wa-atc25", "unicache", "lpc-oracle",
+            "opt-online"]  # fmt: skip
 
 
 def same(a: EngineResult, b: EngineResult) -> bool:

@@ -58,7 +58,7 @@ def test_replay_hybrid_json_and_per_request(tmp_path: Path) -> None:
         (["-p", "lru", "--capacity-bytes", "1000000000", "--model", "marconi-hybrid-7b"],
          "policy 'lru' does not apply to the hybrid structure"),
         (["-p", "marconi:alpha=-1", "--capacity-bytes", "1000000000", "--model",
-          "marconi-hybrid-7b"], "alpha must be a number >= 0"),
+          "marconi-hybrid-7b"], "alpha must be a finite number >= 0"),
     ],
 )  # fmt: skip
 def test_replay_hybrid_errors_are_one_line(args: list[str], message: str) -> None:

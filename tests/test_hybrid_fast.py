@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prefixlab.errors import ConfigError
 from prefixlab.model.spec import ModelSpec
 from prefixlab.policies import make_policy
 from prefixlab.policies.hybrid import HybridPolicy, Marconi, SglangPlus
@@ -192,3 +193,30 @@ def test_large_tokens_and_growth() -> None:
     slow, fast = both(reqs, "vllm+:block_tokens=2", 10**6, HYB)
     assert_same(slow, fast)
     assert fast.metrics["num_nodes"] > 1000
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["marconi:alpha=nan", "marconi:alpha=inf", "marconi:bootstrap_multiplier=inf",
+     "marconi:alpha_step=nan", "vllm+:block_tokens=10000000000000000000",
+     "sglang+:chunk_tokens=10000000000000000000", "marconi:retune_every=10000000000000000000"],
+)  # fmt: skip
+def test_values_the_tree_cannot_hold_are_refused(spec: str) -> None:
+    with pytest.raises(ConfigError, match=r"finite|2\*\*62"):
+        make_policy(spec, "hybrid")
+
+
+def test_capacity_beyond_int64_is_refused() -> None:
+    with pytest.raises(ConfigError, match="capacity_bytes must be an integer from 1 to 2"):
+        replay_hybrid(trace_of(random_requests(0)), "sglang+", HybridConfig(10**19, HYB))
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_policy_instance_replays_twice_alike(fast: bool) -> None:
+    """Reusing one instance starts afresh: a new candidate index, alpha as constructed."""
+    trace = trace_of(random_requests(1, 30))
+    for pol in (Marconi(alpha=1.0), Marconi(bootstrap_multiplier=1.5, alpha_step=0.5)):
+        first = replay_hybrid(trace, pol, HybridConfig(60, HYB), fast=fast)
+        again = replay_hybrid(trace, pol, HybridConfig(60, HYB), fast=fast)
+        assert_same(first, again)
+        assert first.metrics["num_evicted_nodes"] > 0

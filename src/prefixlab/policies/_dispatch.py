@@ -1,5 +1,5 @@
-"""Hook dispatch for the array-state policies (ARC, S3-FIFO, LeCaR, LPC, WA, UniCache) by
-their code.
+"""Hook dispatch for the array-state policies (ARC, S3-FIFO, LeCaR, LPC, WA, UniCache,
+opt-online) by their code.
 
 Their classes (batches) and the replay kernels (one entry at a time) both come through
 :func:`hook`, so each policy's behaviour lives in its own module's functions only. Hook
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from prefixlab._jit import jit
-from prefixlab.policies import arc, lecar, lpc, s3fifo, unicache, workload_aware
+from prefixlab.policies import arc, lecar, lpc, opt_online, s3fifo, unicache, workload_aware
 from prefixlab.policies._arrays import (
     ACCESS,
     EVICT,
@@ -32,7 +32,7 @@ from prefixlab.policies._arrays import (
 from prefixlab.policies.base import I64
 
 ARC, S3FIFO, LECAR, LPC, WA = arc.CODE, s3fifo.CODE, lecar.CODE, lpc.CODE, workload_aware.CODE
-UNICACHE = unicache.CODE
+UNICACHE, OPT_ONLINE = unicache.CODE, opt_online.CODE
 
 
 @jit()
@@ -61,6 +61,8 @@ def hook(
         return int(workload_aware.wa_hook(ist, fst, h, x, depth, aux))
     if code == UNICACHE:
         return int(unicache.uc_hook(ist, fst, h, x, depth, aux))
+    if code == OPT_ONLINE:
+        return int(opt_online.oo_hook(ist, fst, h, x, key, depth))
     if h == SPLIT:
         h = INSERT  # the new upper part is announced as an insertion
     if h == INSERT:

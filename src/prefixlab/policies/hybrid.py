@@ -64,6 +64,8 @@ if TYPE_CHECKING:
     from prefixlab.cache.hybrid import HybridCache, HybridMatch, Node
 
 OBJECTIVES = ("hit_ratio", "flops_saved")
+#: integer parameters stay below this (the compiled tree keeps them in int64)
+MAX_INT = 2**62
 
 
 BRANCHES = ("sequence", "input")
@@ -189,8 +191,11 @@ class VllmPlus(_LRULeaves):
 
     def __init__(self, block_tokens: int = 32, partial_blocks: bool = True,
                  sizing: str = "exact") -> None:  # fmt: skip
-        if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1:
-            raise ValueError(f"block_tokens must be a positive integer, got {block_tokens!r}")
+        if (isinstance(block_tokens, bool) or not isinstance(block_tokens, int)
+                or not 1 <= block_tokens <= MAX_INT):  # fmt: skip
+            raise ValueError(
+                f"block_tokens must be an integer from 1 to 2**62, got {block_tokens!r}"
+            )
         if not isinstance(partial_blocks, bool):
             raise ValueError(f"partial_blocks must be true or false, got {partial_blocks!r}")
         self.block_tokens = block_tokens
@@ -219,8 +224,9 @@ class SglangPlus(_LRULeaves):
 
 
 def _chunk(chunk_tokens: Any) -> int:
-    if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 0:
-        raise ValueError(f"chunk_tokens must be an integer >= 0, got {chunk_tokens!r}")
+    if (isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int)
+            or not 0 <= chunk_tokens <= MAX_INT):  # fmt: skip
+        raise ValueError(f"chunk_tokens must be an integer from 0 to 2**62, got {chunk_tokens!r}")
     return int(chunk_tokens)
 
 
@@ -246,16 +252,16 @@ class Marconi(HybridPolicy):
         tune_jobs: int = 1,
     ) -> None:
         if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, int | float)
-                                  or alpha < 0):  # fmt: skip
-            raise ValueError(f"alpha must be a number >= 0, got {alpha!r}")
+                                  or not 0 <= alpha < math.inf):  # fmt: skip
+            raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
         for name, v in (("bootstrap_multiplier", bootstrap_multiplier), ("alpha_max", alpha_max),
                         ("alpha_step", alpha_step)):  # fmt: skip
-            if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-                raise ValueError(f"{name} must be a positive number, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
+                raise ValueError(f"{name} must be a positive finite number, got {v!r}")
         for name, iv in (("retune_every", retune_every), ("tune_jobs", tune_jobs),
                          ("score_window", score_window)):  # fmt: skip
-            if isinstance(iv, bool) or not isinstance(iv, int) or iv < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {iv!r}")
+            if isinstance(iv, bool) or not isinstance(iv, int) or not 0 <= iv <= MAX_INT:
+                raise ValueError(f"{name} must be an integer from 0 to 2**62, got {iv!r}")
         self.alpha = None if alpha is None else float(alpha)
         self.bootstrap_multiplier = float(bootstrap_multiplier)
         self.alpha_max = float(alpha_max)
@@ -277,6 +283,13 @@ class Marconi(HybridPolicy):
         self.num_victims = 0
         self.num_scored = 0
         self._index = _CandidateIndex()
+
+    def bind_cache(self, cache: HybridCache) -> None:
+        """A new cache: a fresh candidate index, and alpha as constructed (a tuned instance
+        starts again from 0)."""
+        super().bind_cache(cache)
+        self._index = _CandidateIndex()
+        self.current_alpha = 0.0 if self.alpha is None else self.alpha
 
     def params(self) -> dict[str, Any]:
         return {"alpha": self.alpha, "bootstrap_multiplier": self.bootstrap_multiplier,

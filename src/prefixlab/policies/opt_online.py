@@ -7,17 +7,68 @@ the same request, so a prefix is never evicted before its extension).
 
 The engine runner hands the waiting queue to the policy before each step's admissions
 (``on_waiting``). The replay runner has no queue, so the policy is refused there.
+
+The hooks are jit functions over :mod:`prefixlab.policies._arrays` state, called by the
+class and by the compiled engine (which feeds the waiting queue through
+:func:`oo_waiting_begin` / :func:`oo_waiting_add` / :func:`oo_waiting_end` itself, and
+only when the queue changed)::
+
+    entry rows  P0: LRU stamp (bumped when the block becomes evictable or is touched)
+                FREE: evictable; P1, P2: next and previous evictable block of its key
+    key rows    WPOS: position of the first waiting request that looks the key up (-1);
+                WGEN: the waiting queue that last named it; KHEAD: its first evictable block
+    slot rows   WLIST, WLIST + 1: the keys WPOS holds (this queue's, the next one's while
+                it is fed); an indexed heap (HE, HE + 1 ties, KP ranks,
+                HPOS by entry) of the evictable blocks by (rank, tie)
+
+A block's rank is -inf with its LRU stamp as the tie when no waiting request needs it, and
+otherwise ``-position`` with ``-depth x 2**40 + stamp`` as the tie: the heap's top is the
+victim. A new waiting queue re-ranks only the evictable blocks of the keys whose position
+changed (found through their key's list).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import math
 from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
 
-from prefixlab.policies.base import I64, EntryView, EvictionPolicy, register
+from prefixlab._jit import jit
+from prefixlab.policies._arrays import (
+    ACCESS,
+    EVICT,
+    EVICTABLE,
+    F64,
+    FREE,
+    FROWS,
+    HIT_FREE,
+    IROWS,
+    NEG_ROWS,
+    P0,
+    P1,
+    P2,
+    PINNED,
+    REMOVE,
+    SC,
+    SLOT,
+    ArrayPolicy,
+    State,
+    iheap_remove,
+    iheap_set,
+    new_state,
+    set_free,
+)
+from prefixlab.policies.base import I64, register
+
+CODE = 7
+STAMP, KNEXT, KPREV = P0, P1, P2
+# WLIST + 0 / + 1: the listed keys of the current and of the next waiting queue
+WPOS, WGEN, KHEAD, WLIST, HE, HPOS = (IROWS + i for i in (0, 1, 2, 3, 5, 7))  # HE + 1: ties
+KP = FROWS
+CLOCK, HN, GEN, WCOUNT, WNEW, WROW = (SLOT + i for i in range(6))
+_DEPTH_SHIFT = 1 << 40
 
 
 def waiting_positions(waiting_keys: Sequence[I64]) -> dict[int, int]:
@@ -32,52 +83,140 @@ def waiting_positions(waiting_keys: Sequence[I64]) -> dict[int, int]:
     return dict(zip(uniq.tolist(), pos[first].tolist(), strict=True))
 
 
+@jit(nrt=False)
+def _place(ist: I64, fst: F64, e: int, key: I64, depth: I64) -> None:
+    """Put evictable e in the heap at its rank under the current waiting queue."""
+    p = ist[WPOS, key[e]]
+    if p < 0:
+        iheap_set(ist, fst, KP, HE, HPOS, HN, e, -math.inf, ist[STAMP, e])
+    else:
+        tie = -depth[e] * _DEPTH_SHIFT + ist[STAMP, e]
+        iheap_set(ist, fst, KP, HE, HPOS, HN, e, -float(p), tie)
+
+
+@jit(nrt=False)
+def _set_pos(ist: I64, fst: F64, k: int, p: int, key: I64, depth: I64) -> None:
+    """Key k's first waiting position is now p (-1: none): re-rank its evictable blocks."""
+    if ist[WPOS, k] == p:
+        return
+    ist[WPOS, k] = p
+    e = ist[KHEAD, k]
+    while e >= 0:
+        _place(ist, fst, e, key, depth)
+        e = ist[KNEXT, e]
+
+
+@jit(nrt=False)
+def oo_waiting_begin(ist: I64) -> None:
+    """A new waiting queue follows (oo_waiting_add in queue order, then oo_waiting_end)."""
+    ist[SC, GEN] += 1
+    ist[SC, WNEW] = 0  # this queue's keys go to the other list row
+
+
+@jit(nrt=False)
+def oo_waiting_add(ist: I64, fst: F64, k: int, pos: int, key: I64, depth: I64) -> None:
+    """Waiting request ``pos`` (in queue order) looks key ``k`` up."""
+    if ist[WGEN, k] != ist[SC, GEN]:
+        ist[WGEN, k] = ist[SC, GEN]
+        _set_pos(ist, fst, k, pos, key, depth)
+        ist[WLIST + 1 - ist[SC, WROW], ist[SC, WNEW]] = k
+        ist[SC, WNEW] += 1
+
+
+@jit(nrt=False)
+def oo_waiting_end(ist: I64, fst: F64, key: I64, depth: I64) -> None:
+    """Keys of the old queue that the new one does not name lose their position."""
+    row = WLIST + ist[SC, WROW]
+    for i in range(ist[SC, WCOUNT]):
+        k = ist[row, i]
+        if ist[WGEN, k] != ist[SC, GEN]:
+            _set_pos(ist, fst, k, -1, key, depth)
+    ist[SC, WROW] = 1 - ist[SC, WROW]
+    ist[SC, WCOUNT] = ist[SC, WNEW]
+
+
+@jit(nrt=False)
+def oo_waiting(ist: I64, fst: F64, keys: I64, pos: I64, key: I64, depth: I64) -> None:
+    oo_waiting_begin(ist)
+    for i in range(keys.shape[0]):
+        oo_waiting_add(ist, fst, keys[i], pos[i], key, depth)
+    oo_waiting_end(ist, fst, key, depth)
+
+
+@jit(nrt=False)
+def _free(ist: I64, fst: F64, e: int, k: int) -> None:
+    set_free(ist, e, True)
+    h = ist[KHEAD, k]
+    ist[KNEXT, e], ist[KPREV, e] = h, -1
+    if h >= 0:
+        ist[KPREV, h] = e
+    ist[KHEAD, k] = e
+
+
+@jit(nrt=False)
+def _unfree(ist: I64, fst: F64, e: int, k: int) -> None:
+    set_free(ist, e, False)
+    iheap_remove(ist, fst, KP, HE, HPOS, HN, e)
+    nx, pv = ist[KNEXT, e], ist[KPREV, e]
+    if pv >= 0:
+        ist[KNEXT, pv] = nx
+    else:
+        ist[KHEAD, k] = nx
+    if nx >= 0:
+        ist[KPREV, nx] = pv
+
+
+@jit(nrt=False)
+def oo_hook(ist: I64, fst: F64, h: int, x: int, key: I64, depth: I64) -> int:
+    """Hook h on entry x (insertions, splits, updates and misses change nothing)."""
+    if h == EVICTABLE:
+        if not ist[FREE, x]:
+            _free(ist, fst, x, key[x])
+            ist[SC, CLOCK] += 1
+            ist[STAMP, x] = ist[SC, CLOCK]
+            _place(ist, fst, x, key, depth)
+    elif h in (ACCESS, HIT_FREE):
+        if ist[FREE, x]:  # an evictable block touched: most recently used now
+            ist[SC, CLOCK] += 1
+            ist[STAMP, x] = ist[SC, CLOCK]
+            if h == HIT_FREE:
+                _unfree(ist, fst, x, key[x])
+            else:
+                _place(ist, fst, x, key, depth)
+    elif h in (PINNED, REMOVE):
+        if ist[FREE, x]:
+            _unfree(ist, fst, x, key[x])
+    elif h == EVICT:
+        if ist[SC, HN] == 0:
+            return -1
+        e = ist[HE, 0]
+        _unfree(ist, fst, e, key[e])
+        return int(e)
+    return 0
+
+
 @register("opt-online")
-class OPTOnline(EvictionPolicy):
+class OPTOnline(ArrayPolicy):
     """Farthest next use among waiting requests; blocks no waiting request needs go first (LRU)."""
 
     uses_lookahead: ClassVar[bool] = True
     requires_engine: ClassVar[bool] = True
+    #: the compiled engine feeds it the waiting queue itself
+    compiled_waiting: ClassVar[bool] = True
+    code = CODE
 
-    def bind(self, view: EntryView) -> None:
-        super().bind(view)
-        self._lru: OrderedDict[int, None] = OrderedDict()  # evictable, least recent first
-        self._next_use: dict[int, int] = {}
+    def init_state(self, num_entries: int) -> State:
+        ist, fst = new_state(num_entries, 1, (1, 1), extra=(9, 1))
+        for row in (KNEXT, KPREV, WPOS, WGEN, KHEAD, HPOS):
+            ist[row] = -1
+            ist[SC, NEG_ROWS] |= 1 << row
+        return ist, fst
 
     def on_waiting(self, waiting_keys: Sequence[I64]) -> None:
-        self._next_use = waiting_positions(waiting_keys)
-
-    def on_evictable(self, entries: I64) -> None:
-        for e in entries.tolist():
-            self._lru[e] = None
-
-    def on_access(self, entries: I64) -> None:
-        for e in entries.tolist():
-            if e in self._lru:
-                self._lru.move_to_end(e)
-
-    def on_pinned(self, entries: I64) -> None:
-        for e in entries.tolist():
-            self._lru.pop(e, None)
-
-    on_remove = on_pinned
-
-    def evict(self, n: int) -> I64:
-        known = self._next_use
-        key = self.view.key
-        out: list[int] = []
-        needed: list[tuple[int, int, int, int]] = []  # (-position, -depth, lru rank, entry)
-        for rank, e in enumerate(self._lru):
-            if len(out) == n:
-                break
-            pos = known.get(int(key[e]))
-            if pos is None:
-                out.append(e)
-            else:
-                needed.append((-pos, -int(self.view.depth[e]), rank, e))
-        if len(out) < n:
-            needed.sort()
-            out += [e for *_, e in needed[: n - len(out)]]
-        for e in out:
-            del self._lru[e]
-        return np.array(out, dtype=np.int64)
+        sizes = [k.shape[0] for k in waiting_keys]
+        keys = np.concatenate(waiting_keys) if waiting_keys else np.zeros(0, np.int64)
+        keys = keys.astype(np.int64, copy=False)
+        pos = np.repeat(np.arange(len(waiting_keys), dtype=np.int64), sizes)
+        self._room(keys)
+        ist, fst = self._stamp()
+        oo_waiting(ist, fst, keys, pos, self.view.key, self.view.depth)

@@ -97,8 +97,10 @@ def policy_family(pol: EvictionPolicy) -> str | None:
     cls = type(pol)
     if isinstance(pol, KeyedPolicy):
         return "keyed" if is_plain_keyed(pol) else None
-    if cls is not registered().get(pol.name) or pol.uses_lookahead:
-        return None  # a subclass, or a policy reading the engine's waiting queue
+    if cls is not registered().get(pol.name):
+        return None  # a subclass
+    if pol.uses_lookahead and not getattr(pol, "compiled_waiting", False):
+        return None  # reads the engine's waiting queue, which the kernels do not feed it
     if cls is Sieve:
         return "sieve"
     if isinstance(pol, ArrayPolicy):
@@ -108,6 +110,8 @@ def policy_family(pol: EvictionPolicy) -> str | None:
 
 def kernel_code(pol: EvictionPolicy) -> int:
     """The block kernel's code for a policy, or -1 when it must take the generic path."""
+    if pol.uses_lookahead:
+        return -1  # the replay has no waiting queue
     family = policy_family(pol)
     if family == "keyed":
         assert isinstance(pol, KeyedPolicy)

@@ -16,8 +16,9 @@ docstring has the rules), in arrays, for a range of requests per call:
 Admission (``all-blocks``, ``judicious``, ``none``), the locks, the sizing and the stamps
 follow the cache and the policy classes call for call. Eviction runs the policies' own
 rules: :func:`prefixlab.policies.hybrid.lru_leaf_key` orders LRU's leaves and
-:func:`prefixlab.policies.hybrid.marconi_victim` picks Marconi's victims, the functions the
-policy classes use on the object tree.
+:func:`prefixlab.policies.hybrid.marconi_scores` scores Marconi's candidates (with
+:func:`~prefixlab.policies.hybrid.node_efficiency`), the functions the policy classes use
+on the object tree.
 
 The kernel stops (``status``) when it needs the caller: the slot arrays are full
 (:func:`grow` and call again), or Marconi's tuner must run before the next insertion

@@ -78,6 +78,8 @@ _ARRAY_HOOKS = (INSERT, ACCESS, EVICTABLE, PINNED, UPDATE, SPLIT)  # the same, f
 
 def radix_code(pol: EvictionPolicy) -> int:
     """The kernel's code for a policy on the radix structure, or -1 (generic path)."""
+    if pol.uses_lookahead:
+        return -1  # the replay has no waiting queue
     codes = {"keyed": KEYED, "sieve": SIEVE, "array": ARRAY, "lru": LRU, "fifo": FIFO}
     return codes.get(policy_family(pol) or "", -1)
 

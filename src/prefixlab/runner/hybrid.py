@@ -61,8 +61,8 @@ class HybridConfig:
 
     def validate(self) -> None:
         c = self.capacity_bytes
-        if isinstance(c, bool) or not isinstance(c, int) or c <= 0:
-            raise ConfigError(f"capacity_bytes must be a positive integer, got {c!r}")
+        if isinstance(c, bool) or not isinstance(c, int) or not 0 < c <= 2**62:
+            raise ConfigError(f"capacity_bytes must be an integer from 1 to 2**62, got {c!r}")
         self.spec()
 
 
@@ -194,7 +194,9 @@ def _replay_compiled(trace: Trace, pol: HybridPolicy, config: HybridConfig,
     n = len(trace)
     k = HybridKernel(values, offsets, inputs, pol, spec, config.capacity_bytes, config.locks)
     history: list[tuple[int, float]] = []
-    alpha = pol.current_alpha if isinstance(pol, Marconi) else 0.0
+    alpha = 0.0
+    if isinstance(pol, Marconi):  # as bind_cache does on the object tree
+        alpha = pol.current_alpha = 0.0 if pol.alpha is None else pol.alpha
     step = 256 if on_step is not None else max(n, 1)
     reported = 0
     start = time.perf_counter()

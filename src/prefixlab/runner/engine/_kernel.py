@@ -6,8 +6,10 @@ same simulation over arrays, step for step, for the block structure and every po
 replay kernel runs (:mod:`prefixlab.runner._fast`, whose per-operation functions it calls:
 match, pin, take, commit, release), and the power, table and tpot timing models. Tests
 check it gives the reference's times, hits and preemptions to the last bit. It applies
-when nothing else must see the simulation (no observers, no invariant checks) and the
-policy does not read the waiting queue.
+when nothing else must see the simulation (no observers, no invariant checks). Of the
+policies that read the waiting queue, ``opt-online`` runs here: before each step's
+admissions the kernel hands it the waiting requests' lookup keys in queue order, as the
+scheduler's ``on_waiting`` does (``unicache-opt`` takes the reference).
 
 State, per request: its phase, tokens computed and generated, blocks held (a row of
 ``held`` while it runs), keys committed, hits at admission. The waiting queue is a ring
@@ -31,6 +33,8 @@ from prefixlab._jit import jit
 from prefixlab.model.timing import power_batch_s, power_fresh_tokens, table_s
 from prefixlab.policies._arrays import FS, NOW, REQ, SC
 from prefixlab.policies._dispatch import reserve
+from prefixlab.policies.opt_online import CODE as OPT_ONLINE
+from prefixlab.policies.opt_online import oo_waiting_add, oo_waiting_begin, oo_waiting_end
 from prefixlab.runner._fast import (
     ARRAY,
     announce_misses,
@@ -186,6 +190,7 @@ def engine_kernel(
     # queues
     wq = np.empty(n + 1, np.int64)  # waiting: a ring, head .. tail
     whead, wlen = 0, 0
+    wmod, wfed = 0, -1  # changes of the waiting ring; the change last fed to opt-online
     running = np.empty(n, np.int64)
     nrun = 0
     # the batch in flight
@@ -311,6 +316,7 @@ def engine_kernel(
                 phase[r] = WAITING
                 wq[(whead + wlen) % (n + 1)] = r
                 wlen += 1
+                wmod += 1
             else:
                 break
         if busy:
@@ -365,6 +371,7 @@ def engine_kernel(
                         whead = (whead - 1) % (n + 1)
                         wq[whead] = v
                         wlen += 1
+                        wmod += 1
                         num_preemptions[v] += 1
                         preempted = True
                         if v == r:
@@ -377,6 +384,16 @@ def engine_kernel(
                 budget -= 1
             i += 1
         if not preempted:
+            if array and pp[5] == OPT_ONLINE and wmod != wfed:
+                # the waiting queue, as on_waiting gives it (only when it changed: the
+                # same queue again changes nothing)
+                wfed = wmod
+                oo_waiting_begin(ist)
+                for w in range(wlen):
+                    rw = wq[(whead + w) % (n + 1)]
+                    for j in range(key_offsets[rw], key_offsets[rw] + num_lookup[rw]):
+                        oo_waiting_add(ist, fst, keys[j], w, state[4], state[13])
+                oo_waiting_end(ist, fst, state[4], state[13])
             while wlen > 0 and budget > 0 and nrun < max_seqs:
                 r = wq[whead]
                 cur_req = r
@@ -408,6 +425,7 @@ def engine_kernel(
                 take_blocks(state, need, row, h, r, pp, ist, fst, victims)
                 whead = (whead + 1) % (n + 1)
                 wlen -= 1
+                wmod += 1
                 if first_hits[r] < 0:
                     first_hits[r] = hit_tokens
                     hit_blocks[r] = h
