@@ -31,7 +31,7 @@ from prefixlab.workload.generators import generate_sessions
 
 POLICIES = ["lru", "fifo", "vllm", "lfu", "mru", "sglang-lru", "hashtable", "sieve", "arc",
             "s3fifo", "lecar", "opt", "wa", "wa-atc25", "unicache", "lpc-oracle",
-            "opt-online"]  # fmt: skip
+            "opt-online", "unicache-opt"]  # fmt: skip
 
 
 def same(a: EngineResult, b: EngineResult) -> bool:

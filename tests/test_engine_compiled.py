@@ -16,15 +16,21 @@ import pytest
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.model.timing import make_timing
 from prefixlab.policies.base import make_policy
+from prefixlab.policies.opt_online import OPTOnline
 from prefixlab.runner import _fast
 from prefixlab.runner.engine import EngineConfig, EngineResult, simulate
 from prefixlab.runner.engine import simulator as sim
 from prefixlab.workload.generators import GENERATORS, generate_sessions
 from prefixlab.workload.trace import Request, Trace
 
+
+class MyOPTOnline(OPTOnline):
+    """A subclass may change any hook: it takes the generic path."""
+
+
 POLICIES = ["lru", "fifo", "vllm", "lfu", "mru", "sglang-lru", "hashtable", "sieve", "arc",
             "s3fifo", "lecar", "opt", "wa", "wa-atc25", "unicache", "lpc-oracle",
-            "opt-online"]  # fmt: skip
+            "opt-online", "unicache-opt"]  # fmt: skip
 TIMING = "power:a=0.000144543,b=0.992,c=1.034+tpot:s=0.02"
 ARRAYS = ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "hit_tokens",
           "num_preemptions")  # fmt: skip
@@ -75,7 +81,9 @@ def test_every_policy_gives_the_reference_results_under_memory_pressure(policy: 
 
 
 @pytest.mark.parametrize("name", [c for c in CONFIGS if c != "pressure"])
-@pytest.mark.parametrize("policy", ["lru", "fifo", "opt", "arc", "unicache", "lfu", "opt-online"])
+@pytest.mark.parametrize(
+    "policy", ["lru", "fifo", "opt", "arc", "unicache", "lfu", "opt-online", "unicache-opt"]
+)
 def test_scheduler_settings(policy: str, name: str) -> None:
     both(_mix(), policy, CONFIGS[name])
 
@@ -123,7 +131,7 @@ def test_roofline_and_observers_take_the_reference(monkeypatch: pytest.MonkeyPat
 
     simulate(trace, "lru", cfg, make_timing(TIMING), observers=[Obs()])
     simulate(trace, "lru", cfg, make_timing(TIMING), check_every=5)
-    simulate(trace, "unicache-opt", cfg, make_timing(TIMING))  # its waiting queue: not fed
+    simulate(trace, MyOPTOnline(), cfg, make_timing(TIMING))  # a subclass: generic path
     simulate(trace, "lru", EngineConfig(capacity_blocks=2000, block_tokens=16,
                                         structure="radix"), make_timing(TIMING))  # fmt: skip
     assert not called and events
@@ -136,7 +144,8 @@ def test_engine_codes() -> None:
     for name in ("sglang-lru", "hashtable", "lfu", "mru", "opt"):
         assert _fast.engine_code(make_policy(name, "block")) == _fast.KEYED
     assert _fast.engine_code(make_policy("opt-online", "block")) == _fast.ARRAY
-    assert _fast.engine_code(make_policy("unicache-opt", "block")) == -1
+    assert _fast.engine_code(make_policy("unicache-opt", "block")) == _fast.ARRAY
+    assert _fast.engine_code(MyOPTOnline()) == -1
     assert _fast.kernel_code(make_policy("opt-online", "block")) == -1  # no queue in a replay
     assert _fast.engine_code(make_policy("lru", "block")) == _fast.LRU
 

@@ -82,7 +82,6 @@ from prefixlab.policies._arrays import (
     INSERT,
     IROWS,
     NEG_ROWS,
-    NFREE,
     NOW,
     PINNED,
     REMOVE,
@@ -99,8 +98,7 @@ from prefixlab.policies._arrays import (
     slist_remove,
     widen,
 )
-from prefixlab.policies.base import I64, EntryView, register
-from prefixlab.policies.opt_online import waiting_positions
+from prefixlab.policies.base import I64, register
 from prefixlab.workload.arrivals import (
     GAP_PRESETS,
     lognormal_cdf,
@@ -146,6 +144,11 @@ HN0 = SLOT  # heap h's size: HN0 + h
 EVC0 = SLOT + 2  # queue q's evictable blocks (a set-aside block still counts)
 COUNTER, MAXOFF, DTOP, SINCE, SEEN, EVERY, MINGAPS = (SLOT + 6 + i for i in range(7))
 GIVEN, STAGE2, OFFSET, PAPER, WINDOW, NENT, BTOK = (SLOT + 13 + i for i in range(7))
+# unicache-opt only: its flag and the waiting keys' count (slots); rows by key (WPOS: the
+# first waiting request that looks the key up, -1), by slot (WLIST: the keys WPOS holds;
+# ASIDE, ARANK, AHEAP: the blocks an eviction sets aside, their ranks, a heap of them)
+UCOPT, WCOUNT = SLOT + 20, SLOT + 21
+WPOS, WLIST, ASIDE, ARANK, AHEAP = (DCOUNT + 1 + i for i in range(5))
 # float scalar slots: per queue held, hits, alpha, credit; gap statistics (n, sum, sum of
 # squares) per queue; parameters; the given gap models (mu, sigma) of chat and agentic
 HELD0, HITS0, ALPHA0, CREDIT0, GAP0 = 0, 4, 8, 12, 16
@@ -531,43 +534,89 @@ def uc_hook(ist: I64, fst: F64, h: int, x: int, depth: I64, aux: F64) -> int:
     return 0  # update: a duplicate key promoted: same queue, same age
 
 
-@jit()
-def _evict_opt(
-    ist: I64, fst: F64, depth: I64, key: I64, wk: I64, wp: I64, out: I64
-) -> int:  # fmt: skip
-    """unicache-opt: UniCache's victims, a block whose key a waiting request needs (wk,
-    sorted, at waiting position wp) set aside while any other can go; then the set-aside
-    blocks, the one needed last first (deepest first among equals)."""
-    n = out.shape[0]
+@jit(inline=True)
+def _aside_less(ist: I64, i: int, j: int) -> bool:
+    """Set-aside block i goes before j: lower rank, then set aside first."""
+    return bool(ist[ARANK, i] < ist[ARANK, j] or (ist[ARANK, i] == ist[ARANK, j] and i < j))
+
+
+@jit(nrt=False)
+def _aside_sift(ist: I64, i: int, m: int) -> None:
+    """Sift heap position i down in AHEAP[:m] (a heap of set-aside indices)."""
+    x = ist[AHEAP, i]
+    while True:
+        c = 2 * i + 1
+        if c >= m:
+            break
+        if c + 1 < m and _aside_less(ist, ist[AHEAP, c + 1], ist[AHEAP, c]):
+            c += 1
+        if not _aside_less(ist, ist[AHEAP, c], x):
+            break
+        ist[AHEAP, i] = ist[AHEAP, c]
+        i = c
+    ist[AHEAP, i] = x
+
+
+@jit(nrt=False)
+def uc_waiting_begin(ist: I64) -> None:
+    """unicache-opt: a new waiting queue follows (uc_waiting_add, in queue order)."""
+    for i in range(ist[SC, WCOUNT]):
+        ist[WPOS, ist[WLIST, i]] = -1
+    ist[SC, WCOUNT] = 0
+
+
+@jit(nrt=False)
+def uc_waiting_add(ist: I64, k: int, pos: int) -> None:
+    """Waiting request ``pos`` (queue order) looks key ``k`` up."""
+    if ist[WPOS, k] < 0:
+        ist[WPOS, k] = pos
+        ist[WLIST, ist[SC, WCOUNT]] = k
+        ist[SC, WCOUNT] += 1
+
+
+@jit(nrt=False)
+def uc_waiting(ist: I64, keys: I64, pos: I64) -> None:
+    uc_waiting_begin(ist)
+    for i in range(keys.shape[0]):
+        uc_waiting_add(ist, keys[i], pos[i])
+
+
+@jit(nrt=False)
+def uc_evict_opt(ist: I64, fst: F64, depth: I64, key: I64, out: I64, n: int) -> int:
+    """unicache-opt: n victims into out (how many): UniCache's, a block whose key a waiting
+    request needs (WPOS) set aside while any other can go; then the set-aside blocks, the
+    one needed last first (deepest first among equals, then the first set aside); the rest
+    go back to their queues. The class and the compiled engine both call it."""
     k = 0
-    aside = np.empty(ist[SC, NFREE], np.int64)  # at most every evictable block
     na = 0
     while k < n:
         e = _choose(ist, fst, depth)
         if e < 0:
             break
-        i = np.searchsorted(wk, key[e])
-        if i < wk.shape[0] and wk[i] == key[e]:
-            _rank_take(ist, fst, e)  # set aside, still evictable
-            aside[na] = e
+        _rank_take(ist, fst, e)
+        p = ist[WPOS, key[e]]
+        if p >= 0:  # set aside, still evictable
+            ist[ASIDE, na] = e
+            ist[ARANK, na] = -(p * (1 << 32) + depth[e])
+            ist[AHEAP, na] = na
             na += 1
             continue
-        _rank_take(ist, fst, e)
         _drop(ist, fst, depth, e)
         out[k] = e
         k += 1
-    rank = np.empty(na, np.int64)
-    for j in range(na):
-        e = aside[j]
-        rank[j] = -(wp[np.searchsorted(wk, key[e])] * (1 << 32) + depth[e])
-    for j in np.argsort(rank, kind="mergesort"):
-        e = aside[j]
-        if k < n:
-            _drop(ist, fst, depth, e)
-            out[k] = e
-            k += 1
-        else:
-            _rank_put(ist, fst, depth, e)
+    for i in range(na // 2 - 1, -1, -1):
+        _aside_sift(ist, i, na)
+    m = na
+    while m > 0 and k < n:
+        e = ist[ASIDE, ist[AHEAP, 0]]
+        m -= 1
+        ist[AHEAP, 0] = ist[AHEAP, m]
+        _aside_sift(ist, 0, m)
+        _drop(ist, fst, depth, e)
+        out[k] = e
+        k += 1
+    for i in range(m):
+        _rank_put(ist, fst, depth, ist[ASIDE, ist[AHEAP, i]])
     return k
 
 
@@ -641,8 +690,11 @@ class UniCache(ArrayPolicy):
         self._task_queue = parse_tasks(tasks)
 
     # ------------------------------------------------------------------ set-up
+    #: int rows after the shared ones (unicache-opt adds its own)
+    _int_rows: ClassVar[int] = DCOUNT + 1 - IROWS
+
     def init_state(self, num_entries: int) -> State:
-        ist, fst = new_state(num_entries, 1, (0, 0), (DCOUNT + 1 - IROWS, KP0 + 2 - FROWS))
+        ist, fst = new_state(num_entries, 1, (0, 0), (self._int_rows, KP0 + 2 - FROWS))
         for row in (QUEUE, HPOS, LHEAD, LTAIL):
             ist[row] = -1
             ist[SC, NEG_ROWS] |= 1 << row
@@ -762,20 +814,30 @@ class UniCacheOPT(UniCache):
     uses_lookahead: ClassVar[bool] = True
     requires_engine: ClassVar[bool] = True
 
-    def bind(self, view: EntryView) -> None:
-        super().bind(view)
-        self._wk = np.zeros(0, dtype=np.int64)
-        self._wp = np.zeros(0, dtype=np.int64)
+    #: the compiled engine feeds it the waiting queue itself (uc_waiting_*)
+    compiled_waiting: ClassVar[bool] = True
+    _int_rows: ClassVar[int] = AHEAP + 1 - IROWS
+
+    def init_state(self, num_entries: int) -> State:
+        ist, fst = super().init_state(num_entries)
+        ist[WPOS] = -1
+        ist[SC, NEG_ROWS] |= 1 << WPOS
+        ist[SC, UCOPT] = 1
+        return ist, fst
+
+    def _room(self, keys: I64) -> None:
+        ArrayPolicy._room(self, keys)  # WPOS is indexed by key
 
     def on_waiting(self, waiting_keys: Sequence[I64]) -> None:
-        known = waiting_positions(waiting_keys)
-        keys = np.fromiter(known, dtype=np.int64, count=len(known))
-        order = np.argsort(keys)
-        self._wk = keys[order]
-        self._wp = np.fromiter(known.values(), dtype=np.int64, count=len(known))[order]
+        sizes = [k.shape[0] for k in waiting_keys]
+        keys = np.concatenate(waiting_keys) if waiting_keys else np.zeros(0, np.int64)
+        keys = keys.astype(np.int64, copy=False)
+        self._room(keys)
+        ist, _ = self._stamp()
+        uc_waiting(ist, keys, np.repeat(np.arange(len(sizes), dtype=np.int64), sizes))
 
     def evict(self, n: int) -> I64:
         ist, fst = self._stamp()
         out = np.empty(n, np.int64)
-        k = _evict_opt(ist, fst, self.view.depth, self.view.key, self._wk, self._wp, out)
+        k = uc_evict_opt(ist, fst, self.view.depth, self.view.key, out, n)
         return out[:k]

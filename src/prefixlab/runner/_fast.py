@@ -66,6 +66,8 @@ from prefixlab.policies.sieve import (
     sieve_pop,
     sieve_state,
 )
+from prefixlab.policies.unicache import CODE as UNICACHE
+from prefixlab.policies.unicache import UCOPT, uc_evict_opt
 
 __all__ = [
     "HAVE_NUMBA",
@@ -695,7 +697,10 @@ def _evict(n: int, state: Any, victims: Any, r: int, pp: Any, ist: Any, fst: Any
      created, hk, he, hpos, hn, link, flag, sst, _empty, sc, ktab, skey, sfree, pk, hst,
      hid, kbuf) = state  # fmt: skip
     policy, cols, signs, occ_start, occ_req, acode, rng, aux, park = pp
-    for j in range(n):
+    batch = policy == ARRAY and acode == UNICACHE and ist[SC, UCOPT] == 1
+    if batch:  # unicache-opt chooses its n victims together (its set-aside blocks)
+        uc_evict_opt(ist, fst, depth, bkey, victims, n)
+    for j in range(0 if batch else n):
         if policy == KEYED:
             e = heap_pop(hk, he, hpos, hn)
             while ref[e] > 0:  # pinned by this request: left in the heap by the hit

@@ -6,10 +6,10 @@ same simulation over arrays, step for step, for the block structure and every po
 replay kernel runs (:mod:`prefixlab.runner._fast`, whose per-operation functions it calls:
 match, pin, take, commit, release), and the power, table and tpot timing models. Tests
 check it gives the reference's times, hits and preemptions to the last bit. It applies
-when nothing else must see the simulation (no observers, no invariant checks). Of the
-policies that read the waiting queue, ``opt-online`` runs here: before each step's
-admissions the kernel hands it the waiting requests' lookup keys in queue order, as the
-scheduler's ``on_waiting`` does (``unicache-opt`` takes the reference).
+when nothing else must see the simulation (no observers, no invariant checks). The
+policies that read the waiting queue (``opt-online``, ``unicache-opt``) run here too:
+before each step's admissions, when the queue changed, the kernel hands them the waiting
+requests' lookup keys in queue order, as the scheduler's ``on_waiting`` does.
 
 State, per request: its phase, tokens computed and generated, blocks held (a row of
 ``held`` while it runs), keys committed, hits at admission. The waiting queue is a ring
@@ -35,6 +35,8 @@ from prefixlab.policies._arrays import FS, NOW, REQ, SC
 from prefixlab.policies._dispatch import reserve
 from prefixlab.policies.opt_online import CODE as OPT_ONLINE
 from prefixlab.policies.opt_online import oo_waiting_add, oo_waiting_begin, oo_waiting_end
+from prefixlab.policies.unicache import CODE as UNICACHE
+from prefixlab.policies.unicache import UCOPT, uc_waiting_add, uc_waiting_begin
 from prefixlab.runner._fast import (
     ARRAY,
     announce_misses,
@@ -394,6 +396,13 @@ def engine_kernel(
                     for j in range(key_offsets[rw], key_offsets[rw] + num_lookup[rw]):
                         oo_waiting_add(ist, fst, keys[j], w, state[4], state[13])
                 oo_waiting_end(ist, fst, state[4], state[13])
+            elif array and pp[5] == UNICACHE and ist[SC, UCOPT] == 1 and wmod != wfed:
+                wfed = wmod  # unicache-opt: the same, by key positions only
+                uc_waiting_begin(ist)
+                for w in range(wlen):
+                    rw = wq[(whead + w) % (n + 1)]
+                    for j in range(key_offsets[rw], key_offsets[rw] + num_lookup[rw]):
+                        uc_waiting_add(ist, keys[j], w)
             while wlen > 0 and budget > 0 and nrun < max_seqs:
                 r = wq[whead]
                 cur_req = r
