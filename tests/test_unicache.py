@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from prefixlab.cache.block import BlockCache
 from prefixlab.errors import ConfigError
 from prefixlab.model.timing import make_timing
-from prefixlab.policies import EntryView, EvictionPolicy, make_policy
-from prefixlab.policies.opt_online import OPTOnline, waiting_positions
+from prefixlab.policies import EntryView, EvictionPolicy, make_policy, opt_online, unicache
+from prefixlab.policies.opt_online import OPTOnline
 from prefixlab.policies.unicache import (
     AGENTIC,
     CHAT,
@@ -749,9 +749,25 @@ def test_unicache_opt_stage2_off_keeps_needed_blocks_last() -> None:
 
 
 # ----------------------------------------------------------------------------- opt-online
-def test_waiting_positions() -> None:
-    assert waiting_positions([ids(3, 1), ids(1, 2), ids()]) == {3: 0, 1: 0, 2: 1}
-    assert waiting_positions([]) == {} and waiting_positions([ids(), ids()]) == {}
+def _waiting_positions(pol: OPTOnline | UniCacheOPT, keys: range) -> dict[int, int]:
+    """The policy's first-waiting-position row (-1: not waited for), as a dict."""
+    row = pol.state[0][opt_online.WPOS if isinstance(pol, OPTOnline) else unicache.WPOS]
+    return {k: int(row[k]) for k in keys if row[k] >= 0}
+
+
+@pytest.mark.parametrize("cls", [OPTOnline, UniCacheOPT])
+def test_waiting_positions(cls: type[OPTOnline] | type[UniCacheOPT]) -> None:
+    """Each key's first waiting request, and a new queue forgets the old one's keys."""
+    pol = cls()
+    Drive(pol, [row(0, None)], num_entries=4)
+    pol.on_waiting([ids(3, 1), ids(1, 2), ids()])
+    assert _waiting_positions(pol, range(8)) == {3: 0, 1: 0, 2: 1}
+    pol.on_waiting([])
+    assert _waiting_positions(pol, range(8)) == {}
+    pol.on_waiting([ids(), ids()])
+    assert _waiting_positions(pol, range(8)) == {}
+    pol.on_waiting([ids(5), ids(2, 5)])
+    assert _waiting_positions(pol, range(8)) == {5: 0, 2: 1}
 
 
 def _opt_online_stored() -> Drive:

@@ -26,6 +26,7 @@ older of the ring's front and the heap's top. A *ghost list*
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -519,6 +520,9 @@ class ArrayPolicy(EvictionPolicy):
     policy's own rows; none for policies without ``needs_trace``)."""
 
     code: ClassVar[int] = -1
+    #: reads the engine's waiting queue through the dispatcher's ``waiting_*`` functions,
+    #: which the compiled engine calls too
+    compiled_waiting: ClassVar[bool] = False
     reads_access_metadata = False
     aux: F64 = np.zeros((1, 0))
 
@@ -531,6 +535,7 @@ class ArrayPolicy(EvictionPolicy):
         super().bind(view)
         self._batch = _dispatch.batch
         self._reserve = _dispatch.reserve
+        self._waiting = _dispatch.waiting
         self.state = self.init_state(view.num_entries)
         self.rng = getattr(self, "rng", np.random.default_rng(0))
 
@@ -597,6 +602,19 @@ class ArrayPolicy(EvictionPolicy):
     def evict(self, n: int) -> I64:
         out = np.empty(n, np.int64)
         return out[: self._run(EVICT, out)]
+
+    def on_waiting(self, waiting_keys: Sequence[I64]) -> None:
+        """For a policy with ``compiled_waiting`` (the engine kernel feeds it the same way):
+        the waiting queue's lookup keys with their requests' positions."""
+        if not self.compiled_waiting:
+            return
+        sizes = [k.shape[0] for k in waiting_keys]
+        keys = np.concatenate(waiting_keys) if waiting_keys else np.zeros(0, np.int64)
+        keys = keys.astype(np.int64, copy=False)
+        pos = np.repeat(np.arange(len(waiting_keys), dtype=np.int64), sizes)
+        self._room(keys)
+        ist, fst = self._stamp()
+        self._waiting(self.code, ist, fst, keys, pos, self.view.key, self.view.depth)
 
     def num_evictable(self) -> int:
         return int(self.state[0][SC, NFREE])

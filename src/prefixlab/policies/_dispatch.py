@@ -107,6 +107,39 @@ def hook(
     return 0
 
 
+@jit(nrt=False)
+def waiting_begin(code: int, ist: I64) -> None:
+    """A new waiting queue follows (policies that read it: opt-online, unicache-opt)."""
+    if code == OPT_ONLINE:
+        opt_online.oo_waiting_begin(ist)
+    else:
+        unicache.uc_waiting_begin(ist)
+
+
+@jit(nrt=False)
+def waiting_add(code: int, ist: I64, fst: Any, k: int, pos: int, key: I64, depth: I64) -> None:
+    """Waiting request ``pos`` (in queue order, called in that order) looks key k up."""
+    if code == OPT_ONLINE:
+        opt_online.oo_waiting_add(ist, fst, k, pos, key, depth)
+    else:
+        unicache.uc_waiting_add(ist, k, pos)
+
+
+@jit(nrt=False)
+def waiting_end(code: int, ist: I64, fst: Any, key: I64, depth: I64) -> None:
+    if code == OPT_ONLINE:
+        opt_online.oo_waiting_end(ist, fst, key, depth)
+
+
+@jit(nrt=False)
+def waiting(code: int, ist: I64, fst: Any, keys: I64, pos: I64, key: I64, depth: I64) -> None:
+    """The whole waiting queue at once: its lookup keys and their requests' positions."""
+    waiting_begin(code, ist)
+    for i in range(keys.shape[0]):
+        waiting_add(code, ist, fst, keys[i], pos[i], key, depth)
+    waiting_end(code, ist, fst, key, depth)
+
+
 @jit()
 def batch(
     code: int, ist: I64, fst: Any, h: int, xs: I64, y: int, key: I64, depth: I64, rng: Any,

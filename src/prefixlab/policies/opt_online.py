@@ -30,10 +30,7 @@ changed (found through their key's list).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import ClassVar
-
-import numpy as np
 
 from prefixlab._jit import jit
 from prefixlab.policies._arrays import (
@@ -69,18 +66,6 @@ WPOS, WGEN, KHEAD, WLIST, HE, HPOS = (IROWS + i for i in (0, 1, 2, 3, 5, 7))  # 
 KP = FROWS
 CLOCK, HN, GEN, WCOUNT, WNEW, WROW = (SLOT + i for i in range(6))
 _DEPTH_SHIFT = 1 << 40
-
-
-def waiting_positions(waiting_keys: Sequence[I64]) -> dict[int, int]:
-    """Key -> position of the first waiting request that looks it up."""
-    if not waiting_keys:
-        return {}
-    keys = np.concatenate(waiting_keys)
-    if not keys.shape[0]:
-        return {}
-    pos = np.repeat(np.arange(len(waiting_keys)), [k.shape[0] for k in waiting_keys])
-    uniq, first = np.unique(keys, return_index=True)
-    return dict(zip(uniq.tolist(), pos[first].tolist(), strict=True))
 
 
 @jit(nrt=False)
@@ -133,14 +118,6 @@ def oo_waiting_end(ist: I64, fst: F64, key: I64, depth: I64) -> None:
             _set_pos(ist, fst, k, -1, key, depth)
     ist[SC, WROW] = 1 - ist[SC, WROW]
     ist[SC, WCOUNT] = ist[SC, WNEW]
-
-
-@jit(nrt=False)
-def oo_waiting(ist: I64, fst: F64, keys: I64, pos: I64, key: I64, depth: I64) -> None:
-    oo_waiting_begin(ist)
-    for i in range(keys.shape[0]):
-        oo_waiting_add(ist, fst, keys[i], pos[i], key, depth)
-    oo_waiting_end(ist, fst, key, depth)
 
 
 @jit(nrt=False)
@@ -201,7 +178,6 @@ class OPTOnline(ArrayPolicy):
 
     uses_lookahead: ClassVar[bool] = True
     requires_engine: ClassVar[bool] = True
-    #: the compiled engine feeds it the waiting queue itself
     compiled_waiting: ClassVar[bool] = True
     code = CODE
 
@@ -211,12 +187,3 @@ class OPTOnline(ArrayPolicy):
             ist[row] = -1
             ist[SC, NEG_ROWS] |= 1 << row
         return ist, fst
-
-    def on_waiting(self, waiting_keys: Sequence[I64]) -> None:
-        sizes = [k.shape[0] for k in waiting_keys]
-        keys = np.concatenate(waiting_keys) if waiting_keys else np.zeros(0, np.int64)
-        keys = keys.astype(np.int64, copy=False)
-        pos = np.repeat(np.arange(len(waiting_keys), dtype=np.int64), sizes)
-        self._room(keys)
-        ist, fst = self._stamp()
-        oo_waiting(ist, fst, keys, pos, self.view.key, self.view.depth)

@@ -64,7 +64,6 @@ The weights after each update are written to the per-request ``aux`` rows ``AUX_
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -575,13 +574,6 @@ def uc_waiting_add(ist: I64, k: int, pos: int) -> None:
 
 
 @jit(nrt=False)
-def uc_waiting(ist: I64, keys: I64, pos: I64) -> None:
-    uc_waiting_begin(ist)
-    for i in range(keys.shape[0]):
-        uc_waiting_add(ist, keys[i], pos[i])
-
-
-@jit(nrt=False)
 def uc_evict_opt(ist: I64, fst: F64, depth: I64, key: I64, out: I64, n: int) -> int:
     """unicache-opt: n victims into out (how many): UniCache's, a block whose key a waiting
     request needs (WPOS) set aside while any other can go; then the set-aside blocks, the
@@ -814,7 +806,6 @@ class UniCacheOPT(UniCache):
     uses_lookahead: ClassVar[bool] = True
     requires_engine: ClassVar[bool] = True
 
-    #: the compiled engine feeds it the waiting queue itself (uc_waiting_*)
     compiled_waiting: ClassVar[bool] = True
     _int_rows: ClassVar[int] = AHEAP + 1 - IROWS
 
@@ -827,14 +818,6 @@ class UniCacheOPT(UniCache):
 
     def _room(self, keys: I64) -> None:
         ArrayPolicy._room(self, keys)  # WPOS is indexed by key
-
-    def on_waiting(self, waiting_keys: Sequence[I64]) -> None:
-        sizes = [k.shape[0] for k in waiting_keys]
-        keys = np.concatenate(waiting_keys) if waiting_keys else np.zeros(0, np.int64)
-        keys = keys.astype(np.int64, copy=False)
-        self._room(keys)
-        ist, _ = self._stamp()
-        uc_waiting(ist, keys, np.repeat(np.arange(len(sizes), dtype=np.int64), sizes))
 
     def evict(self, n: int) -> I64:
         ist, fst = self._stamp()

@@ -32,11 +32,15 @@ import numpy as np
 from prefixlab._jit import jit
 from prefixlab.model.timing import power_batch_s, power_fresh_tokens, table_s
 from prefixlab.policies._arrays import FS, NOW, REQ, SC
-from prefixlab.policies._dispatch import reserve
-from prefixlab.policies.opt_online import CODE as OPT_ONLINE
-from prefixlab.policies.opt_online import oo_waiting_add, oo_waiting_begin, oo_waiting_end
-from prefixlab.policies.unicache import CODE as UNICACHE
-from prefixlab.policies.unicache import UCOPT, uc_waiting_add, uc_waiting_begin
+from prefixlab.policies._dispatch import (
+    OPT_ONLINE,
+    UNICACHE,
+    reserve,
+    waiting_add,
+    waiting_begin,
+    waiting_end,
+)
+from prefixlab.policies.unicache import UCOPT
 from prefixlab.runner._fast import (
     ARRAY,
     announce_misses,
@@ -192,7 +196,9 @@ def engine_kernel(
     # queues
     wq = np.empty(n + 1, np.int64)  # waiting: a ring, head .. tail
     whead, wlen = 0, 0
-    wmod, wfed = 0, -1  # changes of the waiting ring; the change last fed to opt-online
+    # a policy that reads the waiting queue; changes of the ring, the change last fed
+    waits = array and (pp[5] == OPT_ONLINE or (pp[5] == UNICACHE and ist[SC, UCOPT] == 1))
+    wmod, wfed = 0, -1
     running = np.empty(n, np.int64)
     nrun = 0
     # the batch in flight
@@ -386,23 +392,16 @@ def engine_kernel(
                 budget -= 1
             i += 1
         if not preempted:
-            if array and pp[5] == OPT_ONLINE and wmod != wfed:
+            if waits and wmod != wfed:
                 # the waiting queue, as on_waiting gives it (only when it changed: the
                 # same queue again changes nothing)
                 wfed = wmod
-                oo_waiting_begin(ist)
+                waiting_begin(pp[5], ist)
                 for w in range(wlen):
                     rw = wq[(whead + w) % (n + 1)]
                     for j in range(key_offsets[rw], key_offsets[rw] + num_lookup[rw]):
-                        oo_waiting_add(ist, fst, keys[j], w, state[4], state[13])
-                oo_waiting_end(ist, fst, state[4], state[13])
-            elif array and pp[5] == UNICACHE and ist[SC, UCOPT] == 1 and wmod != wfed:
-                wfed = wmod  # unicache-opt: the same, by key positions only
-                uc_waiting_begin(ist)
-                for w in range(wlen):
-                    rw = wq[(whead + w) % (n + 1)]
-                    for j in range(key_offsets[rw], key_offsets[rw] + num_lookup[rw]):
-                        uc_waiting_add(ist, keys[j], w)
+                        waiting_add(pp[5], ist, fst, keys[j], w, state[4], state[13])
+                waiting_end(pp[5], ist, fst, state[4], state[13])
             while wlen > 0 and budget > 0 and nrun < max_seqs:
                 r = wq[whead]
                 cur_req = r
