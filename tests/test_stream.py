@@ -537,3 +537,82 @@ def test_every_format_streams_through_its_loader_as_it_loads_whole(
     got = [{k: v for k, v in r.items() if k not in drop} for r in json.loads(streamed.stdout)]
     want = [{k: v for k, v in r.items() if k not in drop} for r in json.loads(whole.stdout)]
     assert got == want
+
+
+@needs_compiled
+@pytest.mark.parametrize("policies", [["lru"], ["lru", "arc", "s3fifo:small_ratio=0.2"]])
+def test_per_request_files_stream_chunk_by_chunk_as_the_whole_load_writes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policies: list[str]
+) -> None:
+    """``--per-request`` no longer forces a whole load: each chunk's rows are appended as
+    it is replayed (7 requests a chunk here), and the files equal, byte for byte, the
+    ones the whole-trace replay writes; no temp file is left beside them."""
+    from prefixlab.workload.loaders import base
+
+    monkeypatch.setattr(base, "CHUNK_REQUESTS", 7)
+    trace, _ = TRACES["chat"]
+    path = tmp_path / "t.jsonl"
+    from prefixlab.workload.loaders.native import write_native
+
+    write_native(trace, path)
+    calls: list[int] = []
+    real = stream.replay_stream
+    monkeypatch.setattr(
+        "prefixlab.cli.replay_stream", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    (tmp_path / "s").mkdir()
+    (tmp_path / "w").mkdir()
+    args = [a for p in policies for a in ("-p", p)] + [
+        "--capacity-blocks",
+        "2000",
+        "--block-tokens",
+        "16",
+        str(path),
+    ]
+    s = runner.invoke(app, ["replay", "--per-request", str(tmp_path / "s" / "r.csv"), *args])
+    w = runner.invoke(app, ["replay", "--per-request", str(tmp_path / "w" / "r.csv"), *args,
+                            "--no-stream"])  # fmt: skip
+    assert s.exit_code == w.exit_code == 0, s.output
+    assert calls == [1], "it did not stream"
+    got = sorted(p.name for p in (tmp_path / "s").iterdir())
+    assert got == sorted(p.name for p in (tmp_path / "w").iterdir())
+    assert len(got) == len(policies) and not any(n.startswith(".") for n in got)
+    for name in got:
+        text = (tmp_path / "s" / name).read_bytes()
+        assert text == (tmp_path / "w" / name).read_bytes()
+        assert text.count(b"\n") == len(trace) + 1  # the header and one row per request
+
+
+@needs_compiled
+def test_a_stream_that_fails_late_leaves_no_per_request_file(tmp_path: Path) -> None:
+    """A bad line late in the file: the streamed run's rows so far are dropped with their
+    temp file, and the whole load names the line; nothing is written."""
+    path = _mooncake(tmp_path / "t.jsonl", 3000)
+    lines = path.read_text().splitlines()
+    lines[2500] = lines[2500].replace('"output_length"', '"output_length": "x", "o"')
+    path.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    res = _cli("-p", "lru", "--capacity-blocks", "50", "--per-request", str(out / "r.csv"),
+               str(path))  # fmt: skip
+    assert res.exit_code == 2 and "t.jsonl:2501:" in res.output
+    assert list(out.iterdir()) == []
+
+
+@needs_compiled
+def test_stream_rows_cover_every_request_once_in_order() -> None:
+    """``on_rows`` gets each chunk's rows, in order, for each policy: together they are the
+    whole replay's per-request hits."""
+    trace, _ = TRACES["agentic"]
+    config = ReplayConfig(capacity_blocks=1500, block_tokens=16)
+    got: dict[int, list[tuple[int, list[int], list[int]]]] = {0: [], 1: []}
+    pols = [make_policy("lru"), make_policy("lecar")]
+    pieces = [(trace.take(np.arange(i, min(i + 9, len(trace)))), 0)
+              for i in range(0, len(trace), 9)]  # fmt: skip
+    replay_stream(iter(pieces), pols, config,
+                  on_rows=lambda i, r0, h, n: got[i].append((r0, h.tolist(), n.tolist())))  # fmt: skip
+    for i, name in enumerate(["lru", "lecar"]):
+        want = replay(trace, name, config)
+        assert [r0 for r0, _, _ in got[i]] == list(range(0, len(trace), 9))
+        assert [x for _, h, _ in got[i] for x in h] == want.hit_tokens.tolist()
+        assert [x for _, _, n in got[i] for x in n] == want.input_tokens.tolist()

@@ -66,30 +66,70 @@ app = typer.Typer(
 )
 
 
-def _write_per_request(path: Path, results: Sequence[ReplayResult | HybridResult]) -> list[Path]:
-    """Per-request CSVs (one per policy), each written to a temp file then renamed."""
-    targets: list[tuple[Path, ReplayResult | HybridResult]] = []
-    if len(results) == 1:
-        targets.append((path, results[0]))
-    else:
-        for res in results:
-            safe = res.policy.replace(":", "_").replace(",", "_").replace("=", "-")
-            targets.append((path.with_name(f"{path.stem}.{safe}{path.suffix or '.csv'}"), res))
-    for target, res in targets:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+class PerRequestFiles:
+    """Per-request CSVs (index,hit_tokens,input_tokens), one per policy: ``path`` itself
+    for one policy, ``<stem>.<policy><suffix>`` beside it for several. Rows are written as
+    they come (a streamed replay hands them a chunk at a time) to temp files beside their
+    targets, renamed by :meth:`close` when the run is complete and removed by
+    :meth:`abort` when it is not, so a failed run leaves no partial file."""
+
+    def __init__(self, path: Path, specs: Sequence[str]) -> None:
+        if not path.parent.resolve().is_dir():
+            raise ConfigError(f"--per-request: folder {path.parent} does not exist")
+        self.targets = [path]
+        if len(specs) > 1:
+            self.targets = []
+            for spec in specs:
+                safe = spec.replace(":", "_").replace(",", "_").replace("=", "-")
+                self.targets.append(path.with_name(f"{path.stem}.{safe}{path.suffix or '.csv'}"))
+        self._tmps: list[str] = []
+        self._files: list[Any] = []
         try:
-            with os.fdopen(fd, "w", newline="") as fh:
-                w = csv.writer(fh)
-                w.writerow(["index", "hit_tokens", "input_tokens"])
-                for i, (h, n) in enumerate(
-                    zip(res.hit_tokens.tolist(), res.input_tokens.tolist(), strict=True)
-                ):
-                    w.writerow([i, h, n])
-            os.replace(tmp, target)
+            for target in self.targets:
+                fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
+                                           suffix=".tmp")  # fmt: skip
+                self._tmps.append(tmp)
+                fh = os.fdopen(fd, "w", newline="")
+                self._files.append((fh, csv.writer(fh)))
+                self._files[-1][1].writerow(["index", "hit_tokens", "input_tokens"])
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            self.abort()
             raise
-    return [t for t, _ in targets]
+
+    def rows(self, i: int, start: int, hits: Any, inputs: Any) -> None:
+        """Policy i's rows for requests start, start + 1, ... (hit and input tokens)."""
+        self._files[i][1].writerows(
+            zip(range(start, start + len(hits)), hits.tolist(), inputs.tolist(), strict=True)
+        )
+
+    def close(self) -> list[Path]:
+        """Every file complete: renamed to its target; returns the targets."""
+        for fh, _ in self._files:
+            fh.close()
+        for tmp, target in zip(self._tmps, self.targets, strict=True):
+            os.replace(tmp, target)
+        self._tmps = []
+        return list(self.targets)
+
+    def abort(self) -> None:
+        """The run failed: its temp files go."""
+        for fh, _ in self._files:
+            fh.close()
+        for tmp in self._tmps:
+            Path(tmp).unlink(missing_ok=True)
+        self._tmps = []
+
+
+def _write_per_request(path: Path, results: Sequence[ReplayResult | HybridResult]) -> list[Path]:
+    """Per-request CSVs of finished runs (one per policy)."""
+    files = PerRequestFiles(path, [res.policy for res in results])
+    try:
+        for i, res in enumerate(results):
+            files.rows(i, 0, res.hit_tokens, res.input_tokens)
+    except BaseException:
+        files.abort()
+        raise
+    return files.close()
 
 
 def _result_table(rows: list[dict[str, Any]]) -> Table:
@@ -179,11 +219,11 @@ def replay_cmd(
     try:
         kwargs = load or {}
         streamed = None
-        if stream and per_request is None:
+        if stream:
             streamed = _replay_streamed(trace, fmt, kwargs, policy, block_tokens, config_for,
-                                        quiet)  # fmt: skip
+                                        quiet, per_request)  # fmt: skip
         if streamed is not None:
-            results, seen = streamed
+            results, seen, written = streamed
             about = (seen.name, seen.num_requests, seen.num_input_tokens)
         else:
             tr = load_shown(trace, fmt, kwargs, quiet)
@@ -197,7 +237,7 @@ def replay_cmd(
                 raise ConfigError(f"--per-request: folder {per_request.parent} does not exist")
             results = each_policy(policies, lambda pol: replay(tr, pol, config), quiet)
             about = (tr.name, len(tr), int(tr.input_length.sum()))
-        written = _write_per_request(per_request, results) if per_request else []
+            written = _write_per_request(per_request, results) if per_request else []
     except PrefixlabError as exc:
         fail(str(exc))
         return
@@ -213,9 +253,11 @@ def _replay_streamed(
     block_tokens: int | None,
     config_for: Callable[[int], ReplayConfig],
     quiet: bool,
-) -> tuple[list[ReplayResult], StreamSummary] | None:
-    """``replay`` of a trace file read in chunks (``runner.stream``), or None when it cannot
-    be streamed: then the caller loads the file whole, which sorts it or names a bad line."""
+    per_request: Path | None = None,
+) -> tuple[list[ReplayResult], StreamSummary, list[Path]] | None:
+    """``replay`` of a trace file read in chunks (``runner.stream``), with the per-request
+    files written as it goes, or None when it cannot be streamed: then the caller loads
+    the file whole, which sorts it or names a bad line."""
     if trace.startswith("gen:"):
         return None
     chunks = iter_chunks(trace, fmt, **kwargs)
@@ -238,14 +280,29 @@ def _replay_streamed(
                 elif advance is not None:  # a loader that cannot tell how far it is
                     advance(0, None, f"{requests:,} requests")
 
-            results, seen = replay_stream(first[1], policies, config, on_chunk)
+            files = None
+            if per_request is not None:
+                files = PerRequestFiles(per_request, [pol.spec() for pol in policies])
+            try:
+                results, seen = replay_stream(
+                    first[1],
+                    policies,
+                    config,
+                    on_chunk,
+                    on_rows=None if files is None else files.rows,
+                )
+            except BaseException:
+                if files is not None:
+                    files.abort()
+                raise
+            written = [] if files is None else files.close()
         except NotStreamable:
             return None
     note = capped_message(seen.num_capped, seen.num_requests, seen.block_tokens,
                           config.min_recompute_tokens)  # fmt: skip
     if note:
         warn(note)
-    return results, seen
+    return results, seen, written
 
 
 def _print_replay(

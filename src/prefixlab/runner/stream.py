@@ -21,9 +21,10 @@ or ghost list orders keys by id). Streamed: the block structure, with the online
 keyed policy without a future column). Not streamed (the whole trace is loaded): offline
 policies (OPT reads every request's next use; lpc-oracle the future of conversations),
 policies that read the trace's own columns (WA, UniCache, LPC: task labels, sessions,
-arrival times), the radix structure (its edges point into the trace's key array),
-per-request output, and files the chunk reader does not accept (then the whole-file loader
-sorts them or names the bad line).
+arrival times), the radix structure (its edges point into the trace's key array), and
+files the chunk reader does not accept (then the whole-file loader sorts them or names the
+bad line). Per-request results are handed out chunk by chunk (``on_rows``), so
+``prefixlab replay --per-request`` streams too: it writes each chunk's rows as they come.
 """
 
 from __future__ import annotations
@@ -101,6 +102,13 @@ class _Run:
     held_blocks: int = 0
     evictions: int = 0
     out: I64 = field(default_factory=lambda: np.zeros(2, np.int64))
+    #: the last chunk's hit tokens per request (what ``on_rows`` is given)
+    chunk_hits: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+#: ``on_rows(policy, first_request, hit_tokens, input_tokens)``: one chunk's per-request
+#: results for the policy at that index
+RowSink = Callable[[int, int, I64, I64], None]
 
 
 def replay_stream(
@@ -109,6 +117,7 @@ def replay_stream(
     config: ReplayConfig,
     on_chunk: Callable[[int, int], None] | None = None,
     parallel: bool = True,
+    on_rows: RowSink | None = None,
 ) -> tuple[list[ReplayResult], StreamSummary]:
     """Replay a trace given as consecutive chunks (each with the bytes read so far) through
     each policy, one pass; returns their results, in order, and what was read.
@@ -116,8 +125,10 @@ def replay_stream(
     Every policy must be :func:`streamable`. ``on_chunk(requests, bytes)`` is called after
     each chunk (progress). ``parallel``: several policies replay each chunk on a thread
     each, up to the number of cores (the same results: their states are separate).
-    Results have no per-request detail (``hit_tokens`` is empty). Raises NotStreamable
-    from the chunk reader (nothing is returned then)."""
+    Results hold no per-request detail (``hit_tokens`` is empty): ``on_rows(i, r0, hits,
+    inputs)`` receives each chunk's instead, for policy i, from request r0 on, in order
+    (the CLI writes them to files as they come). Raises NotStreamable from the chunk
+    reader (nothing is returned then; rows already given belong to a run that failed)."""
     config.validate()
     for pol in policies:
         if not streamable(pol, config):
@@ -149,7 +160,12 @@ def replay_stream(
             if not runs:
                 runs = [_start(pol, config.capacity_blocks, layout.block_tokens)
                         for pol in policies]  # fmt: skip
+            r0 = seen.num_requests
             _step(runs, chunk, layout, seen, config, pool)
+            if on_rows is not None:
+                inputs = chunk.input_length.astype(np.int64, copy=False)
+                for i, run in enumerate(runs):
+                    on_rows(i, r0, run.chunk_hits, inputs)
             if on_chunk is not None:
                 on_chunk(seen.num_requests, nbytes)
     except CapacityError:
@@ -249,6 +265,7 @@ def _chunk(run: _Run, keys: I64, layout: BlockLayout, r0: int, config: ReplayCon
                  layout.num_blocks_held, r0, config.max_free_blocks, hit_tokens, hit_blocks,
                  run.out)  # fmt: skip
     run.elapsed_s += time.perf_counter() - start
+    run.chunk_hits = hit_tokens
     run.hit_tokens += int(hit_tokens.sum())
     run.hit_blocks += int(hit_blocks.sum())
     run.lookup_blocks += int(layout.num_lookup_blocks.sum())
