@@ -71,26 +71,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=2_000_000)
     ap.add_argument("--capacity-blocks", type=int, default=20_000)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--policies", default="lru",
+                    help="comma-separated; each gets a streamed and a --no-stream row (opt "
+                    "streams with its next-use pass)")  # fmt: skip
     args = ap.parse_args(argv)
-    prefixlab = [sys.executable, "-m", "prefixlab", "replay", "-f", "mooncake", "-p", "lru",
-                 "--capacity-blocks", str(args.capacity_blocks)]  # fmt: skip
+    base = [sys.executable, "-m", "prefixlab", "replay", "-f", "mooncake",
+            "--capacity-blocks", str(args.capacity_blocks)]  # fmt: skip
     ref = [sys.executable, "-c",
            "import sys; sys.path.insert(0, sys.argv[1]); "
            "from vllm_pool_ref import replay_mooncake; replay_mooncake(sys.argv[2], "
            "int(sys.argv[3]), 512)",
            str(ROOT / "tests" / "reference")]  # fmt: skip
     print(f"{'requests':>10}  {'command':<42}{'wall s':>8}{'req/s':>12}{'x ref':>7}{'peak MB':>9}")
+    names = [x for x in args.policies.split(",") if x]
     with tempfile.TemporaryDirectory() as tmp:
         for n in (args.requests // 4, args.requests):
             path = Path(tmp) / f"trace{n}.jsonl"
             write_trace(path, n)
             p = str(path)
-            rows = [
-                ("reference (pure Python, json.loads)", [*ref, p, str(args.capacity_blocks)]),
-                ("prefixlab replay -p lru (streamed)", [*prefixlab, p]),
-                ("prefixlab replay -p lru --no-stream", [*prefixlab, p, "--no-stream"]),
-                ("prefixlab replay -p lru --sample 1.0", [*prefixlab, p, "--sample", "1.0"]),
-            ]
+            rows = [("reference (pure Python, json.loads)", [*ref, p, str(args.capacity_blocks)])]
+            for name in names:
+                cmd = [*base, "-p", name, p]
+                rows.append((f"prefixlab replay -p {name} (streamed)", cmd))
+                rows.append((f"prefixlab replay -p {name} --no-stream", [*cmd, "--no-stream"]))
+            if "lru" in names:
+                rows.append(("prefixlab replay -p lru --sample 1.0",
+                             [*base, "-p", "lru", p, "--sample", "1.0"]))  # fmt: skip
             ref_wall = 0.0
             for label, cmd in rows:
                 wall, rss = min((run(cmd) for _ in range(args.repeat)), key=lambda x: x[0])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import tempfile
 import threading
 import tracemalloc
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -40,7 +41,8 @@ from tests.test_fast import TRACES  # chat, agentic, and one heavy in duplicate 
 pytestmark = pytest.mark.skipif(not _fast.HAVE_NUMBA, reason="numba (the 'fast' extra) absent")
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "mooncake"
 STREAMED = ["vllm", "lru", "fifo", "sieve", "sglang-lru", "hashtable", "lfu", "mru", "arc",
-            "s3fifo", "lecar", "s3fifo:small_ratio=0.3,move_to_main_threshold=2", "lecar:seed=3"]  # fmt: skip
+            "s3fifo", "lecar", "s3fifo:small_ratio=0.3,move_to_main_threshold=2", "lecar:seed=3",
+            "opt"]  # fmt: skip
 runner = CliRunner()
 
 
@@ -174,7 +176,7 @@ CONFIGS = {
 
 @pytest.mark.parametrize("name", sorted(TRACES))
 @pytest.mark.parametrize("conf", sorted(CONFIGS))
-@pytest.mark.parametrize("policy", [*STREAMED, "custom"])
+@pytest.mark.parametrize("policy", [*STREAMED, "custom", "custom-next-use", "nearest-use"])
 def test_stream_equals_whole_replay(name: str, conf: str, policy: str) -> None:
     trace, bt = TRACES[name]
     kw = dict(CONFIGS[conf])
@@ -183,7 +185,11 @@ def test_stream_equals_whole_replay(name: str, conf: str, policy: str) -> None:
     cfg = ReplayConfig(capacity_blocks=int(held.max() * scale) + 1, block_tokens=bt, **kw)
 
     def make() -> Any:
-        return OldestShallowFirst() if policy == "custom" else make_policy(policy)
+        if policy == "nearest-use":
+            return NearestUseFirst()
+        if policy.startswith("custom"):
+            return NextUseFirst() if policy == "custom-next-use" else OldestShallowFirst()
+        return make_policy(policy)
 
     want = replay(trace, make(), cfg)
     got, seen = replay_stream(_chunks(trace, 37), [make()], cfg)
@@ -260,10 +266,20 @@ def test_parallel_policies_report_the_first_that_cannot_fit() -> None:
 
 
 class NextUseFirst(KeyedPolicy):
-    """A third-party keyed policy reading the future: not streamable."""
+    """A third-party keyed policy reading the future (next use, then the oldest): streamed
+    with the next-use pass, as OPT is."""
 
     name = "test-next-use"
-    sort_key = (("next_use", -1),)
+    sort_key = (("next_use", -1), ("created", 1))
+
+
+class NearestUseFirst(KeyedPolicy):
+    """Evicts the block needed soonest (a perverse rule, but one that evicts a key's first
+    holder before its duplicate holders, which are never used: each promotion re-ranks an
+    evictable duplicate by the key's next use, what the stream's notes must give)."""
+
+    name = "test-nearest-use"
+    sort_key = (("next_use", 1), ("depth", -1))
 
 
 def test_a_repeated_key_is_an_error_and_an_empty_stream_a_zero_result() -> None:
@@ -287,15 +303,14 @@ def test_a_repeated_key_is_an_error_and_an_empty_stream_a_zero_result() -> None:
 
 def test_what_cannot_be_streamed() -> None:
     block = ReplayConfig(capacity_blocks=10)
-    for spec in ("opt", "wa", "wa-atc25", "unicache", "lpc-oracle"):  # future, or trace columns
+    for spec in ("wa", "wa-atc25", "unicache", "lpc-oracle"):  # trace columns, conversations
         assert not streamable(make_policy(spec), block), spec
-    for spec in ("lru", "arc", "s3fifo", "lecar"):
+    for spec in ("lru", "arc", "s3fifo", "lecar", "opt"):
         assert streamable(make_policy(spec), block), spec
-    assert streamable(OldestShallowFirst(), block)
-    assert not streamable(NextUseFirst(), block)
+    assert streamable(OldestShallowFirst(), block) and streamable(NextUseFirst(), block)
     assert not streamable(make_policy("lru", "radix"), ReplayConfig(10, structure="radix"))
     with pytest.raises(ValueError, match="cannot be streamed"):
-        replay_stream(iter([]), [make_policy("opt")], block)
+        replay_stream(iter([]), [make_policy("wa")], block)
 
 
 def test_stream_capacity_error_names_the_request_as_the_whole_replay_does() -> None:
@@ -616,3 +631,77 @@ def test_stream_rows_cover_every_request_once_in_order() -> None:
         assert [r0 for r0, _, _ in got[i]] == list(range(0, len(trace), 9))
         assert [x for _, h, _ in got[i] for x in h] == want.hit_tokens.tolist()
         assert [x for _, _, n in got[i] for x in n] == want.input_tokens.tolist()
+
+
+@settings(max_examples=150, deadline=None)
+@example(  # a promoted duplicate's rank needs the note of the lookup that missed it
+    [
+        ([9, 0, 1, 2], 0),
+        ([0], 0),
+        ([0], 0),
+        ([0], 0),
+        ([0, 1, 2], 0),
+        ([3, 2, 0], 0),
+        ([0], 0),
+        ([0, 9, 1], 0),
+    ],
+    5,
+    1,
+    "nearest-use",
+)
+@given(
+    st.lists(
+        st.tuples(st.lists(st.integers(0, 9), min_size=1, max_size=5, unique=True),
+                  st.integers(0, 40)),
+        min_size=1, max_size=30,
+    ),
+    st.integers(0, 6),
+    st.integers(1, 8),
+    st.sampled_from(["opt", "custom-next-use", "nearest-use"]),
+)  # fmt: skip
+def test_streamed_next_use_equals_whole_replay_on_any_stream(
+    rows: list[tuple[list[int], int]], spare: int, chunk: int, policy: str
+) -> None:
+    """Property: OPT (and a third-party policy ranking by next use) streamed, with next
+    uses from the stream's own pass and its notes for promoted duplicate holders, gives
+    the whole replay's hits and evictions on any stream of hash-form requests (ids from a
+    small alphabet, so that lookups stop early and duplicate holders abound), cut into
+    chunks of any size, at any capacity from the largest request up."""
+    reqs = [Request(float(i), 16 * len(ids) - 1, out + 1, hash_ids=ids, hashed_tokens=16 * len(ids))
+            for i, (ids, out) in enumerate(rows)]  # fmt: skip
+    trace = Trace.from_requests(reqs, block_tokens=16)
+    held = trace.block_layout(16).num_blocks_held
+    cfg = ReplayConfig(capacity_blocks=int(held.max()) + spare, block_tokens=16)
+
+    def make() -> Any:
+        if policy == "nearest-use":
+            return NearestUseFirst()
+        return NextUseFirst() if policy == "custom-next-use" else make_policy(policy)
+
+    want = replay(trace, make(), cfg)
+    got, _ = replay_stream(_chunks(trace, chunk), [make()], cfg)
+    assert got[0].metrics == want.metrics
+
+
+def test_the_next_use_pass_gives_the_whole_traces_next_uses() -> None:
+    """The stream's backward pass over spilled chunks (a table of each key's earliest
+    lookup so far) writes, chunk by chunk, what ``next_use_at`` computes on the whole
+    layout."""
+    from prefixlab.policies.opt import next_use_at
+
+    trace, bt = TRACES["dups"]
+    want = next_use_at(trace.block_layout(bt))
+    for size in (1, 5, 37, len(trace)):
+        got = []
+        pieces = (
+            (chunk.name, nbytes, chunk.block_layout(bt, intern=False))
+            for chunk, nbytes in _chunks(trace, size)
+        )
+        facts = ((stream._Facts(name, np.zeros(int(lay.key_offsets.shape[0]) - 1, np.int64),
+                                np.zeros(0, np.int64), 0), 0, lay)
+                 for name, _, lay in pieces)  # fmt: skip
+        with tempfile.TemporaryDirectory() as tmp:
+            for _, _, lay, nu in stream._with_next_uses(iter(facts), Path(tmp), None):
+                assert nu is not None and nu.shape[0] == lay.raw_keys.shape[0]
+                got.append(nu)
+        assert np.array_equal(np.concatenate(got), want), size

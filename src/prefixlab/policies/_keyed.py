@@ -251,13 +251,28 @@ class KeyedPolicy(EvictionPolicy):
     """Base of the keyed policies: evict the smallest ``sort_key``, ties by evictable order."""
 
     sort_key: ClassVar[tuple[tuple[str, int], ...]] = (("last_access", 1),)
+    #: every key's lookups (``prepare``; placeholders when the sort key has no next use)
+    occ_start: I64
+    occ_req: I64
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if any(c == "next_use" for c, _ in cls.sort_key):
+            cls.needs_future = True  # the runners hand it the trace's layout (prepare)
+
+    def prepare(self, future: Any) -> None:
+        """Ranking by ``next_use``: every key's lookups, from the trace's block layout."""
+        if any(c == "next_use" for c, _ in self.sort_key):
+            from prefixlab.policies.opt import occurrences
+
+            self.occ_start, self.occ_req = occurrences(future)
 
     def bind(self, view: EntryView) -> None:
         super().bind(view)
         self.cols, self.signs = key_columns(self.sort_key)
         if not hasattr(self, "occ_start"):
-            self.occ_start: I64 = np.zeros(1, np.int64)
-            self.occ_req: I64 = np.zeros(0, np.int64)
+            self.occ_start = np.zeros(1, np.int64)
+            self.occ_req = np.zeros(0, np.int64)
         n = view.num_entries
         self._hk = np.zeros((n, 4), np.float64)
         self._he = np.zeros(n, np.int64)

@@ -82,11 +82,10 @@ def _next_use_at(keys: I64, offs: I64, num_lookup: I64, num_keys: int) -> npt.ND
 class OPT(KeyedPolicy):
     """Belady's offline optimum, prefix-aware: farthest next use first, deepest on ties."""
 
-    needs_future = True
     sort_key = (("next_use", -1), ("depth", -1), ("primary", 1))
 
     def prepare(self, future: BlockLayout) -> None:
-        self.occ_start, self.occ_req = occurrences(future)
+        super().prepare(future)
         self._future = future
         self._next_use_pos: npt.NDArray[np.float64] | None = None
 

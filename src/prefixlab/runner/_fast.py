@@ -144,7 +144,34 @@ def engine_code(pol: EvictionPolicy) -> int:
 
 # A key's holders: row k of chains[0:2] is its (first, last) holder; rows 2, 3 link the
 # holders (previous, next), by block. Indexed in place: a slice per call would cost the
-# kernel an array view (two atomic reference-count updates) per block.
+# kernel an array view (two atomic reference-count updates) per block. Row 4, by key: a
+# streamed keyed policy's next use of the key as last noted (NOTED_NEVER: none), which a
+# promoted duplicate holder is ranked by (see :func:`note_next_uses`).
+NOTED_NEVER = -1
+
+
+@jit(inline=True)
+def _noted(nu: float) -> int:
+    return int(nu) if nu < np.inf else NOTED_NEVER
+
+
+@jit(nrt=False)
+def note_next_uses(state: Any, keys: Any, k0: int, lo_: int, hi: int, nu_pos: Any) -> None:
+    """A streamed keyed policy (next uses from a column, no occurrence lists) notes the
+    next use of the keys keys[k0 + lo_:k0 + hi] that have holders: the lookups the request
+    missed, before its evictions. With the notes its releases make (the next use of every
+    key it held), a key's note is then its first lookup after the current request whenever
+    an eviction promotes one of its duplicate holders: a key last held by request r* is
+    looked up by no request after r* and before its next use, or that request would have
+    noted it; and a request that looks the key up but misses it noted it here."""
+    chains, ktab = state[5], state[24]
+    raw = ktab.shape[0] > 1
+    for j in range(lo_, hi):
+        s = ktab[_kcell(ktab, keys[k0 + j]), 1] if raw else keys[k0 + j]
+        if s >= 0:
+            chains[4, s] = _noted(nu_pos[k0 + j])
+
+
 @jit(inline=True)
 def _chain_remove(chains: Any, b: int, k: int) -> None:
     p, q = chains[2, b], chains[3, b]
@@ -243,7 +270,7 @@ def kernel_state(
         np.zeros(1, np.int64),  # lo: no list below this one holds a block
         np.zeros(capacity, np.int64),  # ref
         np.full(capacity, -1, np.int64),  # bkey
-        np.full((4, max(num_keys, capacity)), -1, np.int64),  # chains
+        np.full((5, max(num_keys, capacity)), -1, np.int64),  # chains
         np.full(capacity, -1, np.int64),  # stamp
         np.empty(4 * capacity + 64, np.int64),  # qb
         np.empty(4 * capacity + 64, np.int64),  # qs
@@ -282,7 +309,7 @@ def widen_slots(state: tuple[Any, ...], num_slots: int) -> tuple[Any, ...]:
     if num_slots <= old:
         return state
     if chains.shape[1] < num_slots:
-        more = np.full((4, num_slots - chains.shape[1]), -1, np.int64)
+        more = np.full((chains.shape[0], num_slots - chains.shape[1]), -1, np.int64)
         st[5] = np.concatenate((chains, more), axis=1)
     st[25] = np.concatenate((skey, np.zeros(num_slots - old, np.int64)))
     nfree = int(sc[4])
@@ -576,6 +603,8 @@ def release_blocks(state: Any, blocks: Any, nh: int, r: int, nu_pos: Any, k0: in
             sq_push(qb, qs, stamp, qstate, b)
         elif policy == KEYED:
             nu = nu_pos[k0 + i] if nu_pos.shape[0] else np.nan
+            if nu == nu and occ_start.shape[0] <= 1:  # streamed: note the key's next use
+                state[5][4, bkey[b]] = _noted(nu)
             entry_key(cols, signs, b, la, nhits, depth, created, primary, bkey, occ_start,
                       occ_req, r, kbuf, nu)  # fmt: skip
             heap_set(hk, he, hpos, hn, b, kbuf[0], kbuf[1], kbuf[2], float(sc[0]))
@@ -681,6 +710,8 @@ def block_kernel(
             break
         pin_hits(state, blocks, h, now, pp, ist, fst)
         announce_misses(state, keys, k0, h, nk, pp, ist, fst)
+        if policy == KEYED and nu_pos.shape[0] and occ_start.shape[0] <= 1:
+            note_next_uses(state, keys, k0, h, nl, nu_pos)
         take_blocks(state, need, blocks, h, r, pp, ist, fst, victims)
         commit_blocks(state, blocks, keys, k0, h, nk, now, pp, ist, fst)
         release_blocks(state, blocks, nh, r, nu_pos, k0, max_free, pp, ist, fst, released,
@@ -729,8 +760,11 @@ def _evict(n: int, state: Any, victims: Any, r: int, pp: Any, ist: Any, fst: Any
         if raw and policy != ARRAY and chains[0, k] < 0:  # (ghosts: sweep_slots frees)
             _kfree(ktab, skey, sfree, sc, k)
         if up >= 0 and policy == KEYED and hpos[up] >= 0 and ref[up] == 0:  # on_update
+            nu = np.nan  # next use after r: from the occurrence lists, or streamed, noted
+            if occ_start.shape[0] <= 1:
+                nu = np.inf if chains[4, k] == NOTED_NEVER else float(chains[4, k])
             entry_key(cols, signs, up, la, nhits, depth, created, primary, bkey, occ_start,
-                      occ_req, r, kbuf)  # fmt: skip
+                      occ_req, r, kbuf, nu)  # fmt: skip
             heap_set(hk, he, hpos, hn, up, kbuf[0], kbuf[1], kbuf[2], hk[hpos[up], 3])
         elif up >= 0 and policy == ARRAY:  # a promoted duplicate: re-rank it (on_update)
             hook(acode, ist, fst, UPDATE, up, -1, bkey, depth, rng, aux)

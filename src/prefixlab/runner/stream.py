@@ -17,36 +17,47 @@ come: peak memory does not grow with the trace (tested, and measured in
 Same results as the whole-trace replay, bit for bit (tested): the kernel is the same code,
 and a policy that can be streamed reads nothing a slot number would change (no sort key
 or ghost list orders keys by id). Streamed: the block structure, with the online policies
-(vllm, lru, fifo, sieve, sglang-lru, hashtable, lfu, mru, arc, s3fifo, lecar, any plain
-keyed policy without a future column). Not streamed (the whole trace is loaded): offline
-policies (OPT reads every request's next use; lpc-oracle the future of conversations),
-policies that read the trace's own columns (WA, UniCache, LPC: task labels, sessions,
-arrival times), the radix structure (its edges point into the trace's key array), and
-files the chunk reader does not accept (then the whole-file loader sorts them or names the
-bad line). Per-request results are handed out chunk by chunk (``on_rows``), so
-``prefixlab replay --per-request`` streams too: it writes each chunk's rows as they come.
+(vllm, lru, fifo, sieve, sglang-lru, hashtable, lfu, mru, arc, s3fifo, lecar, any keyed
+policy of one's own) and offline OPT (or a keyed policy ranking by ``next_use``): for
+those the chunks are spilled to a temp folder as they are read, a backward pass over them
+writes every key position's next use beside each (:func:`_with_next_uses`: a table of
+each key's earliest later lookup, one entry per distinct key looked up), and the replay
+reads them back in order, each chunk with its next-use column; a duplicate holder that an
+eviction promotes is ranked by its key's next use as the kernel noted it
+(:func:`prefixlab.runner._fast.note_next_uses`), where the whole replay searches the
+trace's occurrence lists. Not streamed (the whole trace is loaded): lpc-oracle (the
+future of conversations), policies that read the trace's own columns (WA, UniCache, LPC:
+task labels, sessions, arrival times), the radix structure (its edges point into the
+trace's key array), and files the chunk reader does not accept (then the whole-file loader
+sorts them or names the bad line). Per-request results are handed out chunk by chunk
+(``on_rows``), so ``prefixlab replay --per-request`` streams too: it writes each chunk's
+rows as they come.
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from prefixlab._jit import jit
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.metrics.replay import hit_summary
 from prefixlab.policies._arrays import GSEQ0, K0, K1, grow_state
 from prefixlab.policies._keyed import KeyedPolicy
 from prefixlab.policies.base import EvictionPolicy
 from prefixlab.runner import _fast
+from prefixlab.runner._fast import _kcell, _rehash
 from prefixlab.runner.replay import (
     ReplayConfig,
     ReplayResult,
@@ -64,17 +75,22 @@ I64 = npt.NDArray[np.int64]
 
 
 def streamable(pol: EvictionPolicy, config: ReplayConfig) -> bool:
-    """Whether a streamed replay runs ``pol`` under ``config`` (see the module's docstring)."""
-    if isinstance(pol, KeyedPolicy) and "next_use" in (c for c, _ in pol.sort_key):
-        return False  # a future column (the whole replay's keyed path computes it)
+    """Whether a streamed replay runs ``pol`` under ``config`` (see the module's docstring).
+    A keyed policy reads the future only through its sort key's ``next_use`` column,
+    which the stream computes in a pass of its own (:func:`wants_next_use`)."""
     return (
         _fast.HAVE_NUMBA
         and config.structure == "block"
         and _fast.kernel_code(pol) >= 0
-        and not pol.needs_future
+        and (not pol.needs_future or isinstance(pol, KeyedPolicy))
         and not pol.needs_trace
         and pol.reserved_bytes <= 0
     )
+
+
+def wants_next_use(pol: EvictionPolicy) -> bool:
+    """Whether ``pol`` ranks by next use (OPT): the stream then reads the trace twice."""
+    return isinstance(pol, KeyedPolicy) and any(c == "next_use" for c, _ in pol.sort_key)
 
 
 # ----------------------------------------------------------------------------- replay
@@ -137,7 +153,7 @@ def replay_stream(
     runs: list[_Run] = []
     seen = StreamSummary()
 
-    def laid_out() -> Iterator[tuple[Trace, int, BlockLayout]]:
+    def laid_out() -> Iterator[tuple[_Facts, int, BlockLayout]]:
         r0 = 0
         for chunk, nbytes in chunks:
             layout = chunk.block_layout(
@@ -148,25 +164,40 @@ def replay_stream(
             if bad >= 0:  # what interning checks on the whole trace (a key names a prefix)
                 raise ConfigError(f"request {r0 + bad}: a block key appears twice in one sequence")
             r0 += len(chunk)
-            yield chunk, nbytes, layout if config.prefix_caching else without_lookups(layout)
+            facts = _Facts(
+                chunk.name, chunk.input_length.astype(np.int64, copy=False),
+                chunk.output_length.astype(np.int64, copy=False),
+                capped_requests(chunk, layout.block_tokens, config.min_recompute_tokens),
+            )  # fmt: skip
+            yield facts, nbytes, layout if config.prefix_caching else without_lookups(layout)
 
     affinity = getattr(os, "sched_getaffinity", None)  # the cores this process may use
     cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
     workers = min(len(policies), cores) if parallel else 1
     pool = ThreadPoolExecutor(workers, "prefixlab-policy") if workers > 1 else None
-    items = read_ahead(laid_out())
+    read = read_ahead(laid_out())
+    future = None
+    items: Iterator[tuple[_Facts, int, BlockLayout, npt.NDArray[np.float64] | None]]
+    if any(wants_next_use(pol) for pol in policies):
+        future = tempfile.TemporaryDirectory(prefix="prefixlab-next-use-")
+        items = _with_next_uses(read, Path(future.name), on_chunk)
+    else:
+        items = ((facts, nbytes, layout, None) for facts, nbytes, layout in read)
     try:
-        for chunk, nbytes, layout in items:
+        for chunk, nbytes, layout, nu in items:
             if not runs:
                 runs = [_start(pol, config.capacity_blocks, layout.block_tokens)
                         for pol in policies]  # fmt: skip
+            for run in runs:
+                if nu is not None and wants_next_use(run.prep.policy):
+                    run.prep.nu_pos = nu
             r0 = seen.num_requests
             _step(runs, chunk, layout, seen, config, pool)
             if on_rows is not None:
                 inputs = chunk.input_length.astype(np.int64, copy=False)
                 for i, run in enumerate(runs):
                     on_rows(i, r0, run.chunk_hits, inputs)
-            if on_chunk is not None:
+            if on_chunk is not None and future is None:
                 on_chunk(seen.num_requests, nbytes)
     except CapacityError:
         # Read on (no replay): a later chunk the reader does not accept means the file must
@@ -176,17 +207,33 @@ def replay_stream(
         raise
     finally:
         items.close()
+        read.close()
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+        if future is not None:
+            future.cleanup()
     if not runs:  # nothing was read
         bt = config.block_tokens or 1
         runs = [_start(pol, config.capacity_blocks, bt) for pol in policies]
     return [_finish(run, config, seen) for run in runs], seen
 
 
+@dataclass(slots=True)
+class _Facts:
+    """What the runner reads of a chunk besides its layout (all a spilled chunk keeps)."""
+
+    name: str
+    input_length: I64
+    output_length: I64
+    num_capped: int
+
+    def __len__(self) -> int:
+        return int(self.input_length.shape[0])
+
+
 def _step(
     runs: list[_Run],
-    chunk: Trace,
+    chunk: _Facts,
     layout: BlockLayout,
     seen: StreamSummary,
     config: ReplayConfig,
@@ -223,13 +270,101 @@ def _step(
     seen.block_tokens = layout.block_tokens
     seen.num_requests += n
     seen.num_input_tokens += int(chunk.input_length.sum())
-    seen.num_capped += capped_requests(chunk, layout.block_tokens, config.min_recompute_tokens)
+    seen.num_capped += chunk.num_capped
 
 
 def _start(pol: EvictionPolicy, capacity: int, block_tokens: int) -> _Run:
     array = _fast.kernel_code(pol) == _fast.ARRAY
     slots = 2 * capacity + FIRST_SPARE_SLOTS if array else capacity
-    return _Run(_fast.Prepared(pol, capacity, block_tokens, slots, 2, raw_keys=True))
+    prep = _fast.Prepared(pol, capacity, block_tokens, slots, 2, raw_keys=True)
+    # no occurrence lists (a policy prepared on a whole trace would bring its own): the
+    # kernel then takes next uses from the column and its notes (_fast.note_next_uses)
+    prep.occ_start, prep.occ_req = np.zeros(1, np.int64), np.zeros(0, np.int64)
+    prep.nu_pos = np.zeros(0, np.float64)
+    return _Run(prep)
+
+
+# ----------------------------------------------------------------------------- next uses
+_LAYOUT_FIELDS = ("raw_keys", "key_offsets", "num_lookup_blocks", "lookup_end_tokens",
+                  "num_blocks_held")  # fmt: skip
+
+
+def _with_next_uses(
+    items: Iterator[tuple[_Facts, int, BlockLayout]],
+    folder: Path,
+    on_chunk: Callable[[int, int], None] | None,
+) -> Generator[tuple[_Facts, int, BlockLayout, npt.NDArray[np.float64] | None], None, None]:
+    """The chunks again, each with the next use of every key position (the first later
+    request that looks its key up; inf: none), as :func:`prefixlab.policies.opt.next_use_at`
+    gives the whole trace's. Three passes: the chunks are read (progress reported as they
+    are) and spilled to ``folder`` (their layouts and the facts the runner reads); walked
+    from the last to the first with a table of each key's earliest lookup so far, which
+    writes each chunk's next uses beside it; then handed out in order. Memory: one chunk,
+    and the table (one cell pair per distinct key looked up, at most half full); disk:
+    about 16 bytes per key position and 40 per request."""
+    count = requests = 0
+    for facts, nbytes, layout in items:
+        np.savez(folder / f"{count}.npz", input_length=facts.input_length,
+                 output_length=facts.output_length,
+                 meta=np.array([facts.num_capped, layout.block_tokens], np.int64),
+                 **{f: getattr(layout, f) for f in _LAYOUT_FIELDS})  # fmt: skip
+        (folder / f"{count}.name").write_text(facts.name)
+        count += 1
+        requests += len(facts)
+        if on_chunk is not None:
+            on_chunk(requests, nbytes)
+    table = np.full((16, 2), -1, np.int64)  # key -> earliest lookup so far (from the end)
+    used = 0
+    starts = []
+    r0 = 0
+    for i in range(count):  # each chunk's first request
+        with np.load(folder / f"{i}.npz") as z:
+            starts.append(r0)
+            r0 += int(z["input_length"].shape[0])
+    for i in range(count - 1, -1, -1):
+        with np.load(folder / f"{i}.npz") as z:
+            keys = z["raw_keys"].view(np.int64)
+            need = used + int(z["num_lookup_blocks"].sum())
+            if 2 * need > table.shape[0]:
+                table = _rehash(table, 1 << int(2 * need - 1).bit_length())
+            nu, added = _next_use_back(keys, z["key_offsets"], z["num_lookup_blocks"], starts[i],
+                                       table)  # fmt: skip
+            used += added
+        np.save(folder / f"{i}.nu.npy", nu)
+    del table
+    for i in range(count):
+        with np.load(folder / f"{i}.npz") as z:
+            num_capped, block_tokens = (int(v) for v in z["meta"])
+            facts = _Facts((folder / f"{i}.name").read_text(), z["input_length"],
+                           z["output_length"], num_capped)  # fmt: skip
+            arrays = {f: z[f] for f in _LAYOUT_FIELDS}
+        layout = BlockLayout(block_tokens=block_tokens, keys=np.zeros(0, np.int64),
+                             num_distinct_keys=0, **arrays)  # fmt: skip
+        yield facts, 0, layout, np.load(folder / f"{i}.nu.npy")
+
+
+@jit(nogil=True)
+def _next_use_back(
+    keys: I64, offs: I64, num_lookup: I64, r0: int, table: I64
+) -> tuple[npt.NDArray[np.float64], int]:
+    """One chunk's next uses, its requests walked last to first (r0: its first request's
+    index): each position gets its key's earliest lookup after its request so far, then
+    the request's lookups become their keys' earliest. Returns them and how many keys
+    entered the table (which the caller keeps at most half full)."""
+    out = np.empty(keys.shape[0], np.float64)
+    added = 0
+    for r in range(offs.shape[0] - 2, -1, -1):
+        k0 = offs[r]
+        for j in range(offs[r + 1] - k0):
+            c = _kcell(table, keys[k0 + j])
+            out[k0 + j] = table[c, 1] if table[c, 1] >= 0 else np.inf
+        for j in range(num_lookup[r]):
+            c = _kcell(table, keys[k0 + j])
+            if table[c, 1] < 0:
+                table[c, 0] = keys[k0 + j]
+                added += 1
+            table[c, 1] = r0 + r
+    return out, added
 
 
 #: an array-state policy starts with twice its capacity in slots plus these (its ghost
