@@ -62,7 +62,12 @@ def jit(*, inline: bool = False, nrt: bool = True, nogil: bool = False) -> Calla
     ``inline=True`` inlines it into compiled callers (small hot helpers). ``nrt=False``
     compiles it without numba's reference counting, for functions that allocate nothing
     (every array they see is their caller's): a call then costs no atomic increments and
-    decrements of its array arguments, which dominated the array policies' hooks.
+    decrements of its array arguments, which dominated the array policies' hooks. Such a
+    function is also marked for LLVM to inline into its compiled callers (numba's
+    ``forceinline``, LLVM's ``alwaysinline``; numba's own ``inline="always"`` works on its
+    IR and costs far more compile time): otherwise every call passes each array as a
+    struct of about nine words, on the stack past the sixth, which was most of a hook's
+    cost (see docs/benchmarks.md).
     ``nogil=True`` releases the GIL while it runs (a streamed replay parses the next chunk
     on another thread meanwhile)."""
 
@@ -87,6 +92,7 @@ def _compile_one(fn: Callable[..., Any], options: dict[str, Any]) -> Callable[..
     flags: dict[str, Any] = {"cache": True}
     if not options.get("nrt", True):
         flags["_nrt"] = False  # numba's own name for it
+        flags["forceinline"] = True  # LLVM's alwaysinline: callers inline it
     if options.get("nogil"):
         flags["nogil"] = True
     compiled: Callable[..., Any] = njit(**flags)(fn)
