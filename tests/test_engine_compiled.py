@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from prefixlab.errors import CapacityError, ConfigError
-from prefixlab.model.timing import make_timing
+from prefixlab.model.timing import TimingModel, make_timing
 from prefixlab.policies.base import make_policy
 from prefixlab.policies.opt_online import OPTOnline
 from prefixlab.runner import _fast
@@ -51,8 +51,10 @@ def assert_same(a: EngineResult, b: EngineResult) -> None:
     assert a.num_steps == b.num_steps and a.policy == b.policy and a.timing == b.timing
 
 
-def both(trace: Trace, policy: str, cfg: EngineConfig, timing: str = TIMING) -> EngineResult:
-    t = make_timing(timing)
+def both(
+    trace: Trace, policy: str, cfg: EngineConfig, timing: str | TimingModel = TIMING
+) -> EngineResult:
+    t = make_timing(timing) if isinstance(timing, str) else timing
     fast = simulate(trace, policy, cfg, t)
     ref = simulate(trace, policy, cfg, t, fast=False)
     assert_same(fast, ref)
@@ -116,10 +118,44 @@ def test_single_row_table(tmp_path: Path) -> None:
          f"table:path={csv}")  # fmt: skip
 
 
-def test_roofline_and_observers_take_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert sim.timing_codes(make_timing("roofline", model="llama-3.1-8b", gpu="h100")) is None
-    assert sim.timing_codes(make_timing("power:preset=llama-3.1-8b-h100+roofline",
-                                        model="llama-3.1-8b", gpu="h100")) is None  # fmt: skip
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "mixtral-8x7b", "jamba-1.5-mini"])
+@pytest.mark.parametrize(
+    "spec", ["roofline", "power:preset=llama-3.1-8b-h100+roofline",
+             "roofline:mfu=0.4,mbu=0.6+tpot:s=0.02"],
+)  # fmt: skip
+def test_roofline_runs_compiled_with_the_references_times(model: str, spec: str) -> None:
+    """A roofline (alone, pricing the mixed step; as the decode under a power law; as the
+    prefill under a TPOT) runs in the compiled engine with the reference's step times to
+    the bit: dense, MoE (experts touched per step, in expectation) and hybrid models."""
+    t = make_timing(spec, model=model, gpu="h100")
+    codes = sim.timing_codes(t)
+    assert codes is not None and codes[0][2] == (spec == "roofline")
+    cfg = EngineConfig(capacity_blocks=900, block_tokens=16, max_num_batched_tokens=512)
+    res = both(_mix(120), "lru", cfg, t)
+    assert res.metrics["makespan_s"] > 0
+
+
+def test_roofline_step_by_hand() -> None:
+    """The kernel's roofline against Roofline.step_s on one mixed step of an MoE model:
+    two chunks (300 new after 0, 200 new after 1,000 cached) and three decodes."""
+    from prefixlab.runner.engine import _kernel as K
+
+    t = make_timing("roofline", model="mixtral-8x7b", gpu="h100")
+    tcode, tpar, tt, ts = sim.timing_codes(t)  # type: ignore[misc]
+    cn, cc = np.array([300, 200]), np.array([0, 1000])
+    dctx = np.array([50, 4000, 7])
+    want = t.step_s([(300, 0, 0), (200, 1000, 1000)], [50, 4000, 7])
+    assert K.step_seconds(tcode, tpar, tt, ts, cn, cc, cc, 2, 3, dctx) == want
+    assert K.step_seconds(tcode, tpar, tt, ts, cn, cc, cc, 0, 3, dctx) == t.step_s(
+        [], [50, 4000, 7]
+    )
+    assert K.step_seconds(tcode, tpar, tt, ts, cn, cc, cc, 2, 0, dctx) == t.step_s(
+        [(300, 0, 0), (200, 1000, 1000)], []
+    )
+    assert K.step_seconds(tcode, tpar, tt, ts, cn, cc, cc, 0, 0, dctx) == 0.0
+
+
+def test_observers_take_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
     called: list[int] = []
     monkeypatch.setattr(sim, "_simulate_compiled", lambda *a: called.append(1))
     trace, cfg = _mix(40), EngineConfig(capacity_blocks=2000, block_tokens=16)

@@ -258,26 +258,40 @@ class Roofline(TimingModel):
     def prefill_s(self, chunks: Sequence[Chunk]) -> float:
         if not chunks:
             return 0.0
-        flops = sum(self.model.total_prefill_flops(c[0], c[1], True) for c in chunks)
-        kv = sum((c[0] + c[1]) * self.model.kv_bytes_per_token for c in chunks)
+        flops, kv = self._chunks(chunks)
         return self._time(flops, self._weights(sum(c[0] for c in chunks)) + kv)
 
     def decode_s(self, contexts: Sequence[int]) -> float:
         if not contexts:
             return 0.0
-        flops = sum(self.model.decode_flops(c, True) for c in contexts)
-        kv = sum(c * self.model.kv_bytes_per_token for c in contexts)
+        flops, kv = self._contexts(contexts)
         state = len(contexts) * self.model.state_bytes_per_checkpoint
         return self._time(flops, self._weights(len(contexts)) + kv + state)
 
     def step_s(self, chunks: Sequence[Chunk], contexts: Sequence[int]) -> float:
-        flops = sum(self.model.total_prefill_flops(c[0], c[1], True) for c in chunks)
-        flops += sum(self.model.decode_flops(c, True) for c in contexts)
-        kv = sum((c[0] + c[1]) * self.model.kv_bytes_per_token for c in chunks)
-        kv += sum(c * self.model.kv_bytes_per_token for c in contexts)
+        flops, kv = self._chunks(chunks)
+        dflops, dkv = self._contexts(contexts)
+        flops += dflops
+        kv += dkv
         kv += len(contexts) * self.model.state_bytes_per_checkpoint
         tokens = sum(c[0] for c in chunks) + len(contexts)
         return self._time(flops, self._weights(tokens) + kv) if chunks or contexts else 0.0
+
+    # FLOPs are added left to right (not with ``sum``, which compensates on Python 3.12+):
+    # the compiled engine (runner/engine/_kernel.py: roofline_s) adds them the same way.
+    def _chunks(self, chunks: Sequence[Chunk]) -> tuple[float, int]:
+        flops, kv = 0.0, 0
+        for c in chunks:
+            flops += self.model.total_prefill_flops(c[0], c[1], True)
+            kv += (c[0] + c[1]) * self.model.kv_bytes_per_token
+        return flops, kv
+
+    def _contexts(self, contexts: Sequence[int]) -> tuple[float, int]:
+        flops, kv = 0.0, 0
+        for c in contexts:
+            flops += self.model.decode_flops(c, True)
+            kv += c * self.model.kv_bytes_per_token
+        return flops, kv
 
     def spec(self) -> str:
         return f"roofline:mfu={self.mfu},mbu={self.mbu}"

@@ -53,8 +53,15 @@ from prefixlab.runner._fast import (
 )
 
 WAITING, PREFILL, DECODE, DONE = 1, 2, 3, 4
-#: timing codes: prefill none / power law / table; decode none / constant TPOT
+#: timing codes: prefill none / power law / table / roofline; decode none / constant TPOT /
+#: roofline; tcode[2] = 1 when one roofline prices the whole mixed step
 T_NONE, T_POWER, T_TABLE, T_TPOT = 0, 1, 2, 1
+T_ROOF_PREFILL, T_ROOF_DECODE = 3, 2
+#: a roofline's integers in tcode (from TC_PARAMS on) and floats in tpar (from TP_MODEL on):
+#: see simulator.timing_codes, which writes them from the ModelSpec and GPU
+TC_PARAMS, TC_DTYPE, TC_E, TC_K, TC_EXPERT, TC_MOE_LAYERS, TC_KV, TC_STATE = range(3, 11)
+TP_MODEL = 4  # d, d_kv, d_q, intermediate, mlp matrices, moe intermediate, k, E, d_inner,
+# d_state, then the four layer counts (attention, mlp, moe, ssm), peak, mfu, bandwidth, mbu
 #: statuses in out[0]: finished; a request larger than the pool (out[1]); an event before
 #: the clock (out_f[0]); requests left unfinished
 OK, TOO_BIG, IN_PAST, UNFINISHED = 0, 1, 2, 3
@@ -95,14 +102,90 @@ def _heap_pop(ht: Any, hs: Any, hr: Any, hn: Any) -> int:
     return int(r)
 
 
+@jit(nrt=False)
+def roof_prefill_flops(tp: Any, new: int, cached: int) -> float:
+    """``ModelSpec.total_prefill_flops(new, cached, causal=True)``: the same formula, the
+    same operations in the same order (so the same bits)."""
+    if new <= 0:
+        return 0.0
+    n, p = float(new), float(cached)
+    b = TP_MODEL
+    d, d_kv, d_q = tp[b], tp[b + 1], tp[b + 2]
+    square = 2 * n * n * d_q
+    attn = 2 * n * d * (2 * d_q + 2 * d_kv) + 4 * n * p * d_q + square
+    mlp = 2 * n * d * tp[b + 3] * tp[b + 4]
+    moe = 2 * n * d * tp[b + 5] * tp[b + 4] * tp[b + 6]
+    moe += 2 * n * d * tp[b + 7]
+    di, ns = tp[b + 8], tp[b + 9]
+    ssm = 2 * n * d * 2 * di + 2 * n * di * d + 8 * n * di * ns + 5 * n * di
+    total: float = 0.0
+    total += tp[b + 10] * attn
+    total += tp[b + 11] * mlp
+    total += tp[b + 12] * moe
+    total += tp[b + 13] * ssm
+    return total
+
+
+@jit()
+def roof_weights(tc: Any, num_tokens: int) -> float:
+    """``Roofline._weights``: bytes of the weights a step over num_tokens tokens reads
+    (``ModelSpec.parameters_read``: MoE experts touched in expectation)."""
+    params = tc[TC_PARAMS]
+    e, k = tc[TC_E], tc[TC_K]
+    if e:
+        touched = e * (1.0 - (1.0 - k / e) ** float(max(num_tokens, 1)))
+        idle = (e - touched) * tc[TC_EXPERT] * tc[TC_MOE_LAYERS]
+        params = round(tc[TC_PARAMS] - idle)
+    return float(params * tc[TC_DTYPE])
+
+
+@jit()
+def roofline_s(tc: Any, tp: Any, cn: Any, cc: Any, nch: int, dctx: Any, ndec: int) -> float:
+    """``Roofline.step_s`` of chunks (new cn, cached cc)[:nch] and decode contexts
+    dctx[:ndec] (with one of them empty: ``prefill_s`` or ``decode_s``)."""
+    flops, kv, tokens = 0.0, 0, 0
+    for i in range(nch):
+        flops += roof_prefill_flops(tp, cn[i], cc[i])
+        kv += (cn[i] + cc[i]) * tc[TC_KV]
+        tokens += cn[i]
+    dflops, dkv = 0.0, 0
+    for i in range(ndec):
+        dflops += roof_prefill_flops(tp, 1, dctx[i])
+        dkv += dctx[i] * tc[TC_KV]
+    if not nch and not ndec:
+        return 0.0
+    if not nch:  # decode_s
+        return _roof_time(tp, dflops, roof_weights(tc, ndec) + dkv + ndec * tc[TC_STATE])
+    if ndec:  # step_s: one sum of each, then together
+        flops += dflops
+        kv += dkv
+        kv += ndec * tc[TC_STATE]
+        tokens += ndec
+    return _roof_time(tp, flops, roof_weights(tc, tokens) + kv)
+
+
+@jit(nrt=False)
+def _roof_time(tp: Any, flops: float, num_bytes: float) -> float:
+    b = TP_MODEL + 14
+    compute: float = flops / (tp[b] * tp[b + 1])
+    memory: float = num_bytes / (tp[b + 2] * tp[b + 3])
+    return max(compute, memory)
+
+
 @jit()
 def step_seconds(
-    tcode: Any, tpar: Any, tt: Any, ts: Any, cn: Any, cc: Any, cd: Any, nch: int, ndec: int
-) -> float:
-    """One step's seconds (Composite.step_s of a power / table prefill and a tpot decode
-    component): chunks (new, cached, done) in cn, cc, cd[:nch], ndec decode tokens."""
+    tcode: Any, tpar: Any, tt: Any, ts: Any, cn: Any, cc: Any, cd: Any, nch: int, ndec: int,
+    dctx: Any,
+) -> float:  # fmt: skip
+    """One step's seconds (``Composite.step_s``): chunks (new, cached, done) in cn, cc,
+    cd[:nch], decode contexts dctx[:ndec]; a power, table or roofline prefill and a tpot or
+    roofline decode, or one roofline for the whole step (tcode[2])."""
+    if tcode[2]:
+        return roofline_s(tcode, tpar, cn, cc, nch, dctx, ndec)
     pre = 0.0
-    if nch and tcode[0] == T_POWER:
+    if nch and tcode[0] == T_ROOF_PREFILL:
+        pre = roofline_s(tcode, tpar, cn, cc, nch, dctx, 0)
+    elif nch and tcode[0] == T_POWER:
         total = 0.0
         for i in range(nch):
             total += power_fresh_tokens(float(cn[i]), float(cd[i]), tpar[2])
@@ -116,7 +199,11 @@ def step_seconds(
                 pre += table_s(tt, ts, float(d + cn[i])) - table_s(tt, ts, float(d))
             else:
                 pre += table_s(tt, ts, float(cn[i]))
-    dec = tpar[3] if ndec and tcode[1] == T_TPOT else 0.0
+    dec = 0.0
+    if ndec and tcode[1] == T_TPOT:
+        dec = tpar[3]
+    elif ndec and tcode[1] == T_ROOF_DECODE:
+        dec = roofline_s(tcode, tpar, cn, cc, 0, dctx, ndec)
     return pre + dec
 
 
@@ -457,7 +544,7 @@ def engine_kernel(
             if scheduled_s[r] != scheduled_s[r]:
                 scheduled_s[r] = now
             cd[j] = cc[j] - admit_hits[r]
-        duration = step_seconds(tcode, tpar, tt, ts, cn, cc, cd, nch, ndec)
+        duration = step_seconds(tcode, tpar, tt, ts, cn, cc, cd, nch, ndec, dctx)
         busy = True
         num_steps += 1
         step_end = now + duration

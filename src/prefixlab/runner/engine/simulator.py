@@ -464,40 +464,77 @@ def _assemble(
 
 # ----------------------------------------------------------------------------- compiled
 def timing_codes(timing: TimingModel) -> tuple[I64, F64, F64, F64] | None:
-    """The compiled engine's encoding of a timing model (codes, parameters, table), or
-    None when it has none (roofline, or a model class of the user's)."""
-    from prefixlab.model.timing import Composite, ConstantTPOT, PowerLaw, TableTiming
+    """The compiled engine's encoding of a timing model (codes and a roofline's integers,
+    parameters, table), or None when it has none (a model class of the user's)."""
+    from prefixlab.model.timing import Composite, ConstantTPOT, PowerLaw, Roofline, TableTiming
     from prefixlab.runner.engine import _kernel as K
 
     pre: TimingModel | None
     dec: TimingModel | None
+    lone = False
     if type(timing) is Composite:
         pre, dec = timing.prefill, timing.decode
-        if pre is dec and pre is not None:
-            return None  # a lone roofline prices the mixed batch
+        lone = pre is dec and pre is not None  # a lone roofline prices the mixed batch
+    elif type(timing) is Roofline:
+        pre = dec = timing
+        lone = True
     elif type(timing) in (PowerLaw, TableTiming):
         pre, dec = timing, None
     elif type(timing) is ConstantTPOT:
         pre, dec = None, timing
     else:
         return None
-    tcode = np.zeros(2, np.int64)
-    tpar = np.zeros(4, np.float64)
+    tcode = np.zeros(K.TC_STATE + 1, np.int64)
+    tpar = np.zeros(K.TP_MODEL + 18, np.float64)
     tt, ts = np.zeros(1), np.zeros(1)
+    roof = None
     if type(pre) is PowerLaw:
         tcode[0] = K.T_POWER
         tpar[:3] = (pre.a, pre.b, pre.c)
     elif type(pre) is TableTiming:
         tcode[0] = K.T_TABLE
         tt, ts = pre.tokens.astype(np.float64), pre.seconds.astype(np.float64)
+    elif type(pre) is Roofline:
+        tcode[0], roof = K.T_ROOF_PREFILL, pre
     elif pre is not None:
         return None
     if type(dec) is ConstantTPOT:
         tcode[1] = K.T_TPOT
         tpar[3] = dec.s
+    elif type(dec) is Roofline:
+        if roof is not None and dec is not roof:
+            return None  # two rooflines (not built by make_timing)
+        tcode[1], roof = K.T_ROOF_DECODE, dec
     elif dec is not None:
         return None
+    tcode[2] = int(lone)
+    if roof is not None:
+        _roofline_codes(roof, tcode, tpar)
     return tcode, tpar, tt, ts
+
+
+def _roofline_codes(roof: Any, tcode: I64, tpar: F64) -> None:
+    """A roofline's model and GPU as the kernel reads them (``_kernel.roofline_s``): the
+    numbers ``ModelSpec._flops`` and ``parameters_read`` use, as the types they use."""
+    from prefixlab.runner.engine import _kernel as K
+
+    m, g = roof.model, roof.gpu
+    d = float(m.hidden_size)
+    tcode[K.TC_PARAMS] = m.num_parameters
+    tcode[K.TC_DTYPE] = m.dtype_bytes
+    tcode[K.TC_E] = m.num_experts
+    tcode[K.TC_K] = m.experts_per_token
+    tcode[K.TC_EXPERT] = m.mlp_matrices * m.hidden_size * m.moe_intermediate_size
+    tcode[K.TC_MOE_LAYERS] = m.num_moe_layers
+    tcode[K.TC_KV] = m.kv_bytes_per_token
+    tcode[K.TC_STATE] = m.state_bytes_per_checkpoint
+    tpar[K.TP_MODEL:] = (
+        d, float(m.num_kv_heads * m.head_dim), float(m.num_heads * m.head_dim) or d,
+        m.intermediate_size, m.mlp_matrices, m.moe_intermediate_size, m.experts_per_token,
+        m.num_experts, float(m.ssm_d_inner), float(m.ssm_d_state), m.num_attention_layers,
+        m.num_mlp_layers, m.num_moe_layers, m.num_ssm_layers, g.peak_flops, roof.mfu,
+        g.mem_bandwidth, roof.mbu,
+    )  # fmt: skip
 
 
 def _compiled_applies(
