@@ -705,3 +705,47 @@ def test_the_next_use_pass_gives_the_whole_traces_next_uses() -> None:
                 assert nu is not None and nu.shape[0] == lay.raw_keys.shape[0]
                 got.append(nu)
         assert np.array_equal(np.concatenate(got), want), size
+
+
+@needs_compiled
+def test_a_per_request_target_that_is_a_folder_is_refused_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """A target path that names a folder: a clear error before the replay, no temp file
+    and no partial set of files left (streamed or not)."""
+    path = _mooncake(tmp_path / "t.jsonl", 200)
+    for extra in ([], ["--no-stream"]):
+        out = tmp_path / ("o" + "".join(extra))
+        (out / "r.arc.csv").mkdir(parents=True)
+        res = _cli("-p", "lru", "-p", "arc", "--capacity-blocks", "300", "--per-request",
+                   str(out / "r.csv"), str(path), *extra)  # fmt: skip
+        assert res.exit_code == 2 and "is a folder, not a file" in res.output
+        assert sorted(p.name for p in out.iterdir()) == ["r.arc.csv"]
+
+
+def test_per_request_files_that_fail_to_rename_leave_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rename that fails at the end (a full disk, a folder created meanwhile): the temp
+    files still there are removed and the error goes up."""
+    import os as _os
+
+    from prefixlab.cli import PerRequestFiles
+
+    files = PerRequestFiles(tmp_path / "r.csv", ["lru", "arc"])
+    files.rows(0, 0, np.array([1, 2]), np.array([3, 4]))
+    files.rows(1, 0, np.array([0, 0]), np.array([3, 4]))
+    real = _os.replace
+    calls: list[str] = []
+
+    def flaky(a: Any, b: Any) -> None:
+        calls.append(str(b))
+        if len(calls) == 2:
+            raise OSError("disk full")
+        real(a, b)
+
+    monkeypatch.setattr("prefixlab.cli.os.replace", flaky)
+    with pytest.raises(OSError, match="disk full"):
+        files.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.lru.csv"]
+    assert (tmp_path / "r.lru.csv").read_text().splitlines()[1:] == ["0,1,3", "1,2,4"]

@@ -82,6 +82,9 @@ class PerRequestFiles:
             for spec in specs:
                 safe = spec.replace(":", "_").replace(",", "_").replace("=", "-")
                 self.targets.append(path.with_name(f"{path.stem}.{safe}{path.suffix or '.csv'}"))
+        for target in self.targets:
+            if target.is_dir():
+                raise ConfigError(f"--per-request: {target} is a folder, not a file")
         self._tmps: list[str] = []
         self._files: list[Any] = []
         try:
@@ -103,12 +106,17 @@ class PerRequestFiles:
         )
 
     def close(self) -> list[Path]:
-        """Every file complete: renamed to its target; returns the targets."""
-        for fh, _ in self._files:
-            fh.close()
-        for tmp, target in zip(self._tmps, self.targets, strict=True):
-            os.replace(tmp, target)
-        self._tmps = []
+        """Every file complete: renamed to its target; returns the targets. If a rename
+        fails, the temp files still there go (those already renamed stay complete)."""
+        try:
+            for fh, _ in self._files:
+                fh.close()
+            while self._tmps:
+                os.replace(self._tmps[0], self.targets[len(self.targets) - len(self._tmps)])
+                self._tmps.pop(0)
+        except BaseException:
+            self.abort()
+            raise
         return list(self.targets)
 
     def abort(self) -> None:
