@@ -303,7 +303,9 @@ def _with_next_uses(
     and the table (one cell pair per distinct key looked up, at most half full); disk:
     about 16 bytes per key position and 40 per request."""
     count = requests = 0
+    starts = []  # each chunk's first request
     for facts, nbytes, layout in items:
+        starts.append(requests)
         np.savez(folder / f"{count}.npz", input_length=facts.input_length,
                  output_length=facts.output_length,
                  meta=np.array([facts.num_capped, layout.block_tokens], np.int64),
@@ -315,12 +317,6 @@ def _with_next_uses(
             on_chunk(requests, nbytes)
     table = np.full((16, 2), -1, np.int64)  # key -> earliest lookup so far (from the end)
     used = 0
-    starts = []
-    r0 = 0
-    for i in range(count):  # each chunk's first request
-        with np.load(folder / f"{i}.npz") as z:
-            starts.append(r0)
-            r0 += int(z["input_length"].shape[0])
     for i in range(count - 1, -1, -1):
         with np.load(folder / f"{i}.npz") as z:
             keys = z["raw_keys"].view(np.int64)
