@@ -47,13 +47,15 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="a small trace (CI smoke run)")
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--repeat", type=int, default=1, help="time each path N times, keep the best")
+    ap.add_argument("--timing", default="power:preset=llama-3.1-8b-h100+tpot:s=0.02",
+                    help="timing spec, e.g. roofline (for Llama-3.1-8B on an H100)")  # fmt: skip
     args = ap.parse_args()
     sessions = 200 if args.quick else 2000
     trace = generate_sessions(
         num_sessions=sessions, session_rate_per_s=2.0, mean_output_tokens=128, seed=0
     )
     trace.block_layout(16, None, False, 1)  # hash once, outside the timings
-    timing = make_timing("power:preset=llama-3.1-8b-h100+tpot:s=0.02")
+    timing = make_timing(args.timing, model="llama-3.1-8b", gpu="h100")
     cfg = EngineConfig(capacity_blocks=20_000, block_tokens=16)
     n = len(trace)
     simulate(trace, "lru", cfg, timing)  # load the compiled kernels
