@@ -1,7 +1,8 @@
 """Engine runner throughput: the compiled engine against the reference loop, every policy.
 
 Run: ``python benchmarks/engine_throughput.py`` (``--quick`` for a small trace,
-``--policies lru,opt`` for some).
+``--policies lru,opt`` for some, ``--structure radix`` for SGLang's radix tree: every
+policy that applies to it unless ``--policies`` says otherwise).
 
 The workload is a multi-turn chat trace from the session generator (2,000 sessions, about
 9,800 requests, mean output 128 tokens), served by the engine runner on a KV pool of
@@ -32,6 +33,9 @@ from prefixlab.workload.generators import generate_sessions
 POLICIES = ["lru", "fifo", "vllm", "lfu", "mru", "sglang-lru", "hashtable", "sieve", "arc",
             "s3fifo", "lecar", "opt", "wa", "wa-atc25", "unicache", "lpc-oracle",
             "opt-online", "unicache-opt"]  # fmt: skip
+#: the built-in policies that apply to the radix structure
+RADIX_POLICIES = ["lru", "fifo", "lfu", "mru", "sglang-lru", "hashtable", "sieve", "arc",
+                  "s3fifo", "lecar", "opt", "lpc-oracle", "opt-online"]  # fmt: skip
 
 
 def same(a: EngineResult, b: EngineResult) -> bool:
@@ -45,7 +49,8 @@ def same(a: EngineResult, b: EngineResult) -> bool:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a small trace (CI smoke run)")
-    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--policies", default=None, help="comma-separated (default: all)")
+    ap.add_argument("--structure", default="block", choices=["block", "radix"])
     ap.add_argument("--repeat", type=int, default=1, help="time each path N times, keep the best")
     ap.add_argument("--timing", default="power:preset=llama-3.1-8b-h100+tpot:s=0.02",
                     help="timing spec, e.g. roofline (for Llama-3.1-8B on an H100)")  # fmt: skip
@@ -56,13 +61,15 @@ def main() -> int:
     )
     trace.block_layout(16, None, False, 1)  # hash once, outside the timings
     timing = make_timing(args.timing, model="llama-3.1-8b", gpu="h100")
-    cfg = EngineConfig(capacity_blocks=20_000, block_tokens=16)
+    cfg = EngineConfig(capacity_blocks=20_000, block_tokens=16, structure=args.structure)
+    every = RADIX_POLICIES if args.structure == "radix" else POLICIES
+    policies = args.policies.split(",") if args.policies else every
     n = len(trace)
     simulate(trace, "lru", cfg, timing)  # load the compiled kernels
     steps = 0
     print(f"{'policy':<12}{'reference':>11}{'compiled':>11}{'x ref':>8}{'token hit':>11}"
           f"{'preempt':>9}  same   (requests/s)")  # fmt: skip
-    for spec in args.policies.split(","):
+    for spec in policies:
         t_ref = t_fast = float("inf")
         for _ in range(max(args.repeat, 1)):
             t0 = time.perf_counter()
@@ -78,7 +85,7 @@ def main() -> int:
               f"{'yes' if same(ref, fast) else 'NO'}")  # fmt: skip
     print(f"trace: {n:,} requests in {sessions:,} sessions, "
           f"{int(trace.input_length.sum()):,} input / {int(trace.output_length.sum()):,} output "
-          f"tokens; {steps:,} engine steps (last policy)")  # fmt: skip
+          f"tokens; {steps:,} engine steps (last policy); {args.structure} structure")  # fmt: skip
     return 0
 
 

@@ -168,11 +168,87 @@ def test_observers_take_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
     simulate(trace, "lru", cfg, make_timing(TIMING), observers=[Obs()])
     simulate(trace, "lru", cfg, make_timing(TIMING), check_every=5)
     simulate(trace, MyOPTOnline(), cfg, make_timing(TIMING))  # a subclass: generic path
-    simulate(trace, "lru", EngineConfig(capacity_blocks=2000, block_tokens=16,
-                                        structure="radix"), make_timing(TIMING))  # fmt: skip
+    radix = EngineConfig(capacity_blocks=2000, block_tokens=16, structure="radix")
+    simulate(trace, MyOPTOnline(), radix, make_timing(TIMING))
+    simulate(trace, "lru", radix, make_timing(TIMING), check_every=5)
     assert not called and events
     simulate(trace, "lru", cfg, make_timing(TIMING))
-    assert called == [1]
+    simulate(trace, "lru", radix, make_timing(TIMING))
+    assert called == [1, 1]
+
+
+# ----------------------------------------------------------------------------- radix
+#: every built-in policy that applies to the radix structure
+RADIX_POLICIES = ["lru", "fifo", "lfu", "mru", "sglang-lru", "hashtable", "sieve", "arc",
+                  "s3fifo", "lecar", "opt", "lpc-oracle", "opt-online"]  # fmt: skip
+RADIX = {
+    "pressure": EngineConfig(capacity_blocks=700, block_tokens=16, structure="radix"),
+    "spare-pages": EngineConfig(capacity_blocks=700, block_tokens=16, structure="radix",
+                                spare_blocks=1),
+    "whole-prompts": EngineConfig(capacity_blocks=2500, block_tokens=16, structure="radix",
+                                  max_num_seqs=6, chunked_prefill=False),
+    "cache-at-finish": EngineConfig(capacity_blocks=900, block_tokens=16, structure="radix",
+                                    cache_while_running=False, spare_blocks=2),
+    "closed-loop": EngineConfig(capacity_blocks=800, block_tokens=16, structure="radix",
+                                closed_loop=True, max_num_batched_tokens=1024),
+    "token-pages": EngineConfig(capacity_blocks=9000, block_tokens=1, structure="radix"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("policy", RADIX_POLICIES)
+def test_radix_every_policy_runs_compiled_with_the_reference_results(policy: str) -> None:
+    cfg = RADIX["pressure"]
+    pol = make_policy(policy, "radix")
+    assert sim._compiled_applies(pol, cfg.replay_config(), (), 0)
+    res = both(_mix(), policy, cfg)
+    assert res.metrics["num_preemptions"] > 0 and res.metrics["num_evictions"] > 0
+
+
+@pytest.mark.parametrize("name", [c for c in RADIX if c != "pressure"])
+@pytest.mark.parametrize("policy", ["lru", "opt", "arc", "lfu", "sieve", "opt-online"])
+def test_radix_scheduler_settings(policy: str, name: str) -> None:
+    trace = _mix(100) if name == "token-pages" else _mix()
+    both(trace, policy, RADIX[name])
+
+
+def test_radix_sessions_and_roofline() -> None:
+    trace = generate_sessions(num_sessions=30, session_rate_per_s=4.0, mean_output_tokens=60,
+                              seed=2)  # fmt: skip
+    cfg = EngineConfig(capacity_blocks=400, block_tokens=16, structure="radix", spare_blocks=1)
+    res = both(trace, "lru", cfg, make_timing("roofline", model="llama-3.1-8b", gpu="h100"))
+    assert res.metrics["token_hit_ratio"] > 0.2  # sessions share their history
+
+
+def test_radix_errors_are_the_reference_errors() -> None:
+    trace = Trace.from_requests([_req(0.0, 32, 4), _req(1.0, 200, 4)])
+    msg = _same_error(trace, EngineConfig(capacity_blocks=8, block_tokens=16, structure="radix"),
+                      CapacityError)  # fmt: skip
+    assert "request 1 needs 13 blocks" in msg
+
+
+def test_radix_hand_example_compiled() -> None:
+    """Pages of 4 tokens, a pool of 4 (LINEAR timing: a prefill step takes its new tokens'
+    count in seconds, a decode step 1 s). r0 = [1..8] + 2 output tokens reserves 3 pages
+    and caches its 2 prompt pages at t=8; r1 = [1..4, 30..33] (arrived at 0.5) needs 2
+    more pages beside its 1-page hit and fits only when r0 finishes at t=9: its match splits
+    r0's 2-page edge into p0 (shared) and r0's p1. With spare_blocks=1 (SGLang's allocator
+    keeps a page free after each reservation) r1's reservation leaves none free, so r0's p1,
+    the only unlocked leaf, is evicted: r2 = [1..8, 50] at t=40 then hits 4 tokens, not 8,
+    and prefills 5 tokens instead of 1; its own reservation of 2 pages leaves none free
+    either, so r1's p1 goes too (2 pages evicted)."""
+    a = list(range(1, 9))
+    trace = Trace.from_requests([_tok(0.0, a, 2), _tok(0.5, [1, 2, 3, 4, 30, 31, 32, 33], 2),
+                                 _tok(40.0, [*a, 50], 1)])  # fmt: skip
+    for spare, hits, first in ((0, [0, 4, 8], [8.0, 13.0, 41.0]),
+                               (1, [0, 4, 4], [8.0, 13.0, 45.0])):  # fmt: skip
+        cfg = EngineConfig(capacity_blocks=4, block_tokens=4, structure="radix",
+                           spare_blocks=spare)  # fmt: skip
+        res = both(trace, "lru", cfg, LINEAR)
+        assert res.hit_tokens.tolist() == hits
+        assert res.scheduled_s.tolist() == [0.0, 9.0, 40.0]
+        assert res.first_token_s.tolist() == first
+        assert res.finish_s.tolist() == [9.0, 14.0, first[2]]
+        assert res.metrics["num_evictions"] == 2 * spare
 
 
 def test_engine_codes() -> None:

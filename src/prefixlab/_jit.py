@@ -56,7 +56,9 @@ class _Lazy:
         return self.target(*args, **kwargs)
 
 
-def jit(*, inline: bool = False, nrt: bool = True, nogil: bool = False) -> Callable[[F], F]:
+def jit(
+    *, inline: bool = False, nrt: bool = True, nogil: bool = False, standalone: bool = False
+) -> Callable[[F], F]:
     """Decorator: compile ``fn`` with numba (``cache=True``) on first use of any kernel.
 
     ``inline=True`` inlines it into compiled callers (small hot helpers). ``nrt=False``
@@ -68,11 +70,15 @@ def jit(*, inline: bool = False, nrt: bool = True, nogil: bool = False) -> Calla
     IR and costs far more compile time): otherwise every call passes each array as a
     struct of about nine words, on the stack past the sixth, which was most of a hook's
     cost (see docs/benchmarks.md).
+    ``standalone=True`` (with ``nrt=False``) keeps it a function of its own, called, not
+    inlined: for a large operation called from several places of a kernel, which would
+    otherwise be compiled once per call site (the compiled engine's radix tree operations
+    took its compile from about one minute to almost four).
     ``nogil=True`` releases the GIL while it runs (a streamed replay parses the next chunk
     on another thread meanwhile)."""
 
     def wrap(fn: F) -> F:
-        options = {"inline": inline, "nrt": nrt, "nogil": nogil}
+        options = {"inline": inline, "nrt": nrt, "nogil": nogil, "standalone": standalone}
         if _done:
             return _compile_one(fn, options)  # type: ignore[return-value]
         lazy = _Lazy(fn, options)
@@ -92,7 +98,8 @@ def _compile_one(fn: Callable[..., Any], options: dict[str, Any]) -> Callable[..
     flags: dict[str, Any] = {"cache": True}
     if not options.get("nrt", True):
         flags["_nrt"] = False  # numba's own name for it
-        flags["forceinline"] = True  # LLVM's alwaysinline: callers inline it
+        # LLVM's alwaysinline: callers inline it
+        flags["forceinline"] = not options.get("standalone")
     if options.get("nogil"):
         flags["nogil"] = True
     compiled: Callable[..., Any] = njit(**flags)(fn)

@@ -14,7 +14,8 @@ class and by the compiled engine (which feeds the waiting queue through
 only when the queue changed)::
 
     entry rows  P0: LRU stamp (bumped when the block becomes evictable or is touched)
-                FREE: evictable; P1, P2: next and previous evictable block of its key
+                FREE: evictable; P1, P2: next and previous evictable block of its key;
+                LKEY: the key whose list holds it (a radix split changes a node's key)
     key rows    WPOS: position of the first waiting request that looks the key up (-1);
                 WGEN: the waiting queue that last named it; KHEAD: its first evictable block
     slot rows   WLIST, WLIST + 1: the keys WPOS holds (this queue's, the next one's while
@@ -50,6 +51,7 @@ from prefixlab.policies._arrays import (
     REMOVE,
     SC,
     SLOT,
+    UPDATE,
     ArrayPolicy,
     State,
     iheap_remove,
@@ -61,8 +63,8 @@ from prefixlab.policies.base import I64, register
 
 CODE = 7
 STAMP, KNEXT, KPREV = P0, P1, P2
-# WLIST + 0 / + 1: the listed keys of the current and of the next waiting queue
-WPOS, WGEN, KHEAD, WLIST, HE, HPOS = (IROWS + i for i in (0, 1, 2, 3, 5, 7))  # HE + 1: ties
+# WLIST + 0 / + 1: the listed keys of the current and of the next waiting queue; HE + 1: ties
+WPOS, WGEN, KHEAD, WLIST, HE, HPOS, LKEY = (IROWS + i for i in (0, 1, 2, 3, 5, 7, 8))
 KP = FROWS
 CLOCK, HN, GEN, WCOUNT, WNEW, WROW = (SLOT + i for i in range(6))
 _DEPTH_SHIFT = 1 << 40
@@ -123,6 +125,7 @@ def oo_waiting_end(ist: I64, fst: F64, key: I64, depth: I64) -> None:
 @jit(nrt=False)
 def _free(ist: I64, fst: F64, e: int, k: int) -> None:
     set_free(ist, e, True)
+    ist[LKEY, e] = k
     h = ist[KHEAD, k]
     ist[KNEXT, e], ist[KPREV, e] = h, -1
     if h >= 0:
@@ -131,7 +134,8 @@ def _free(ist: I64, fst: F64, e: int, k: int) -> None:
 
 
 @jit(nrt=False)
-def _unfree(ist: I64, fst: F64, e: int, k: int) -> None:
+def _unfree(ist: I64, fst: F64, e: int) -> None:
+    k = ist[LKEY, e]
     set_free(ist, e, False)
     iheap_remove(ist, fst, KP, HE, HPOS, HN, e)
     nx, pv = ist[KNEXT, e], ist[KPREV, e]
@@ -145,7 +149,8 @@ def _unfree(ist: I64, fst: F64, e: int, k: int) -> None:
 
 @jit(nrt=False)
 def oo_hook(ist: I64, fst: F64, h: int, x: int, key: I64, depth: I64) -> int:
-    """Hook h on entry x (insertions, splits, updates and misses change nothing)."""
+    """Hook h on entry x (insertions, splits and misses change nothing; an update, when a
+    radix split gave an evictable node another first key, moves it to that key's list)."""
     if h == EVICTABLE:
         if not ist[FREE, x]:
             _free(ist, fst, x, key[x])
@@ -157,17 +162,22 @@ def oo_hook(ist: I64, fst: F64, h: int, x: int, key: I64, depth: I64) -> int:
             ist[SC, CLOCK] += 1
             ist[STAMP, x] = ist[SC, CLOCK]
             if h == HIT_FREE:
-                _unfree(ist, fst, x, key[x])
+                _unfree(ist, fst, x)
             else:
                 _place(ist, fst, x, key, depth)
     elif h in (PINNED, REMOVE):
         if ist[FREE, x]:
-            _unfree(ist, fst, x, key[x])
+            _unfree(ist, fst, x)
+    elif h == UPDATE:
+        if ist[FREE, x] and ist[LKEY, x] != key[x]:
+            _unfree(ist, fst, x)
+            _free(ist, fst, x, key[x])
+            _place(ist, fst, x, key, depth)
     elif h == EVICT:
         if ist[SC, HN] == 0:
             return -1
         e = ist[HE, 0]
-        _unfree(ist, fst, e, key[e])
+        _unfree(ist, fst, e)
         return int(e)
     return 0
 

@@ -76,9 +76,11 @@ H_INSERT, H_ACCESS, H_EVICTABLE, H_PINNED, H_UPDATE, H_SPLIT = range(6)
 _ARRAY_HOOKS = (INSERT, ACCESS, EVICTABLE, PINNED, UPDATE, SPLIT)  # the same, for _dispatch
 
 
-def radix_code(pol: EvictionPolicy) -> int:
-    """The kernel's code for a policy on the radix structure, or -1 (generic path)."""
-    if pol.uses_lookahead:
+def radix_code(pol: EvictionPolicy, engine: bool = False) -> int:
+    """The kernel's code for a policy on the radix structure, or -1 (generic path);
+    ``engine``: under the compiled engine, which feeds the waiting queue to the policies
+    that read it (opt-online)."""
+    if pol.uses_lookahead and not engine:
         return -1  # the replay has no waiting queue
     codes = {"keyed": KEYED, "sieve": SIEVE, "array": ARRAY, "lru": LRU, "fifo": FIFO}
     return codes.get(policy_family(pol) or "", -1)
@@ -86,10 +88,10 @@ def radix_code(pol: EvictionPolicy) -> int:
 
 # ----------------------------------------------------------------------------- policies
 @jit(nrt=False)
-def _pol(code: int, h: int, e: int, x: int, P: Any) -> int:
+def _pol(code: int, h: int, e: int, x: int, P: Any, ist: Any, fst: Any) -> int:
     """Hook h of the policy for entry e (x: the lower part of a split)."""
     (qb, qs, stamp, qstate, qfree, hk, he, hpos, hn, cols, signs, la, nhits, depth, created,
-     primary, nkey, occ_start, occ_req, after, order, link, flag, sst, ist, fst, acode,
+     primary, nkey, occ_start, occ_req, after, order, link, flag, sst, _ist, _fst, acode,
      rng, aux, k) = P  # fmt: skip
     if code in (LRU, FIFO):
         if h == H_INSERT or (h == H_ACCESS and code == LRU):
@@ -132,7 +134,7 @@ def _pol(code: int, h: int, e: int, x: int, P: Any) -> int:
 
 
 @jit(nrt=False)
-def _pol_evict(code: int, P: Any) -> int:
+def _pol_evict(code: int, P: Any, ist: Any, fst: Any) -> int:
     """The policy's next victim (forgotten by the policy), or -1."""
     if code in (LRU, FIFO):
         qfree = P[4]
@@ -144,48 +146,58 @@ def _pol_evict(code: int, P: Any) -> int:
         return heap_pop(P[5], P[6], P[7], P[8])
     if code == SIEVE:
         return sieve_pop(P[21], P[22], P[23])
-    return int(hook(P[26], P[24], P[25], EVICT, 0, -1, P[16], P[13], P[27], P[28]))
+    return int(hook(P[26], ist, fst, EVICT, 0, -1, P[16], P[13], P[27], P[28]))
 
 
 @jit(nrt=False)
-def _pol_miss(code: int, P: Any, keys: Any, a: int, b: int) -> None:
+def _pol_miss(code: int, P: Any, ist: Any, fst: Any, keys: Any, a: int, b: int) -> None:
     """on_miss(keys[a:b]): ghost-driven policies adapt before any eviction."""
     if code == ARRAY and b > a:
-        ist, fst, acode, nkey, rng = P[24], P[25], P[26], P[16], P[27]
+        acode, nkey, rng = P[26], P[16], P[27]
         miss_begin(acode, ist)
         for j in range(a, b):
             hook(acode, ist, fst, MISS, keys[j], -1, nkey, P[13], rng, P[28])
 
 
 # ----------------------------------------------------------------------------- the tree
-@jit()
-def _kernel(
-    keys: Any, key_offsets: Any, num_lookup: Any, lookup_end: Any, held: Any, capacity: int,
-    block_tokens: int, code: int, P: Any, hit_tokens: Any, hit_blocks: Any, out: Any,
-) -> tuple[Any, Any]:  # fmt: skip
-    """out[0] = evicted pages, out[1] = the request that could not fit (or -1); returns the
-    array policy's state (a policy that allocates may have widened it)."""
-    nhits, nkey, after = P[12], P[16], P[19]
-    size = capacity + 2
-    parent = np.full(size, -1, np.int64)
-    estart = np.zeros(size, np.int64)
-    elen = np.zeros(size, np.int64)
-    ref = np.zeros(size, np.int64)
-    nchild = np.zeros(size, np.int64)
-    evictable = np.zeros(size, np.bool_)
+#: the tree's counters, st = T[13]: tree pages, reserved pages, protected (locked) pages,
+#: the clock, evicted pages, free ids left, the capacity in pages
+TREE, RESERVED, PROTECTED, CLOCK, EVICTED, NFREE, CAP = range(7)
+
+
+def new_tree(capacity: int) -> tuple[Any, ...]:
+    """An empty tree of ``capacity`` pages: T = (parent, estart, elen, ref, nchild,
+    evictable, the (parent, first key) -> child table tp, tk, tv, free ids, path, lowers,
+    uppers (a walk's scratch), st (the counters above))."""
+    size = capacity + 2  # every node holds >= 1 page, plus the root
     tsize = 1
     while tsize < 2 * size:
         tsize *= 2
-    tp = np.zeros(tsize, np.int64)
-    tk = np.zeros(tsize, np.int64)
-    tv = np.full(tsize, -1, np.int64)
-    free_ids = np.arange(size - 1, 0, -1).astype(np.int64)  # pop from the end: 1, 2, ...
-    path = np.empty(size, np.int64)
-    lowers = np.empty(size, np.int64)
-    uppers = np.empty(size, np.int64)
-    # tree pages, reserved pages, protected pages, clock, evicted pages, free ids
-    st = np.zeros(6, np.int64)
-    st[5] = size - 1
+    st = np.zeros(7, np.int64)
+    st[NFREE], st[CAP] = size - 1, capacity
+    return (
+        np.full(size, -1, np.int64), np.zeros(size, np.int64), np.zeros(size, np.int64),
+        np.zeros(size, np.int64), np.zeros(size, np.int64), np.zeros(size, np.bool_),
+        np.zeros(tsize, np.int64), np.zeros(tsize, np.int64), np.full(tsize, -1, np.int64),
+        np.arange(size - 1, 0, -1).astype(np.int64),  # pop from the end: 1, 2, ...
+        np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.int64), st,
+    )  # fmt: skip
+
+
+@jit()
+def _kernel(
+    keys: Any, key_offsets: Any, num_lookup: Any, lookup_end: Any, held: Any, T: Any,
+    block_tokens: int, code: int, P: Any, hit_tokens: Any, hit_blocks: Any, out: Any,
+) -> tuple[Any, Any]:  # fmt: skip
+    """out[0] = evicted pages, out[1] = the request that could not fit (or -1); returns the
+    array policy's state (P[24], P[25] at the start; a policy that allocates may widen it).
+
+    The hooks take that state as arguments of their own (ist, fst), not inside P: P is
+    never reassigned, so the compiled loops carry no copy of the 30-item tuple (each copy
+    an atomic reference count update per array)."""
+    after, acode, aux = P[19], P[26], P[28]
+    ist, fst = P[24], P[25]
+    st = T[13]
     out[1] = -1
     for r in range(key_offsets.shape[0] - 1):
         after[0] = r
@@ -193,114 +205,179 @@ def _kernel(
         nk = key_offsets[r + 1] - k0
         nl = num_lookup[r]
         if code == ARRAY:  # the request and its time (the arrival), room for allocations
-            i2, f2 = reserve(P[26], P[24], P[25], 2 * nk + 2)
-            if i2.shape[1] != P[24].shape[1]:
-                P = P[:24] + (i2, f2) + P[26:]  # noqa: RUF005 (numba: no starred tuples)
-            i2[SC, REQ] = r
-            if P[28].shape[1] > r:
-                f2[FS, NOW] = P[28][0, r]
-        # ---- match (stamping, splitting)
-        i, npath = _walk(keys, k0, nl, parent, estart, elen, ref, nchild, evictable, tp, tk,
-                         tv, free_ids, path, lowers, uppers, st, code, P, 0, 0)  # fmt: skip
+            ist, fst = reserve(acode, ist, fst, 2 * nk + 2)
+            ist[SC, REQ] = r
+            if aux.shape[1] > r:
+                fst[FS, NOW] = aux[0, r]
+        # ---- match (stamping, splitting), then acquire: lock the path, reserve the rest
+        i, npath = rx_walk(keys, k0, nl, T, code, P, ist, fst, 0, 0)
         hit_blocks[r] = i
         hit_tokens[r] = lookup_end[r] if i == nl else i * block_tokens
-        # ---- acquire: lock the path, reserve pages for the rest
         need = held[r] - i
-        newly = 0
-        for j in range(npath):
-            if ref[path[j]] == 0:
-                newly += elen[path[j]]
-        free_now = capacity - st[0] - st[1]
-        if need > free_now + st[0] - st[2] - newly:
-            out[0] = st[4]
+        if need > rx_room(T, npath):
+            out[0] = st[EVICTED]
             out[1] = r
-            return P[24], P[25]
-        for j in range(npath):
-            _pol(code, H_ACCESS, path[j], 0, P)
-            nhits[path[j]] += 1
-        last = path[npath - 1] if npath else ROOT
-        _lock(last, parent, elen, ref, nchild, evictable, st, code, P)
-        _pol_miss(code, P, keys, k0 + i, k0 + nk)
-        while capacity - st[0] - st[1] < need:
-            v = _pol_evict(code, P)
-            if v < 0:  # the policy found no victim although pages were evictable
-                out[0] = st[4]
-                out[1] = -2 - r
-                return P[24], P[25]
-            _remove_leaf(v, parent, estart, elen, ref, nchild, evictable, keys, tp, tk, tv,
-                         free_ids, st, nkey, code, P)  # fmt: skip
-        st[1] += need
-        reserved = need
-        # ---- commit: insert every keyed page of the request
-        i, npath = _walk(keys, k0, nk, parent, estart, elen, ref, nchild, evictable, tp, tk,
-                         tv, free_ids, path, lowers, uppers, st, code, P, i, npath)  # fmt: skip
-        node = path[npath - 1] if npath else ROOT
-        for j in range(npath):
-            _pol(code, H_ACCESS, path[j], 0, P)
-        if i < nk:
-            grow = min(nk - i, reserved)
-            if grow > 0:
-                node = _new_node(node, k0 + i, grow, keys, parent, estart, elen, ref, nchild,
-                                 tp, tk, tv, free_ids, st, P)  # fmt: skip
-                st[0] += grow
-                _refresh(parent[node], ref, nchild, evictable, code, P)
-                _pol(code, H_INSERT, node, 0, P)
-                _refresh(node, ref, nchild, evictable, code, P)
-                reserved -= grow
-                st[1] -= grow
-        if node != last:
-            _lock(node, parent, elen, ref, nchild, evictable, st, code, P)
-            _unlock(last, parent, elen, ref, nchild, evictable, st, code, P)
-            last = node
-        # ---- release
-        st[1] -= reserved
-        _unlock(last, parent, elen, ref, nchild, evictable, st, code, P)
-    out[0] = st[4]
-    return P[24], P[25]
+            return ist, fst
+        last = rx_acquire(keys, k0, i, nk, npath, need, 0, T, code, P, ist, fst)
+        if last < 0:  # the policy found no victim although pages were evictable
+            out[0] = st[EVICTED]
+            out[1] = -2 - r
+            return ist, fst
+        # ---- commit every keyed page, resuming the match's walk, then release
+        last, reserved = rx_commit(keys, k0, nk, last, need, T, code, P, ist, fst, i, npath)
+        rx_release(last, reserved, T, code, P, ist, fst)
+    out[0] = st[EVICTED]
+    return ist, fst
 
 
 @jit(nrt=False)
-def _refresh(node: int, ref: Any, nchild: Any, evictable: Any, code: int, P: Any) -> None:
+def rx_room(T: Any, npath: int) -> int:
+    """Pages a request can have once it locks the matched path[:npath]: free pages plus
+    unlocked tree pages, but not the path's (RadixCache.acquire's test)."""
+    elen, ref, path, st = T[2], T[3], T[10], T[13]
+    newly = 0
+    for j in range(npath):
+        if ref[path[j]] == 0:
+            newly += elen[path[j]]
+    return int(st[CAP] - st[TREE] - st[RESERVED] + st[TREE] - st[PROTECTED] - newly)
+
+
+@jit(nrt=False)
+def rx_grow_room(T: Any) -> int:
+    """Pages a running request can grow by (RadixCache.grow's test)."""
+    st = T[13]
+    return int(st[CAP] - st[RESERVED] - st[PROTECTED])
+
+
+@jit(nrt=False, standalone=True)
+def rx_acquire(keys: Any, k0: int, h: int, nk: int, npath: int, need: int, spare: int,
+               T: Any, code: int, P: Any, ist: Any, fst: Any) -> int:  # fmt: skip
+    """RadixCache.acquire after :func:`rx_room` said the request fits: access and lock the
+    matched path[:npath] (h pages), announce the misses keys[k0 + h:k0 + nk], reserve
+    ``need`` pages. Returns the locked path's end, or -1 if the policy found no victim."""
+    nhits, path = P[12], T[10]
+    for j in range(npath):
+        _pol(code, H_ACCESS, path[j], 0, P, ist, fst)
+        nhits[path[j]] += 1
+    last = path[npath - 1] if npath else ROOT
+    _lock(last, T, code, P, ist, fst)
+    _pol_miss(code, P, ist, fst, keys, k0 + h, k0 + nk)
+    if not rx_reserve(need, spare, T, code, P, ist, fst):
+        return -1
+    return int(last)
+
+
+@jit(nrt=False, standalone=True)
+def rx_reserve(need: int, spare: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> bool:
+    """Evict leaves until ``need`` pages are free and reserve them, then keep ``spare``
+    more free (RadixCache._reserve); False if the policy found no victim."""
+    st = T[13]
+    while st[CAP] - st[TREE] - st[RESERVED] < need:
+        v = _pol_evict(code, P, ist, fst)
+        if v < 0:
+            return False
+        _remove_leaf(v, T, code, P, ist, fst)
+    st[RESERVED] += need
+    if spare:
+        rx_keep_free(spare, T, code, P, ist, fst)
+    return True
+
+
+@jit(nrt=False, standalone=True)
+def rx_keep_free(num: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> None:
+    """Evict unlocked leaves until ``num`` pages are free or none is left
+    (RadixCache.keep_free)."""
+    st = T[13]
+    while st[CAP] - st[TREE] - st[RESERVED] < num and st[TREE] > st[PROTECTED]:
+        v = _pol_evict(code, P, ist, fst)
+        if v < 0:
+            break
+        _remove_leaf(v, T, code, P, ist, fst)
+
+
+@jit(nrt=False, standalone=True)
+def rx_commit(keys: Any, k0: int, n: int, last: int, reserved: int, T: Any, code: int,
+              P: Any, ist: Any, fst: Any, i: int, npath: int) -> tuple[int, int]:  # fmt: skip
+    """RadixCache.commit of keys[k0:k0 + n] for a request holding the path to ``last`` and
+    ``reserved`` pages: walk (stamping) from ``path[:npath]``, which matched the first i
+    pages (0, 0: from the root), access the path, add the rest as a leaf (as many pages as
+    are reserved), move the lock to the new end. Returns (last, reserved).
+
+    The replay resumes its match's walk so: the matched path is locked, so between the
+    two nothing on it changed, and a walk from the root would pass it again without a
+    split and end where the match did (a node boundary, the match having split there)."""
+    parent, path, st = T[0], T[10], T[13]
+    i, npath = rx_walk(keys, k0, n, T, code, P, ist, fst, i, npath)
+    node = path[npath - 1] if npath else ROOT
+    for j in range(npath):
+        _pol(code, H_ACCESS, path[j], 0, P, ist, fst)
+    if i < n:
+        grow = min(n - i, reserved)
+        if grow > 0:
+            node = _new_node(node, k0 + i, grow, keys, T, P)
+            st[TREE] += grow
+            _refresh(parent[node], T, code, P, ist, fst)
+            _pol(code, H_INSERT, node, 0, P, ist, fst)
+            _refresh(node, T, code, P, ist, fst)
+            reserved -= grow
+            st[RESERVED] -= grow
+    if node != last:
+        _lock(node, T, code, P, ist, fst)
+        _unlock(last, T, code, P, ist, fst)
+        last = node
+    return int(last), int(reserved)
+
+
+@jit(nrt=False, standalone=True)
+def rx_release(last: int, reserved: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> None:
+    """Free a request's unused reserved pages and unlock its path (RadixCache.release)."""
+    T[13][RESERVED] -= reserved
+    _unlock(last, T, code, P, ist, fst)
+
+
+@jit(nrt=False)
+def _refresh(node: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> None:
     """Tell the policy when a node starts or stops being an unlocked leaf."""
+    ref, nchild, evictable = T[3], T[4], T[5]
     if node == ROOT:
         return
     now = ref[node] == 0 and nchild[node] == 0
     if now != evictable[node]:
         evictable[node] = now
-        _pol(code, H_EVICTABLE if now else H_PINNED, node, 0, P)
+        _pol(code, H_EVICTABLE if now else H_PINNED, node, 0, P, ist, fst)
 
 
 @jit(nrt=False)
-def _lock(node: int, parent: Any, elen: Any, ref: Any, nchild: Any, evictable: Any, st: Any,
-          code: int, P: Any) -> None:  # fmt: skip
+def _lock(node: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> None:
+    parent, elen, ref, st = T[0], T[2], T[3], T[13]
     while node != ROOT:
         if ref[node] == 0:
-            st[2] += elen[node]
+            st[PROTECTED] += elen[node]
         ref[node] += 1
-        _refresh(node, ref, nchild, evictable, code, P)
+        _refresh(node, T, code, P, ist, fst)
         node = parent[node]
 
 
 @jit(nrt=False)
-def _unlock(node: int, parent: Any, elen: Any, ref: Any, nchild: Any, evictable: Any,
-            st: Any, code: int, P: Any) -> None:  # fmt: skip
+def _unlock(node: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> None:
+    parent, elen, ref, st = T[0], T[2], T[3], T[13]
     while node != ROOT:
         ref[node] -= 1
         if ref[node] == 0:
-            st[2] -= elen[node]
-        _refresh(node, ref, nchild, evictable, code, P)
+            st[PROTECTED] -= elen[node]
+        _refresh(node, T, code, P, ist, fst)
         node = parent[node]
 
 
 @jit(nrt=False)
-def _new_node(par: int, es: int, el: int, keys: Any, parent: Any, estart: Any, elen: Any,
-              ref: Any, nchild: Any, tp: Any, tk: Any, tv: Any, free_ids: Any, st: Any,
-              P: Any) -> int:  # fmt: skip
+def _new_node(par: int, es: int, el: int, keys: Any, T: Any, P: Any) -> int:
     """A node for keys[es:es + el] under ``par``, mapped by its first key (replacing the
     node it splits from, if any), created and accessed now."""
+    parent, estart, elen, ref, nchild = T[0], T[1], T[2], T[3], T[4]
+    tp, tk, tv, free_ids, st = T[6], T[7], T[8], T[9], T[13]
     la, nhits, depth, created, nkey = P[11], P[12], P[13], P[14], P[16]
-    st[5] -= 1
-    node = free_ids[st[5]]
+    st[NFREE] -= 1
+    node = free_ids[st[NFREE]]
     estart[node] = es
     elen[node] = el
     nchild[node] = 0
@@ -308,9 +385,9 @@ def _new_node(par: int, es: int, el: int, keys: Any, parent: Any, estart: Any, e
     first = keys[es]
     nkey[node] = first
     depth[node] = depth[par] + el if par != ROOT else el
-    st[3] += 1
-    created[node] = st[3]
-    la[node] = st[3]
+    st[CLOCK] += 1
+    created[node] = st[CLOCK]
+    la[node] = st[CLOCK]
     nhits[node] = 0
     ref[node] = 0
     s = pair_find(tp, tk, tv, par, first)
@@ -320,19 +397,15 @@ def _new_node(par: int, es: int, el: int, keys: Any, parent: Any, estart: Any, e
     return int(node)
 
 
-@jit(nrt=False)
-def _walk(keys: Any, k0: int, n: int, parent: Any, estart: Any, elen: Any, ref: Any,
-          nchild: Any, evictable: Any, tp: Any, tk: Any, tv: Any, free_ids: Any, path: Any,
-          lowers: Any, uppers: Any, st: Any, code: int, P: Any, i: int,
-          npath: int) -> tuple[int, int]:  # fmt: skip
-    """Longest matched prefix of keys[k0:k0 + n] (pages) and its node path, splitting the
-    edge where the match ends inside it; stamps as RadixCache._walk does.
-
+@jit(nrt=False, standalone=True)
+def rx_walk(keys: Any, k0: int, n: int, T: Any, code: int, P: Any, ist: Any, fst: Any, i: int,
+            npath: int) -> tuple[int, int]:  # fmt: skip
+    """Longest matched prefix of keys[k0:k0 + n] (pages) and its node path (in T's path),
+    splitting the edge where the match ends inside it; stamps as RadixCache._walk does.
     The walk starts after ``path[:npath]``, which matched the first i pages (0, 0: from
-    the root). The commit walk resumes the match walk so: the matched path is locked, so
-    between the two nothing on it changed, and a walk from the root would pass it again
-    without a split and end where the match did (a node boundary, the match having split
-    there)."""
+    the root; see :func:`rx_commit`)."""
+    parent, estart, elen, ref, nchild = T[0], T[1], T[2], T[3], T[4]
+    tp, tk, tv, path, lowers, uppers, st = T[6], T[7], T[8], T[10], T[11], T[12], T[13]
     la, nhits, created, nkey = P[11], P[12], P[14], P[16]
     node = path[npath - 1] if npath else ROOT
     nsplit = 0
@@ -348,8 +421,7 @@ def _walk(keys: Any, k0: int, n: int, parent: Any, estart: Any, elen: Any, ref: 
             m += 1
         if m < el:  # split child after m pages: a new upper node takes the first m
             lower = child
-            child = _new_node(parent[lower], es, m, keys, parent, estart, elen, ref, nchild,
-                              tp, tk, tv, free_ids, st, P)  # fmt: skip
+            child = _new_node(parent[lower], es, m, keys, T, P)
             ref[child] = ref[lower]
             la[child] = la[lower]
             created[child] = created[lower]
@@ -361,58 +433,54 @@ def _walk(keys: Any, k0: int, n: int, parent: Any, estart: Any, elen: Any, ref: 
             s = pair_find(tp, tk, tv, child, keys[es + m])
             tp[s], tk[s], tv[s] = child, keys[es + m], lower
             nchild[child] += 1
-            _pol(code, H_SPLIT, child, lower, P)
-            _pol(code, H_UPDATE, lower, 0, P)
+            _pol(code, H_SPLIT, child, lower, P, ist, fst)
+            _pol(code, H_UPDATE, lower, 0, P, ist, fst)
             lowers[nsplit] = lower
             uppers[nsplit] = child
             nsplit += 1
         path[npath] = child
         npath += 1
         node, i = child, i + m
-    st[3] += 1
-    t = st[3]
+    st[CLOCK] += 1
+    t = st[CLOCK]
     for j in range(npath):
         la[path[j]] = t
     for j in range(nsplit):
         la[lowers[j]] = t
     if nsplit:
-        st[3] += 1
+        st[CLOCK] += 1
         for j in range(nsplit):
-            la[uppers[j]] = st[3]
-            created[uppers[j]] = st[3]
+            la[uppers[j]] = st[CLOCK]
+            created[uppers[j]] = st[CLOCK]
         for j in range(nsplit):  # their recency changed without an access: re-rank them
-            _pol(code, H_UPDATE, lowers[j], 0, P)
+            _pol(code, H_UPDATE, lowers[j], 0, P, ist, fst)
     return i, npath
 
 
 @jit(nrt=False)
-def _remove_leaf(leaf: int, parent: Any, estart: Any, elen: Any, ref: Any, nchild: Any,
-                 evictable: Any, keys: Any, tp: Any, tk: Any, tv: Any, free_ids: Any,
-                 st: Any, nkey: Any, code: int, P: Any) -> None:  # fmt: skip
+def _remove_leaf(leaf: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> None:
+    """Evict an unlocked leaf: unmap it, free its id and pages, refresh its parent."""
+    parent, elen, nchild, evictable = T[0], T[2], T[4], T[5]
+    tp, tk, tv, free_ids, st = T[6], T[7], T[8], T[9], T[13]
+    nkey = P[16]
     par = parent[leaf]
-    pair_unmap(tp, tk, tv, par, keys[estart[leaf]])
+    pair_unmap(tp, tk, tv, par, nkey[leaf])  # its first key
     nchild[par] -= 1
-    st[0] -= elen[leaf]
-    st[4] += elen[leaf]
+    st[TREE] -= elen[leaf]
+    st[EVICTED] += elen[leaf]
     evictable[leaf] = False
     nkey[leaf] = -1
     parent[leaf] = -1
-    free_ids[st[5]] = leaf
-    st[5] += 1
-    _refresh(par, ref, nchild, evictable, code, P)
+    free_ids[st[NFREE]] = leaf
+    st[NFREE] += 1
+    _refresh(par, T, code, P, ist, fst)
 
 
-def replay_radix_fast(
-    keys: I64, key_offsets: I64, num_lookup: I64, lookup_end: I64, held: I64, capacity: int,
-    num_keys: int, block_tokens: int, policy: EvictionPolicy,
-) -> tuple[I64, I64, int, int]:  # fmt: skip
-    """Run the kernel; returns (hit_tokens, hit_blocks, evicted pages, failed request).
-
-    ``policy`` is fresh (a keyed policy with ``needs_future`` already prepared); it is
-    bound to a view of the tree's size, as the radix cache binds it."""
-    code = radix_code(policy)
-    if code < 0:
-        raise ValueError(f"policy '{policy.spec()}' has no compiled radix kernel")
+def radix_policy_args(policy: EvictionPolicy, capacity: int, num_keys: int) -> tuple[Any, ...]:
+    """The policy's state and arguments as the tree's hooks read them (P), for a fresh
+    policy (a keyed policy with ``needs_future`` already prepared), which it binds to a view
+    of the tree's size, as the radix cache binds it."""
+    code = radix_code(policy, engine=True)
     size = capacity + 2
     view = EntryView(size)
     policy.bind(view)
@@ -431,7 +499,7 @@ def replay_radix_fast(
     if isinstance(policy, ArrayPolicy) and code == ARRAY:
         st = grow_state(policy.state, size, max(num_keys, 1))
         acode, rng, aux = policy.code, policy.rng, policy.aux
-    P = (
+    return (
         qb, qs, stamp, np.zeros(3, np.int64), np.zeros(size, np.int64),
         np.zeros((keyed_n, 4), np.float64), np.zeros(keyed_n, np.int64),
         np.full(size, -1, np.int64), np.zeros(1, np.int64), cols, signs,
@@ -439,12 +507,26 @@ def replay_radix_fast(
         occ_start, occ_req, np.zeros(1, np.int64), np.zeros(1, np.int64),
         link, flag, sst, st[0], st[1], acode, rng, aux, np.empty(3, np.float64),
     )  # fmt: skip
+
+
+def replay_radix_fast(
+    keys: I64, key_offsets: I64, num_lookup: I64, lookup_end: I64, held: I64, capacity: int,
+    num_keys: int, block_tokens: int, policy: EvictionPolicy,
+) -> tuple[I64, I64, int, int]:  # fmt: skip
+    """Run the kernel; returns (hit_tokens, hit_blocks, evicted pages, failed request).
+
+    ``policy`` is fresh (a keyed policy with ``needs_future`` already prepared); it is
+    bound to a view of the tree's size, as the radix cache binds it."""
+    code = radix_code(policy)
+    if code < 0:
+        raise ValueError(f"policy '{policy.spec()}' has no compiled radix kernel")
+    P = radix_policy_args(policy, capacity, num_keys)
     n = int(key_offsets.shape[0]) - 1
     hit_tokens = np.zeros(n, np.int64)
     hit_blocks = np.zeros(n, np.int64)
     out = np.zeros(2, np.int64)
-    st = _kernel(keys, key_offsets, num_lookup, lookup_end, held, capacity, block_tokens, code,
-                 P, hit_tokens, hit_blocks, out)  # fmt: skip
+    st = _kernel(keys, key_offsets, num_lookup, lookup_end, held, new_tree(capacity),
+                 block_tokens, code, P, hit_tokens, hit_blocks, out)  # fmt: skip
     if isinstance(policy, ArrayPolicy) and code == ARRAY:
         policy.state = st
     if out[1] <= -2:

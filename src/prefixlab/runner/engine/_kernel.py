@@ -51,6 +51,17 @@ from prefixlab.runner._fast import (
     release_blocks,
     take_blocks,
 )
+from prefixlab.runner._fast_radix import (
+    EVICTED,
+    rx_acquire,
+    rx_commit,
+    rx_grow_room,
+    rx_keep_free,
+    rx_release,
+    rx_reserve,
+    rx_room,
+    rx_walk,
+)
 
 WAITING, PREFILL, DECODE, DONE = 1, 2, 3, 4
 #: timing codes: prefill none / power law / table / roofline; decode none / constant TPOT /
@@ -63,8 +74,9 @@ TC_PARAMS, TC_DTYPE, TC_E, TC_K, TC_EXPERT, TC_MOE_LAYERS, TC_KV, TC_STATE = ran
 TP_MODEL = 4  # d, d_kv, d_q, intermediate, mlp matrices, moe intermediate, k, E, d_inner,
 # d_state, then the four layer counts (attention, mlp, moe, ssm), peak, mfu, bandwidth, mbu
 #: statuses in out[0]: finished; a request larger than the pool (out[1]); an event before
-#: the clock (out_f[0]); requests left unfinished
-OK, TOO_BIG, IN_PAST, UNFINISHED = 0, 1, 2, 3
+#: the clock (out_f[0]); requests left unfinished; a policy that found no victim although
+#: pages were evictable (radix)
+OK, TOO_BIG, IN_PAST, UNFINISHED, NO_VICTIM = 0, 1, 2, 3, 4
 
 
 @jit(inline=True)
@@ -244,6 +256,10 @@ def engine_kernel(
     num_preemptions: Any,
     out: Any,
     out_f: Any,
+    T: Any,
+    P: Any,
+    rcode: int,
+    spare: int,
 ) -> tuple[Any, Any]:
     """Simulate every request; returns the array policy's state (it may have widened).
 
@@ -252,12 +268,26 @@ def engine_kernel(
     reference schedules them; ``next_turn[r]``: the request that arrives after r finishes
     (closed loop or gated; -1: none). out = (status, request, steps, evictions, finished
     requests, updated as they finish); out_f =
-    (the time of an event scheduled before the clock, the clock)."""
+    (the time of an event scheduled before the clock, the clock).
+
+    The radix structure: ``T`` the tree (``_fast_radix.new_tree``), ``P`` its policy's
+    arguments, ``rcode`` the policy's code there, ``spare`` SGLang's spare pages; ``state``
+    and ``pp`` are then a placeholder's. For the block structure T and P are None (numba
+    compiles each structure's own kernel: the ``T is None`` branches fold away)."""
     n = inp.shape[0]
     bt = block_tokens
     max_seqs, budget0, chunked, cwr, gated = cfg[0], cfg[1], cfg[2] != 0, cfg[3] != 0, cfg[4]
     array = pp[0] == ARRAY
+    acode = pp[5]
+    after = np.zeros(1, np.int64)  # radix: the request keyed policies look next uses after
+    if T is not None:
+        array = rcode == ARRAY
+        acode = P[26]
+        after = P[19]
     sc = state[23]
+    # radix: per request, its locked path's end and its reserved pages (its handle)
+    rlast = np.zeros(n if T is not None else 0, np.int64)
+    rres = np.zeros(n if T is not None else 0, np.int64)
     no_nu = nu_pos[:0]  # a preemption releases at another request's index: look next uses up
     # blocks a request may hold: its whole sequence
     max_need = 1  # the most blocks a running request can hold (more: refused on arrival)
@@ -284,7 +314,7 @@ def engine_kernel(
     wq = np.empty(n + 1, np.int64)  # waiting: a ring, head .. tail
     whead, wlen = 0, 0
     # a policy that reads the waiting queue; changes of the ring, the change last fed
-    waits = array and (pp[5] == OPT_ONLINE or (pp[5] == UNICACHE and ist[SC, UCOPT] == 1))
+    waits = array and (acode == OPT_ONLINE or (acode == UNICACHE and ist[SC, UCOPT] == 1))
     wmod, wfed = 0, -1
     running = np.empty(n, np.int64)
     nrun = 0
@@ -333,11 +363,17 @@ def engine_kernel(
                         if upto > committed[r]:
                             cur_req = r
                             if array:
-                                ist, fst = reserve(pp[5], ist, fst, upto - committed[r])
+                                ist, fst = reserve(acode, ist, fst, upto - committed[r] + 2)
                                 ist[SC, REQ] = r
                                 fst[FS, NOW] = now
-                            commit_blocks(state, held[slot[r]], keys, key_offsets[r],
-                                          committed[r], upto, now, pp, ist, fst)  # fmt: skip
+                            if T is None:
+                                commit_blocks(state, held[slot[r]], keys, key_offsets[r],
+                                              committed[r], upto, now, pp, ist, fst)  # fmt: skip
+                            else:
+                                after[0] = r
+                                rlast[r], rres[r] = rx_commit(keys, key_offsets[r], upto,
+                                                              rlast[r], rres[r], T, rcode, P,
+                                                              ist, fst, 0, 0)  # fmt: skip
                             committed[r] = upto
                     if computed[r] < prompt_len[r]:
                         continue
@@ -364,12 +400,21 @@ def engine_kernel(
                     nk = key_offsets[r + 1] - k0
                     s = slot[r]
                     if array:
-                        ist, fst = reserve(pp[5], ist, fst, nk + nblocks[r])
+                        ist, fst = reserve(acode, ist, fst, nk + nblocks[r] + 2)
                         ist[SC, REQ] = r
                         fst[FS, NOW] = now
-                    commit_blocks(state, held[s], keys, k0, committed[r], nk, now, pp, ist, fst)
-                    release_blocks(state, held[s], nblocks[r], r, nu_pos, k0, max_free, pp, ist,
-                                   fst, released, victims)  # fmt: skip
+                    if T is None:
+                        commit_blocks(state, held[s], keys, k0, committed[r], nk, now, pp, ist,
+                                      fst)  # fmt: skip
+                        release_blocks(state, held[s], nblocks[r], r, nu_pos, k0, max_free, pp,
+                                       ist, fst, released, victims)  # fmt: skip
+                    else:
+                        after[0] = r
+                        last, res = rx_commit(
+                            keys, k0, nk, rlast[r], rres[r], T, rcode, P, ist, fst, 0, 0
+                        )
+                        rx_release(last, res, T, rcode, P, ist, fst)
+                        rres[r] = 0
                     free_slots[nfree_slots] = s
                     nfree_slots += 1
                     slot[r] = -1
@@ -420,6 +465,18 @@ def engine_kernel(
         nch, ndec = 0, 0
         budget = budget0
         preempted = False
+        if T is not None and spare:  # SGLang: a free page per decoding request
+            ndecoding = 0
+            for i in range(nrun):
+                if phase[running[i]] == DECODE:
+                    ndecoding += 1
+            if ndecoding:
+                if array:
+                    ist, fst = reserve(acode, ist, fst, 2)
+                    ist[SC, REQ] = cur_req
+                    fst[FS, NOW] = now
+                after[0] = cur_req
+                rx_keep_free(spare * ndecoding, T, rcode, P, ist, fst)
         i = 0
         while i < nrun and budget > 0:
             r = running[i]
@@ -438,24 +495,37 @@ def engine_kernel(
                     more = -(-(inp[r] + min(generated[r] + 1, outp[r])) // bt) - nblocks[r]
                     gone = False
                     while more > 0:
-                        if more <= sc[1] + sc[2]:  # grow
+                        room = sc[1] + sc[2] if T is None else rx_grow_room(T)
+                        if more <= room:  # grow
                             if array:
-                                ist, fst = reserve(pp[5], ist, fst, more)
+                                ist, fst = reserve(acode, ist, fst, more)
                                 ist[SC, REQ] = cur_req
                                 fst[FS, NOW] = now
-                            take_blocks(state, more, held[slot[r]], nblocks[r], cur_req, pp,
-                                        ist, fst, victims)  # fmt: skip
+                            if T is None:
+                                take_blocks(state, more, held[slot[r]], nblocks[r], cur_req, pp,
+                                            ist, fst, victims)  # fmt: skip
+                            else:
+                                after[0] = cur_req
+                                if not rx_reserve(more, spare, T, rcode, P, ist, fst):
+                                    out[0] = NO_VICTIM
+                                    return ist, fst
+                                rres[r] += more
                             nblocks[r] += more
                             break
                         # preempt the most recently admitted request
                         v = running[nrun - 1]
                         if array:
-                            ist, fst = reserve(pp[5], ist, fst, nblocks[v])
+                            ist, fst = reserve(acode, ist, fst, nblocks[v])
                             ist[SC, REQ] = cur_req
                             fst[FS, NOW] = now
-                        release_blocks(state, held[slot[v]], nblocks[v], cur_req, no_nu,
-                                       key_offsets[v], max_free, pp, ist, fst, released,
-                                       victims)  # fmt: skip
+                        if T is None:
+                            release_blocks(state, held[slot[v]], nblocks[v], cur_req, no_nu,
+                                           key_offsets[v], max_free, pp, ist, fst, released,
+                                           victims)  # fmt: skip
+                        else:
+                            after[0] = cur_req
+                            rx_release(rlast[v], rres[v], T, rcode, P, ist, fst)
+                            rres[v] = 0
                         free_slots[nfree_slots] = slot[v]
                         nfree_slots += 1
                         slot[v] = -1
@@ -483,19 +553,32 @@ def engine_kernel(
                 # the waiting queue, as on_waiting gives it (only when it changed: the
                 # same queue again changes nothing)
                 wfed = wmod
-                waiting_begin(pp[5], ist)
+                if T is None:
+                    ekey, edepth = state[4], state[13]  # the entries' keys and depths
+                else:
+                    ekey, edepth = P[16], P[13]
+                waiting_begin(acode, ist)
                 for w in range(wlen):
                     rw = wq[(whead + w) % (n + 1)]
                     for j in range(key_offsets[rw], key_offsets[rw] + num_lookup[rw]):
-                        waiting_add(pp[5], ist, fst, keys[j], w, state[4], state[13])
-                waiting_end(pp[5], ist, fst, state[4], state[13])
+                        waiting_add(acode, ist, fst, keys[j], w, ekey, edepth)
+                waiting_end(acode, ist, fst, ekey, edepth)
             while wlen > 0 and budget > 0 and nrun < max_seqs:
                 r = wq[whead]
                 cur_req = r
                 k0 = key_offsets[r]
                 nk = key_offsets[r + 1] - k0
                 nl = num_lookup[r]
-                h = match_blocks(state, keys, k0, nl, mblocks)
+                npath = 0
+                if T is None:
+                    h = match_blocks(state, keys, k0, nl, mblocks)
+                else:  # the walk stamps and may split: the policy hears of it
+                    if array:
+                        ist, fst = reserve(acode, ist, fst, 2 * nk + 2)
+                        ist[SC, REQ] = r
+                        fst[FS, NOW] = now
+                    after[0] = r
+                    h, npath = rx_walk(keys, k0, nl, T, rcode, P, ist, fst, 0, 0)
                 hit_tokens = lookup_end[r] if h == nl else h * bt
                 prompt = inp[r] + generated[r]
                 rem = prompt - hit_tokens
@@ -503,21 +586,32 @@ def engine_kernel(
                     break
                 want = -(-(inp[r] + min(generated[r] + 1, outp[r])) // bt)
                 need = want - h
-                if need > sc[1] + sc[2] - num_hit_free(state, mblocks, h):
+                if T is None:
+                    if need > sc[1] + sc[2] - num_hit_free(state, mblocks, h):
+                        break
+                elif need > rx_room(T, npath):
                     break
                 if array:
-                    ist, fst = reserve(pp[5], ist, fst, nk + want)
+                    ist, fst = reserve(acode, ist, fst, nk + want)
                     ist[SC, REQ] = r
                     fst[FS, NOW] = now
                 nfree_slots -= 1
                 s = free_slots[nfree_slots]
                 slot[r] = s
-                row = held[s]
-                for j in range(h):
-                    row[j] = mblocks[j]
-                pin_hits(state, row, h, now, pp, ist, fst)
-                announce_misses(state, keys, k0, h, nk, pp, ist, fst)
-                take_blocks(state, need, row, h, r, pp, ist, fst, victims)
+                if T is None:
+                    row = held[s]
+                    for j in range(h):
+                        row[j] = mblocks[j]
+                    pin_hits(state, row, h, now, pp, ist, fst)
+                    announce_misses(state, keys, k0, h, nk, pp, ist, fst)
+                    take_blocks(state, need, row, h, r, pp, ist, fst, victims)
+                else:
+                    after[0] = r
+                    last = rx_acquire(keys, k0, h, nk, npath, need, spare, T, rcode, P, ist, fst)
+                    if last < 0:
+                        out[0] = NO_VICTIM
+                        return ist, fst
+                    rlast[r], rres[r] = last, need
                 whead = (whead + 1) % (n + 1)
                 wlen -= 1
                 wmod += 1
@@ -555,5 +649,5 @@ def engine_kernel(
     if wlen or nrun:
         out[0] = UNFINISHED
     out[2] = num_steps
-    out[3] = sc[3]
+    out[3] = sc[3] if T is None else T[13][EVICTED]
     return ist, fst

@@ -165,9 +165,10 @@ def simulate(
             Finished, Preempted, StepDone).
         check_every: check invariants (cache and scheduler) every this many steps.
         fast: run the compiled engine (:mod:`prefixlab.runner.engine._kernel`) when it
-            applies: numba installed; the block structure; a policy the replay kernel
-            runs that does not read the waiting queue; power, table or tpot timing; no
-            observers or checks. It gives the same results as the reference (tested).
+            applies: numba installed; the block or radix structure; a built-in policy
+            (or any keyed policy with KeyedPolicy's hooks); power, table, tpot or roofline
+            timing; no observers or checks. It gives the same results as the reference
+            (tested).
         on_progress: called with (requests finished, requests) as requests finish (a
             progress bar); it does not keep the compiled engine from running.
     """
@@ -541,11 +542,13 @@ def _compiled_applies(
     pol: EvictionPolicy, rc: ReplayConfig, observers: Sequence[Observer], check_every: int
 ) -> bool:
     from prefixlab.runner import _fast
+    from prefixlab.runner._fast_radix import radix_code
 
-    return (
-        _fast.HAVE_NUMBA and rc.structure == "block" and not observers and not check_every
-        and _fast.engine_code(pol) >= 0
-    )  # fmt: skip
+    if not _fast.HAVE_NUMBA or observers or check_every:
+        return False
+    if rc.structure == "radix":
+        return "radix" in pol.structures and radix_code(pol, engine=True) >= 0
+    return rc.structure == "block" and _fast.engine_code(pol) >= 0
 
 
 def _simulate_compiled(
@@ -576,11 +579,24 @@ def _simulate_compiled(
         raise ConfigError(f"cannot schedule an event at {float(times[early[0]])} s, before "
                           "now (0.0 s)")  # fmt: skip
     cap, bt = rc.capacity_blocks, layout.block_tokens
-    prep = _fast.Prepared(pol, cap, bt, max(layout.num_distinct_keys, 1), 1, engine=True)
+    num_keys = max(layout.num_distinct_keys, 1)
+    tree: tuple[Any, ...] | None = None
+    radix_args: tuple[Any, ...] | None = None
+    rcode = -1
+    if rc.structure == "radix":
+        from prefixlab.policies.lru import LRU
+        from prefixlab.runner import _fast_radix as R
+
+        rcode = R.radix_code(pol, engine=True)
+        tree, radix_args = R.new_tree(cap), R.radix_policy_args(pol, cap, num_keys)
+        # the block structure's arguments: a placeholder's (the kernel reads the tree's)
+        prep = _fast.Prepared(LRU(), 1, bt, 1, 1, engine=True)
+        prep.ist, prep.fst = radix_args[24], radix_args[25]
+    else:
+        prep = _fast.Prepared(pol, cap, bt, num_keys, 1, engine=True)
     inp = trace.input_length.astype(np.int64)
     outp = trace.output_length.astype(np.int64)
-    num_keys = np.diff(layout.key_offsets)
-    input_keys = np.minimum(inp // bt, num_keys)
+    input_keys = np.minimum(inp // bt, np.diff(layout.key_offsets))
     big = 1 << 62  # limits beyond any count of requests or tokens: the same as no limit
     cfg = np.array([min(config.max_num_seqs, big), min(config.max_num_batched_tokens, big),
                     config.chunked_prefill, config.cache_while_running, config.gated],
@@ -598,7 +614,8 @@ def _simulate_compiled(
         layout.key_offsets, layout.num_lookup_blocks, layout.lookup_end_tokens, inp, outp,
         input_keys, bt, cap, max_free, cfg, first, times, next_turn,
         trace.think_s.astype(np.float64), trace.arrival_s.astype(np.float64), *codes,
-        *times_out, first_hits, hit_blocks, miss_blocks, preempt, out, out_f,
+        *times_out, first_hits, hit_blocks, miss_blocks, preempt, out, out_f, tree, radix_args,
+        rcode, config.spare_blocks,
     )  # fmt: skip
     start = time.perf_counter()
     if on_progress is None:
@@ -621,6 +638,8 @@ def _simulate_compiled(
                           f"({float(out_f[1])} s)")  # fmt: skip
     if status == K.UNFINISHED:  # pragma: no cover - a scheduler bug
         raise AssertionError("simulation ended with unfinished requests")
+    if status == K.NO_VICTIM:  # pragma: no cover - a policy bug (the reference raises too)
+        raise AssertionError(f"policy '{pol.name}' found no victim")
     hits = ReplayMetrics(n)
     hits.hit_tokens = np.maximum(first_hits, 0)
     hits.hit_blocks = hit_blocks
