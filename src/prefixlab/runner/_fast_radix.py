@@ -1,7 +1,11 @@
-"""Compiled sequential replay of the radix cache (SGLang semantics), for the built-in policies.
+"""Compiled sequential replay of the radix cache (SGLang semantics), for the built-in policies,
+and the tree's operations the compiled engine runs (``rx_*``).
 
 The same tree, events and clock as :class:`prefixlab.cache.radix.RadixCache` (its docstring
-has the rules), in arrays, for the whole trace in one call:
+has the rules), in arrays, for the whole trace in one call (the replay) or one operation
+per call (``rx_walk``, ``rx_room``, ``rx_acquire``, ``rx_grow_room``, ``rx_reserve``,
+``rx_keep_free``, ``rx_commit``, ``rx_release``: the cache's verbs, which the replay kernel
+calls in sequence per request and :mod:`prefixlab.runner.engine._kernel` interleaves):
 
 * an edge is a range of the layout's key array (``estart``, ``elen``): a split cuts the
   range in two, a new leaf points at the request's own keys, nothing is copied;

@@ -1,10 +1,12 @@
-"""The engine runner compiled: event loop, scheduler and block cache in one kernel.
+"""The engine runner compiled: event loop, scheduler and cache in one kernel.
 
 :mod:`prefixlab.runner.engine.simulator` (the event loop), ``scheduler.py`` (continuous
-batching) and ``cache/block.py`` (the block cache) are the reference; this kernel runs the
-same simulation over arrays, step for step, for the block structure and every policy the
-replay kernel runs (:mod:`prefixlab.runner._fast`, whose per-operation functions it calls:
-match, pin, take, commit, release), and the power, table and tpot timing models. Tests
+batching) and ``cache/block.py`` or ``cache/radix.py`` (the cache) are the reference; this
+kernel runs the same simulation over arrays, step for step, for the block structure and
+every policy the block kernel runs (:mod:`prefixlab.runner._fast`, whose per-operation
+functions it calls: match, pin, take, commit, release), for the radix structure and every
+policy the radix kernel runs (:mod:`prefixlab.runner._fast_radix`'s ``rx_*`` functions),
+and the power, table, tpot and roofline timing models. Tests
 check it gives the reference's times, hits and preemptions to the last bit. It applies
 when nothing else must see the simulation (no observers, no invariant checks). The
 policies that read the waiting queue (``opt-online``, ``unicache-opt``) run here too:
