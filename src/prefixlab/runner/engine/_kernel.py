@@ -297,7 +297,8 @@ def engine_kernel(
         need = -(-(inp[r] + outp[r]) // bt)
         max_need = max(max_need, min(need, capacity))
     slots = max(min(max_seqs, n), 1)
-    held = np.empty((slots, max_need), np.int64)
+    # block ids per running request (the radix tree keeps its own: a path end, a count)
+    held = np.empty((slots, max_need if T is None else 0), np.int64)
     free_slots = np.arange(slots - 1, -1, -1).astype(np.int64)
     nfree_slots = slots
     slot = np.full(n, -1, np.int64)
