@@ -376,3 +376,94 @@ def test_preemption_hand_example_compiled() -> None:
     res = both(trace, "lru", EngineConfig(capacity_blocks=5, block_tokens=4), LINEAR)
     assert res.num_preemptions.tolist() == [0, 1]
     assert res.finish_s[0] < res.finish_s[1] and res.scheduled_s.tolist() == [0.0, 0.0]
+
+
+# ----------------------------------------------------------------------------- hybrid
+HYBRID_POLICIES = ["vanilla", "sglang+", "sglang+:branch=input,chunk_tokens=4",
+                   "marconi:alpha=1", "marconi:alpha=0.5,recency=last-access,efficiency=node",
+                   "marconi:alpha_step=0.5,bootstrap_multiplier=2,retune_every=40", "vllm+",
+                   "vllm+:partial_blocks=false,sizing=estimate"]  # fmt: skip
+HYBRID_TIMING = make_timing(["roofline"], "marconi-hybrid-7b", "h100")
+
+
+def _hybrid(gb: float, model: str = "marconi-hybrid-7b", **kw: Any) -> EngineConfig:
+    return EngineConfig(capacity_blocks=1, structure="hybrid", capacity_bytes=int(gb * 1e9),
+                        model=model, **kw)  # fmt: skip
+
+
+@pytest.mark.parametrize("policy", HYBRID_POLICIES)
+def test_hybrid_every_policy_runs_compiled_with_the_reference_results(policy: str) -> None:
+    """The mix under a budget that evicts all along (and tuned Marconi tunes, retunes)."""
+    trace = GENERATORS["mix"].fn(trace=3, num_requests=160)
+    res = both(trace, policy, _hybrid(2, max_num_seqs=32), HYBRID_TIMING)
+    if policy != "vanilla":
+        assert res.metrics["token_hit_ratio"] > 0
+    if "alpha_step" in policy:
+        assert len(res.metrics["alpha_history"]) >= 2
+
+
+@pytest.mark.parametrize("model", ["marconi-hybrid-7b", "llama-3.1-8b", "mamba2-2.7b"])
+@pytest.mark.parametrize("factor", [1.05, 1.3, 4.0])
+def test_hybrid_tight_budgets_compiled(model: str, factor: float) -> None:
+    """Budgets a little above the longest request (test_hybrid_engine.py's): the hit taken
+    as a miss when its locked path leaves no room, preemptions; on a hybrid model, a
+    Transformer (KV reused in slices and whole blocks) and a pure SSM model."""
+    from prefixlab.model import get_model
+
+    spec = get_model(model)
+    trace = GENERATORS["sessions"].fn(num_sessions=6, preset="agentic", session_rate_per_s=50.0)
+    need = int((trace.input_length + trace.output_length).max())
+    cap = (need + 32) * spec.kv_bytes_per_token + spec.state_bytes_per_checkpoint
+    timing = make_timing(["roofline"], model, "h100")
+    for policy in ("marconi:alpha=1", "sglang+", "vllm+"):
+        both(trace, policy, _hybrid(cap * factor / 1e9, model, max_num_seqs=8), timing)
+
+
+def _seq(t: float, ids: list[int], out: list[int]) -> Request:
+    return Request(arrival_s=t, input_length=len(ids), output_length=len(out),
+                   input_tokens=ids, output_tokens=out)  # fmt: skip
+
+
+def test_hybrid_hand_example_compiled() -> None:
+    """Four requests one after another, a budget that never evicts. r0 stores 12 tokens
+    (input 1..10, output 11, 12) with a state at 12. r1 extends them: it reuses 12. r2
+    leaves r0's edge after token 6: nothing reusable, but judicious admission (sglang+)
+    checkpoints the branch point at 6, so r3, sharing those 6 tokens, reuses 6. vLLM+
+    (a state per 32-token block, and one at a partial block's end) has none at 6."""
+    a = list(range(1, 11))
+    trace = Trace.from_requests([
+        _seq(0.0, a, [11, 12]), _seq(100.0, [*a, 11, 12, 13], [14]),
+        _seq(200.0, [1, 2, 3, 4, 5, 6, 99, 98], [97]), _seq(300.0, [1, 2, 3, 4, 5, 6, 50], [51]),
+    ])  # fmt: skip
+    cfg = _hybrid(10)
+    assert both(trace, "sglang+", cfg, LINEAR).hit_tokens.tolist() == [0, 12, 0, 6]
+    assert both(trace, "vllm+", cfg, LINEAR).hit_tokens.tolist() == [0, 12, 0, 0]
+    # one at a time, a second per new prompt token and per decode step: r0 prefills 10
+    # tokens (first token at 10 s) and decodes its second (11 s); r1 prefills 13 - 12 = 1
+    res = both(trace, "marconi:alpha=1", cfg, LINEAR)
+    assert res.first_token_s.tolist() == [10.0, 101.0, 208.0, 301.0]
+    assert res.finish_s.tolist() == [11.0, 101.0, 208.0, 301.0]
+    assert res.hit_tokens.tolist() == [0, 12, 0, 6]
+
+
+def test_hybrid_tuning_reports_progress_from_its_thread() -> None:
+    """Tuned Marconi's tuner is Python, called back from the compiled kernel; with a
+    progress callback the kernel runs on a thread of its own."""
+    trace = GENERATORS["mix"].fn(trace=3, num_requests=120)
+    seen: list[int] = []
+    pol = "marconi:alpha_step=0.5,bootstrap_multiplier=2"
+    t = HYBRID_TIMING
+    fast = simulate(trace, pol, _hybrid(2), t, on_progress=lambda d, n: seen.append(d))
+    assert_same(fast, simulate(trace, pol, _hybrid(2), t, fast=False))
+    assert seen and seen[-1] == 120 and len(fast.metrics["alpha_history"]) == 1
+
+
+def test_hybrid_compiled_applies_to_built_in_policies_only() -> None:
+    from prefixlab.policies.hybrid import Marconi
+
+    class MyMarconi(Marconi):
+        name = "my-marconi"
+
+    assert sim._hybrid_compiled_applies(Marconi(alpha=1.0), [], 0)
+    assert not sim._hybrid_compiled_applies(MyMarconi(alpha=1.0), [], 0)
+    assert not sim._hybrid_compiled_applies(Marconi(alpha=1.0), [], 1)

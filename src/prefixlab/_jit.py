@@ -92,7 +92,12 @@ def jit(
 def _compile_one(fn: Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:
     if not COMPILED:
         return fn
-    from numba import njit
+    from numba import njit, objmode
+
+    g = fn.__globals__  # its module's objmode: numba's from now on
+    for name, value in list(g.items()):
+        if value is _PYTHON_MODE:
+            g[name] = objmode
 
     if options.get("inline"):
         return njit(cache=True, inline="always")(fn)
@@ -157,6 +162,25 @@ def compile_all() -> None:
             if isinstance(value, _Lazy) and value.target is not None:
                 g[attr] = value.target
     _PENDING.clear()
+
+
+class _PythonMode:
+    """``numba.objmode`` where nothing is compiled: the block just runs. A kernel calls back
+    into Python so (``with objmode(x="float64"): ...``) for the rare step only Python can
+    take; :func:`compile_all` puts numba's own in its place."""
+
+    def __call__(self, **types: str) -> _PythonMode:
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_PYTHON_MODE = _PythonMode()
+objmode = _PYTHON_MODE
 
 
 def python_function(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from prefixlab._jit import jit
+from prefixlab._jit import jit, objmode
 from prefixlab.model.spec import ModelSpec
 from prefixlab.policies.base import registered
 from prefixlab.policies.hybrid import (
@@ -61,7 +61,10 @@ T_PATH, T_FULL_BLOCKS, T_REUSED = 0, 1, 2  # path (+partial), vllm+'s full block
 # scalar state (st) fields
 (S_USED, S_CLOCK, S_NEXT_ID, S_WRITTEN, S_EVICTED, S_EVICTED_NODES, S_MERGES, S_CKPT_WRITTEN,
  S_REJECTED, S_EVICT_CALLS, S_NFREE, S_SSEQ, S_NODES, S_PEAK, S_CKPTS, S_NEXT, S_PHASE,
- S_TUNE_AT) = range(18)  # fmt: skip
+ S_TUNE_AT, S_PIN_TOKENS, S_PIN_CKPTS, S_HWM) = range(21)  # fmt: skip
+#: S_PIN_TOKENS, S_PIN_CKPTS: the tokens and the checkpoints of the locked nodes (the bytes
+#: the engine's budget cannot free), kept as nodes are locked, split, merged, checkpointed;
+#: S_HWM: one past the highest slot ever used (an eviction's scans stop there)
 ST_DONE, ST_GROW, ST_TUNE = 0, 1, 2
 # a match (res) fields: path length, partial slot, partial length, matched, reusable, node
 M_NPATH, M_PARTIAL, M_PLEN, M_MATCHED, M_REUSABLE, M_REUSE = range(6)
@@ -131,6 +134,8 @@ def _alloc(N: Any, st: Any, base: int, start: int, end: int, la: float) -> int:
     nid, free = N[0], N[13]
     st[S_NFREE] -= 1
     s = int(free[st[S_NFREE]])
+    if s >= st[S_HWM]:
+        st[S_HWM] = s + 1
     nid[s] = st[S_NEXT_ID]
     st[S_NEXT_ID] += 1
     N[2][s], N[3][s], N[4][s] = base, start, end
@@ -143,6 +148,22 @@ def _alloc(N: Any, st: Any, base: int, start: int, end: int, la: float) -> int:
     st[S_SSEQ] += 1
     st[S_NODES] += 1
     return s
+
+
+@jit(nrt=False)
+def _lock(N: Any, st: Any, s: int) -> None:
+    if N[7][s] == 0:
+        st[S_PIN_TOKENS] += N[4][s] - N[3][s]
+        st[S_PIN_CKPTS] += N[5][s]
+    N[7][s] += 1
+
+
+@jit(nrt=False)
+def _unlock(N: Any, st: Any, s: int) -> None:
+    N[7][s] -= 1
+    if N[7][s] == 0:
+        st[S_PIN_TOKENS] -= N[4][s] - N[3][s]
+        st[S_PIN_CKPTS] -= N[5][s]
 
 
 @jit(nrt=False)
@@ -318,6 +339,8 @@ def _split(N: Any, T: Any, st: Any, values: Any, child: int, m: int) -> int:
     parent = N[1][child]
     start = N[3][child]
     upper = _alloc(N, st, N[2][child], start, start + m, float(st[S_CLOCK]))
+    if N[7][child]:  # the upper node (unlocked) takes m of a locked node's tokens
+        st[S_PIN_TOKENS] -= m
     _set_child(N, T, parent, _token(values, N, child, start), upper)
     N[3][child] = start + m
     _set_child(N, T, upper, _token(values, N, child, start + m), child)
@@ -333,6 +356,8 @@ def _merge(N: Any, T: Any, st: Any, values: Any, nd: int) -> int:
     parent = N[1][nd]
     tok_nd = _token(values, N, nd, N[3][nd])
     _del_child(N, T, nd, _token(values, N, child, N[3][child]), child)
+    if N[7][child]:
+        st[S_PIN_TOKENS] += N[4][nd] - N[3][nd]
     N[3][child] = N[3][nd]  # the child's sequence passed through nd's edge: same base
     if N[6][nd] > N[6][child]:
         N[6][child] = N[6][nd]
@@ -412,7 +437,12 @@ def _heap_pop(hk: Any, hi: Any, n: int) -> int:
     for c in range(2):
         hk[0, c], hk[n, c] = hk[n, c], hk[0, c]
         hi[0, c], hi[n, c] = hi[n, c], hi[0, c]
-    i = 0
+    _sift_down(hk, hi, n, 0)
+    return n
+
+
+@jit(nrt=False)
+def _sift_down(hk: Any, hi: Any, n: int, i: int) -> None:
     while True:
         a, b = 2 * i + 1, 2 * i + 2
         m = i
@@ -421,7 +451,7 @@ def _heap_pop(hk: Any, hi: Any, n: int) -> int:
         if b < n and _heap_less(hk, hi, b, m):
             m = b
         if m == i:
-            return n
+            return
         for c in range(2):
             hk[i, c], hk[m, c] = hk[m, c], hk[i, c]
             hi[i, c], hi[m, c] = hi[m, c], hi[i, c]
@@ -437,7 +467,11 @@ def _lru_leaves(cfg: Any, N: Any, T: Any, st: Any, values: Any, need: int, hk: A
     n = 0
     for s in range(1, hwm):
         if nid[s] >= 0 and nch[s] == 0 and lock[s] == 0:
-            n = _heap_push(hk, hi, n, la[s], -float(end[s]), nid[s], s)
+            hk[n, 0], hk[n, 1] = la[s], -float(end[s])
+            hi[n, 0], hi[n, 1] = nid[s], s
+            n += 1
+    for i in range(n // 2 - 1, -1, -1):  # a heap of them (keys are unique: the same pops)
+        _sift_down(hk, hi, n, i)
     freed = 0
     while freed < need and n > 0:
         n = _heap_pop(hk, hi, n)
@@ -476,30 +510,56 @@ def _marconi_free(cfg: Any, N: Any, T: Any, st: Any, values: Any, need: int, alp
                   hwm: int) -> int:  # fmt: skip
     """Marconi's eviction: rescore every candidate (every node with at most one child that
     could be evicted, locked ones too), evict the least score among the unlocked ones
-    (ties: the first in pre-order), until ``need`` bytes are freed."""
-    nid, start, end, ckpt, la, lock, nch = N[0], N[3], N[4], N[5], N[6], N[7], N[8]
-    kv, sb, mode = cfg[C_KV], cfg[C_STATEB], cfg[C_EFF]
+    (ties: the first in pre-order), until ``need`` bytes are freed.
+
+    The candidates are gathered once per call; after each victim only the node its
+    removal changed (:func:`_remove`) is updated. Every candidate is rescored per victim
+    (the scores are normalised over all of them), and the victim does not depend on the
+    list's order (the least score, ties to the first in pre-order)."""
+    nid, ckpt, nch = N[0], N[5], N[8]
     clock = float(st[S_CLOCK])
     freed = 0
+    c = 0
+    for s in range(1, hwm):
+        if nid[s] >= 0 and (nch[s] == 0 or (ckpt[s] and nch[s] == 1)):
+            _candidate(cfg, N, tot, s, c, cand, r, f, ok)
+            c += 1
     while freed < need:
-        c = 0
-        for s in range(1, hwm):
-            if nid[s] >= 0 and (nch[s] == 0 or (ckpt[s] and nch[s] == 1)):
-                cand[c] = s
-                r[c] = la[s]
-                f[c] = node_efficiency(tot, start[s], end[s], ckpt[s], kv, sb, mode)
-                ok[c] = lock[s] == 0
-                c += 1
         least = marconi_scores(r[:c], f[:c], ok[:c], clock, alpha, cfg[C_RECENCY], score)
         if least < 0:
             break
-        v = cand[least]
+        at = least
         for j in range(least + 1, c):
-            if ok[j] and score[j] == score[least] and _before(N, cand[j], v):
-                v = cand[j]
+            if ok[j] and score[j] == score[least] and _before(N, cand[j], cand[at]):
+                at = j
+        v = cand[at]
         freed += _freed_by(cfg, N, v)
-        _remove(cfg, N, T, st, values, v)
+        ch = _remove(cfg, N, T, st, values, v)
+        c -= 1  # the victim leaves the list: the last entry takes its place
+        cand[at], r[at], f[at], ok[at] = cand[c], r[c], f[c], ok[c]
+        if ch < 0:
+            continue
+        k = 0
+        while k < c and cand[k] != ch:
+            k += 1
+        if nch[ch] == 0 or (ckpt[ch] and nch[ch] == 1):
+            _candidate(cfg, N, tot, ch, k, cand, r, f, ok)
+            if k == c:
+                c += 1
+        elif k < c:
+            c -= 1
+            cand[k], r[k], f[k], ok[k] = cand[c], r[c], f[c], ok[c]
     return freed
+
+
+@jit(inline=True)
+def _candidate(cfg: Any, N: Any, tot: Any, s: int, i: int, cand: Any, r: Any, f: Any,
+               ok: Any) -> None:  # fmt: skip
+    """Entry i of Marconi's candidate list: node s, its last access, efficiency, lock."""
+    cand[i] = s
+    r[i] = N[6][s]
+    f[i] = node_efficiency(tot, N[3][s], N[4][s], N[5][s], cfg[C_KV], cfg[C_STATEB], cfg[C_EFF])
+    ok[i] = N[7][s] == 0
 
 
 # ----------------------------------------------------------------------------- insertion
@@ -519,6 +579,8 @@ def _place_checkpoints(N: Any, T: Any, st: Any, values: Any, o: int, ck: Any,
             node = child
         if not ckpt[node]:
             ckpt[node] = True
+            if N[7][node]:
+                st[S_PIN_CKPTS] += 1
             N[6][node] = float(st[S_CLOCK])
             st[S_USED] += sb
             st[S_WRITTEN] += sb
@@ -569,6 +631,8 @@ def _fill_partial_blocks(cfg: Any, N: Any, T: Any, st: Any, values: Any, o: int,
         nd = path[j]
         if N[5][nd] and N[4][nd] % b and N[4][nd] < n:
             N[5][nd] = False
+            if N[7][nd]:
+                st[S_PIN_CKPTS] -= 1
             st[S_CKPTS] -= 1
             st[S_USED] -= sb
             st[S_EVICTED] += sb
@@ -582,7 +646,7 @@ def _evict(cfg: Any, N: Any, T: Any, st: Any, values: Any, need: int, alpha: flo
     """One eviction call (one tick): the policy frees ``need`` bytes if it can."""
     st[S_CLOCK] += 1
     st[S_EVICT_CALLS] += 1
-    hwm = N[13].shape[0]
+    hwm = st[S_HWM]
     if cfg[C_EVICT] == EV_MARCONI and cfg[C_STATE]:
         _marconi_free(cfg, N, T, st, values, need, alpha, tot, W[0], W[1], W[2], W[3], W[4],
                       hwm)  # fmt: skip
@@ -631,7 +695,7 @@ def _admit(cfg: Any, N: Any, T: Any, st: Any, values: Any, o: int, n: int, alpha
     for j in range(nheld):
         heldid[j] = N[0][held[j]]
         if cfg[C_LOCKS] == 0:
-            N[7][held[j]] += 1
+            _lock(N, st, held[j])
     rejected = False
     if st[S_USED] + need > capacity:
         _evict(cfg, N, T, st, values, st[S_USED] + need - capacity, alpha, tot, W)
@@ -648,12 +712,28 @@ def _admit(cfg: Any, N: Any, T: Any, st: Any, values: Any, o: int, n: int, alpha
                 res[M_NPATH] if cfg[C_LOCKS] == 0 else 0)  # fmt: skip
     for j in range(nheld):
         if cfg[C_LOCKS] == 0 and N[0][held[j]] == heldid[j]:
-            N[7][held[j]] -= 1
+            _unlock(N, st, held[j])
     for j in range(nheld - 1, -1, -1):
         if N[0][held[j]] == heldid[j]:
             _normalize(cfg, N, T, st, values, held[j])
     if not rejected and cfg[C_ADMISSION] == ADM_BLOCKS and cfg[C_PARTIAL]:
         _fill_partial_blocks(cfg, N, T, st, values, o, n, path)
+
+
+# ----------------------------------------------------------------------------- lookup
+@jit(nrt=False)
+def _reuse(cfg: Any, N: Any, T: Any, values: Any, o: int, inp: int, ipath: Any,
+           ires: Any) -> int:  # fmt: skip
+    """HybridCache.reuse of the input values[o:o + inp] into ipath, ires (nothing stamped):
+    the tokens it can reuse."""
+    _match(values, o, inp, N, T, cfg[C_STATE], ipath, ires, 0)
+    if not cfg[C_STATE] and cfg[C_ADMISSION] == ADM_BLOCKS:
+        # vLLM+ on a Transformer: KV is reused in whole blocks
+        ires[M_REUSABLE] -= ires[M_REUSABLE] % cfg[C_BLOCK]
+        if ires[M_PARTIAL] >= 0 and ires[M_REUSABLE] <= ires[M_MATCHED] - ires[M_PLEN]:
+            npath = ires[M_NPATH]
+            ires[M_REUSE] = ipath[npath - 1] if npath and ires[M_REUSABLE] else -1
+    return int(min(ires[M_REUSABLE], inp))
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -666,7 +746,6 @@ def _kernel(values: Any, offsets: Any, inputs: Any, r_end: int, cfg: Any, alpha:
     (the tuner runs before request st[S_NEXT]'s insertion)."""
     path, res, ck, held, heldid = mi[0], mi[1], mi[2], mi[3], mi[4]
     ipath, ires = mi[5], mi[6]
-    has_state = cfg[C_STATE]
     b = cfg[C_BLOCK]
     tlen = T[2].shape[0]
     while st[S_NEXT] < r_end:
@@ -679,15 +758,8 @@ def _kernel(values: Any, offsets: Any, inputs: Any, r_end: int, cfg: Any, alpha:
             bound = n // b + 4 if cfg[C_ADMISSION] == ADM_BLOCKS else 4
             if st[S_NFREE] < bound or 2 * (st[S_NODES] + bound) > tlen:
                 return ST_GROW
-            _match(values, o, inp, N, T, has_state, ipath, ires, 0)
-            if not has_state and cfg[C_ADMISSION] == ADM_BLOCKS:
-                # vLLM+ on a Transformer: KV is reused in whole blocks (HybridCache.reuse)
-                ires[M_REUSABLE] -= ires[M_REUSABLE] % b
-                if ires[M_PARTIAL] >= 0 and ires[M_REUSABLE] <= ires[M_MATCHED] - ires[M_PLEN]:
-                    npath = ires[M_NPATH]
-                    ires[M_REUSE] = ipath[npath - 1] if npath and ires[M_REUSABLE] else -1
+            hits[r] = _reuse(cfg, N, T, values, o, inp, ipath, ires)
             _touch(cfg, N, st, ipath, ires)
-            hits[r] = min(ires[M_REUSABLE], inp)
             st[S_PHASE] = 1
             if st[S_TUNE_AT] == r + 1:
                 return ST_TUNE
@@ -700,6 +772,232 @@ def _kernel(values: Any, offsets: Any, inputs: Any, r_end: int, cfg: Any, alpha:
         st[S_PHASE] = 0
         st[S_NEXT] = r + 1
     return ST_DONE
+
+
+# ----------------------------------------------------------------------------- the engine's
+# The engine runner's hybrid cache (runner/engine/hybrid.py's HybridEngineCache, op for op):
+# the tree and the running requests' reservations under one byte budget. Its arrays, ``H``:
+# (values, offsets, inputs, cfg, tot, st, mi, E, alpha, N, T, W); E's fields:
+E_TOTAL, E_RESERVED, E_LOOKED, E_NEED, E_TUNER, E_EVERY = range(6)
+#: hf (the float fields): the current alpha, the bootstrap multiplier
+F_ALPHA, F_MULT = 0, 1
+
+
+@jit(nrt=False)
+def hy_window_set(cfg: Any, st: Any, E: Any, hf: Any) -> None:
+    """Tuned Marconi's window: set at the first eviction call (HybridEngineCache._window_set)."""
+    if cfg[C_TUNES] and st[S_TUNE_AT] < 0 and st[S_EVICT_CALLS] > 0:
+        st[S_TUNE_AT] = math.ceil(hf[F_MULT] * E[E_LOOKED])
+
+
+@jit(nrt=False, standalone=True)
+def hy_make_room(H: Any, extra: int) -> bool:
+    """Evict until ``extra`` more reserved bytes fit next to the tree; if they cannot fit
+    even with every unlocked node gone, evict nothing and say so."""
+    values, cfg, tot, st, E, hf, N, T, W = H[0], H[3], H[4], H[5], H[7], H[8], H[9], H[10], H[11]
+    over = st[S_USED] + E[E_RESERVED] + extra - E[E_TOTAL]
+    if over <= 0:
+        return True
+    # the locked nodes' bytes: every other node lies in a lock-free subtree
+    pinned = st[S_PIN_TOKENS] * cfg[C_KV] + st[S_PIN_CKPTS] * cfg[C_STATEB]
+    if pinned + E[E_RESERVED] + extra > E[E_TOTAL]:
+        return False
+    _evict(cfg, N, T, st, values, over, hf[F_ALPHA], tot, W)
+    hy_window_set(cfg, st, E, hf)
+    return bool(st[S_USED] + E[E_RESERVED] + extra <= E[E_TOTAL])
+
+
+@jit(nrt=False)
+def hy_reuse(H: Any, r: int) -> int:
+    """What request r's input can reuse (HybridEngineCache.match): its hit tokens; the
+    match stays in mi[5], mi[6] for :func:`hy_acquire`."""
+    offsets, inputs, mi, N, T = H[1], H[2], H[6], H[9], H[10]
+    return _reuse(H[3], N, T, H[0], offsets[r], inputs[r], mi[5], mi[6])
+
+
+@jit(nrt=False, standalone=True)
+def hy_acquire(H: Any, hit: int, num_blocks: int, bt: int, lk: Any, lkid: Any,
+               at: int) -> int:  # fmt: skip
+    """HybridEngineCache._try_acquire: lock the hit's path (its nodes ending within the hit,
+    and the reused node) into lk[at:], lkid[at:], make room for the blocks beyond the hit
+    and a live state, stamp the match. How many nodes it locked, or -1: refused (nothing
+    locked). E[E_NEED] is then the bytes reserved."""
+    cfg, st, mi, E, N = H[3], H[5], H[6], H[7], H[9]
+    ipath, ires = mi[5], mi[6]
+    end = N[4]
+    need = max(0, num_blocks * bt - hit) * cfg[C_KV] + cfg[C_STATEB]
+    k = 0
+    for j in range(ires[M_NPATH]):
+        if end[ipath[j]] <= hit:
+            lk[at + k] = ipath[j]
+            k += 1
+    reuse = ires[M_REUSE]
+    if reuse >= 0:
+        for j in range(k):
+            if lk[at + j] == reuse:
+                reuse = -1
+                break
+        if reuse >= 0:
+            lk[at + k] = reuse
+            k += 1
+    for j in range(k):
+        _lock(N, st, lk[at + j])
+    if not hy_make_room(H, need):
+        for j in range(k):
+            _unlock(N, st, lk[at + j])
+        return -1
+    for j in range(k):
+        lkid[at + j] = N[0][lk[at + j]]
+    E[E_RESERVED] += need
+    E[E_NEED] = need
+    _touch(cfg, N, st, ipath, ires)
+    E[E_LOOKED] += 1
+    return k
+
+
+@jit(nrt=False)
+def hy_drop_hit(H: Any) -> None:
+    """Take the match as a miss (HybridEngineCache.acquire's last resort): no path, nothing
+    reusable; the partial edge stays (a lookup may still stamp it)."""
+    ires = H[6][6]
+    ires[M_NPATH], ires[M_REUSABLE], ires[M_REUSE] = 0, 0, -1
+
+
+@jit(nrt=False)
+def hy_close(H: Any, lk: Any, lkid: Any, at: int, k: int, reserved: int) -> None:
+    """HybridEngineCache._close: return a request's reservation, unlock its path (merging
+    what may merge now)."""
+    values, cfg, st, E, N, T = H[0], H[3], H[5], H[7], H[9], H[10]
+    E[E_RESERVED] -= reserved
+    for j in range(k):
+        s = lk[at + j]
+        if N[0][s] == lkid[at + j]:
+            _unlock(N, st, s)
+            _normalize(cfg, N, T, st, values, s)
+
+
+@jit(nrt=False)
+def hy_slots_for(H: Any, r: int) -> int:
+    """Free slots request r's admission may need, if the tree has too few (else 0)."""
+    offsets, cfg, st, T = H[1], H[3], H[5], H[10]
+    n = offsets[r + 1] - offsets[r]
+    bound = n // cfg[C_BLOCK] + 4 if cfg[C_ADMISSION] == ADM_BLOCKS else 4
+    if st[S_NFREE] < bound or 2 * (st[S_NODES] + bound) > T[2].shape[0]:
+        return int(n // cfg[C_BLOCK] + 8)
+    return 0
+
+
+@jit(nrt=False, standalone=True)
+def hy_admit(H: Any, r: int) -> None:
+    """HybridEngineCache.commit's admission: request r's input + output into the tree, with
+    the bytes the running requests reserve out of reach."""
+    values, offsets, inputs, cfg, tot, st, mi, E, hf, N, T, W = H
+    o = offsets[r]
+    total = cfg[C_CAPACITY]
+    cfg[C_CAPACITY] = E[E_TOTAL] - E[E_RESERVED]
+    _match(values, o, inputs[r], N, T, cfg[C_STATE], mi[5], mi[6], 0)
+    _admit(cfg, N, T, st, values, o, offsets[r + 1] - o, hf[F_ALPHA], tot, W, mi[5], mi[6],
+           mi[0], mi[1], mi[2], mi[3], mi[4])  # fmt: skip
+    cfg[C_CAPACITY] = total
+    hy_window_set(cfg, st, E, hf)
+
+
+@jit()
+def hy_grown(H: Any, need: int) -> Any:
+    """H with at least ``need`` more free slots in its tree."""
+    N, T, W = grow_nodes(H[9], H[10], H[11], H[5], need)
+    return (H[0], H[1], H[2], H[3], H[4], H[5], H[6], H[7], H[8], N, T, W)
+
+
+#: Marconi's tuners of running engine simulations, by E[E_TUNER]: each takes the requests
+#: of the bootstrap window (in lookup order) and the lookups so far, and returns the alpha
+TUNERS: dict[int, Any] = {}
+
+
+def call_tuner(tuner: int, window: I64, lookups: int) -> float:
+    """A tuner's alpha. The kernel calls this function, never TUNERS itself: numba compiles
+    the objects an object-mode block names into the kernel (pickled, and cached with it), so
+    the block must name a module-level function, which is pickled by reference."""
+    return float(TUNERS[tuner](window, lookups))
+
+
+@jit()
+def hy_tune(H: Any, looked: Any) -> None:
+    """HybridEngineCache._maybe_tune: when the window is full, its tuner (Python: the
+    replays of the window, one per alpha) sets the alpha."""
+    st, E, hf = H[5], H[7], H[8]
+    if st[S_TUNE_AT] < 0 or E[E_LOOKED] < st[S_TUNE_AT]:
+        return
+    tuner, upto, nlooked = E[E_TUNER], st[S_TUNE_AT], E[E_LOOKED]
+    with objmode(alpha="float64"):
+        alpha = call_tuner(tuner, looked[:upto], nlooked)
+    hf[F_ALPHA] = alpha
+    st[S_TUNE_AT] = nlooked + E[E_EVERY] if E[E_EVERY] else 1 << 62
+
+
+# ----------------------------------------------------------------------------- slots
+@jit()
+def _tables(size: int) -> tuple[Any, Any]:
+    """The children table (at most a quarter full) and the eviction's work arrays for
+    ``size`` slots."""
+    tsize = 1
+    while tsize < 4 * size:
+        tsize *= 2
+    T = (np.zeros(tsize, np.int64), np.zeros(tsize, np.int64), np.full(tsize, -1, np.int64))
+    W = (np.zeros(size, np.int64), np.zeros(size, np.float64), np.zeros(size, np.float64),
+         np.zeros(size, np.bool_), np.zeros(size, np.float64),
+         np.zeros((2 * size + 8, 2), np.float64),
+         np.zeros((2 * size + 8, 2), np.int64))  # fmt: skip
+    return T, W
+
+
+@jit()
+def new_nodes(st: Any) -> tuple[Any, Any, Any]:
+    """A tree of one slot, the root (id 0, an empty edge at position 0), none free:
+    :func:`grow_nodes` adds the rest."""
+    N = (np.zeros(1, np.int64), np.full(1, -1, np.int64), np.zeros(1, np.int64),
+         np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.bool_),
+         np.zeros(1, np.float64), np.zeros(1, np.int64), np.zeros(1, np.int64),
+         np.full(1, -1, np.int64), np.full(1, -1, np.int64), np.full(1, -1, np.int64),
+         np.full(1, -1, np.int64), np.zeros(1, np.int64))  # fmt: skip
+    st[S_NFREE] = 0
+    T, W = _tables(1)
+    return N, T, W
+
+
+@jit()
+def _wider(a: Any, size: int) -> Any:
+    b = np.full(size, -1, np.int64)
+    b[: a.shape[0]] = a
+    return b
+
+
+@jit()
+def grow_nodes(N: Any, T: Any, W: Any, st: Any, need: int) -> tuple[Any, Any, Any]:
+    """The tree in arrays of at least ``need`` more free slots: new slots are taken lowest
+    first, after the free ones (the free list is popped from its end)."""
+    old = N[0].shape[0]
+    size = max(2 * old, old + need, 64)
+    ckpt = np.zeros(size, np.bool_)
+    ckpt[:old] = N[5]
+    la = np.zeros(size, np.float64)
+    la[:old] = N[6]
+    nfree = st[S_NFREE]
+    free = np.empty(size, np.int64)
+    k = 0
+    for s in range(size - 1, old - 1, -1):
+        free[k] = s
+        k += 1
+    for j in range(nfree):
+        free[k + j] = N[13][j]
+    st[S_NFREE] = nfree + size - old
+    N2 = (_wider(N[0], size), _wider(N[1], size), _wider(N[2], size), _wider(N[3], size),
+          _wider(N[4], size), ckpt, la, _wider(N[7], size), _wider(N[8], size),
+          _wider(N[9], size), _wider(N[10], size), _wider(N[11], size), _wider(N[12], size),
+          free)  # fmt: skip
+    T2, W2 = _tables(size)
+    _rehash(T[0], T[1], T[2], T2[0], T2[1], T2[2])
+    return N2, T2, W2
 
 
 # ----------------------------------------------------------------------------- Python side
@@ -738,12 +1036,20 @@ def _config(pol: HybridPolicy, spec: ModelSpec, capacity: int, locks: str) -> I6
     return cfg
 
 
+def _frozen(a: I64) -> I64:
+    view: I64 = np.asarray(a, dtype=np.int64).view()
+    view.flags.writeable = False
+    return view
+
+
 class HybridKernel:
     """The compiled tree's arrays for one replay, resumable between kernel calls."""
 
     def __init__(self, values: I64, offsets: I64, inputs: I64, pol: HybridPolicy,
                  spec: ModelSpec, capacity: int, locks: str) -> None:  # fmt: skip
-        self.values, self.offsets, self.inputs = values, offsets, inputs
+        # read-only views, whatever the trace gives: one compiled signature, no copy
+        self.values, self.offsets = _frozen(values), _frozen(offsets)
+        self.inputs = inputs
         self.pol = pol
         self.cfg = _config(pol, spec, capacity, locks)
         lengths = np.diff(offsets)
@@ -754,56 +1060,16 @@ class HybridKernel:
         self.mi = (np.zeros(m, np.int64), np.zeros(6, np.int64), np.zeros(m, np.int64),
                    np.zeros(m, np.int64), np.zeros(m, np.int64), np.zeros(m, np.int64),
                    np.zeros(6, np.int64))  # fmt: skip
-        self.st = np.zeros(18, np.int64)
+        self.st = np.zeros(21, np.int64)
         self.st[S_NEXT_ID] = 1
         self.st[S_TUNE_AT] = -1
         self.hits = np.zeros(lengths.shape[0], np.int64)
-        self.N: tuple[Any, ...] = ()
-        self.T: tuple[Any, ...] = ()
-        self.W: tuple[Any, ...] = ()
-        self._grow(64)
+        self.N, self.T, self.W = new_nodes(self.st)
+        self._grow(63)
 
     def _grow(self, need: int) -> None:
         """At least ``need`` more free slots (and a children table at most half full)."""
-        old = self.N[0].shape[0] if self.N else 0
-        size = max(2 * old, old + need, 64)
-        if self.N:
-            N = []
-            for a in self.N[:13]:
-                b = np.full(size, -1, a.dtype) if a.dtype == np.int64 else np.zeros(size, a.dtype)
-                b[:old] = a
-                N.append(b)
-        else:
-            N = [np.full(size, -1, np.int64) for _ in range(5)]
-            N += [np.zeros(size, np.bool_), np.zeros(size, np.float64)]
-            N += [np.full(size, -1, np.int64) for _ in range(6)]
-            N[0][ROOT] = 0  # the root: id 0, an empty edge at position 0
-            N[3][ROOT] = N[4][ROOT] = N[2][ROOT] = 0
-            N[7][ROOT] = N[8][ROOT] = 0
-            old = 1
-        nfree = int(self.st[S_NFREE])
-        free = np.empty(size, np.int64)
-        if self.N:
-            free[:nfree] = self.N[13][:nfree]
-        # new slots are taken lowest first (popped from the end)
-        added = np.arange(size - 1, old - 1, -1, dtype=np.int64)
-        free = np.concatenate([added, free[:nfree]])
-        free = np.concatenate([free, np.empty(size - free.shape[0], np.int64)])
-        self.st[S_NFREE] = nfree + added.shape[0]
-        N.append(free)
-        self.N = tuple(N)
-        tsize = 1
-        while tsize < 4 * size:
-            tsize *= 2
-        tp, tk = np.zeros(tsize, np.int64), np.zeros(tsize, np.int64)
-        tv = np.full(tsize, -1, np.int64)
-        if self.T:
-            _rehash(self.T[0], self.T[1], self.T[2], tp, tk, tv)
-        self.T = (tp, tk, tv)
-        self.W = (np.zeros(size, np.int64), np.zeros(size, np.float64),
-                  np.zeros(size, np.float64), np.zeros(size, np.bool_),
-                  np.zeros(size, np.float64), np.zeros((2 * size + 8, 2), np.float64),
-                  np.zeros((2 * size + 8, 2), np.int64))  # fmt: skip
+        self.N, self.T, self.W = grow_nodes(self.N, self.T, self.W, self.st, need)
 
     def run(self, r_end: int, alpha: float) -> int:
         """Replay up to request ``r_end`` (exclusive); ST_DONE or ST_TUNE."""

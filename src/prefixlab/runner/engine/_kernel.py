@@ -6,6 +6,9 @@ kernel runs the same simulation over arrays, step for step, for the block struct
 every policy the block kernel runs (:mod:`prefixlab.runner._fast`, whose per-operation
 functions it calls: match, pin, take, commit, release), for the radix structure and every
 policy the radix kernel runs (:mod:`prefixlab.runner._fast_radix`'s ``rx_*`` functions),
+for the hybrid structure and every built-in hybrid policy (``runner/engine/hybrid.py``'s
+byte budget over :mod:`prefixlab.runner._fast_hybrid`'s tree: its ``hy_*`` functions;
+tuned Marconi's tuner is called back in Python, the one step that leaves the kernel),
 and the power, table, tpot and roofline timing models. Tests
 check it gives the reference's times, hits and preemptions to the last bit. It applies
 when nothing else must see the simulation (no observers, no invariant checks). The
@@ -52,6 +55,22 @@ from prefixlab.runner._fast import (
     pin_hits,
     release_blocks,
     take_blocks,
+)
+from prefixlab.runner._fast_hybrid import (
+    C_KV,
+    C_TUNES,
+    E_LOOKED,
+    E_NEED,
+    E_RESERVED,
+    hy_acquire,
+    hy_admit,
+    hy_close,
+    hy_drop_hit,
+    hy_grown,
+    hy_make_room,
+    hy_reuse,
+    hy_slots_for,
+    hy_tune,
 )
 from prefixlab.runner._fast_radix import (
     EVICTED,
@@ -114,6 +133,33 @@ def _heap_pop(ht: Any, hs: Any, hr: Any, hn: Any) -> int:
     if n > 0:
         ht[i], hs[i], hr[i] = t, seq, last
     return int(r)
+
+
+@jit()
+def _compact_locks(lk: Any, lkid: Any, lkat: Any, lkn: Any, running: Any, nrun: int,
+                   extra: int) -> tuple[Any, Any, int]:  # fmt: skip
+    """The running requests' locked nodes moved to the front of new arrays with room for
+    ``extra`` more; the new arrays and the first free place."""
+    live = 0
+    for i in range(nrun):
+        live += lkn[running[i]]
+    size = max(2 * (live + extra), 64)
+    nlk, nid = np.empty(size, np.int64), np.empty(size, np.int64)
+    top = 0
+    for i in range(nrun):
+        r = running[i]
+        for j in range(lkn[r]):
+            nlk[top + j], nid[top + j] = lk[lkat[r] + j], lkid[lkat[r] + j]
+        lkat[r] = top
+        top += lkn[r]
+    return nlk, nid, top
+
+
+@jit()
+def _wider(a: Any, size: int) -> Any:
+    b = np.empty(size, np.int64)
+    b[: a.shape[0]] = a
+    return b
 
 
 @jit(nrt=False)
@@ -262,6 +308,7 @@ def engine_kernel(
     P: Any,
     rcode: int,
     spare: int,
+    H: Any,
 ) -> tuple[Any, Any]:
     """Simulate every request; returns the array policy's state (it may have widened).
 
@@ -275,7 +322,10 @@ def engine_kernel(
     The radix structure: ``T`` the tree (``_fast_radix.new_tree``), ``P`` its policy's
     arguments, ``rcode`` the policy's code there, ``spare`` SGLang's spare pages; ``state``
     and ``pp`` are then a placeholder's. For the block structure T and P are None (numba
-    compiles each structure's own kernel: the ``T is None`` branches fold away)."""
+    compiles each structure's own kernel: the ``T is None`` branches fold away).
+
+    The hybrid structure: ``H`` the tree and the byte budget (``_fast_hybrid``'s engine
+    functions), T and P None, ``capacity`` the blocks a lone request may hold."""
     n = inp.shape[0]
     bt = block_tokens
     max_seqs, budget0, chunked, cwr, gated = cfg[0], cfg[1], cfg[2] != 0, cfg[3] != 0, cfg[4]
@@ -286,10 +336,28 @@ def engine_kernel(
         array = rcode == ARRAY
         acode = P[26]
         after = P[19]
+    # the hybrid cache: hx, which grows (H itself is never reassigned, or numba would not
+    # fold the `H is None` branches away for the other structures)
+    hx = H
+    if H is not None:
+        array = False
     sc = state[23]
     # radix: per request, its locked path's end and its reserved pages (its handle)
     rlast = np.zeros(n if T is not None else 0, np.int64)
     rres = np.zeros(n if T is not None else 0, np.int64)
+    # hybrid: per request, its reserved bytes and its locked nodes (lk[lkat:lkat + lkn],
+    # their ids in lkid); the requests in lookup order (tuned Marconi's window)
+    nh = n if H is not None else 0
+    hres = np.zeros(nh, np.int64)
+    lkat = np.zeros(nh, np.int64)
+    lkn = np.zeros(nh, np.int64)
+    lk = np.empty(64 if H is not None else 0, np.int64)
+    lkid = np.empty(64 if H is not None else 0, np.int64)
+    lktop = 0
+    looked = np.empty(0, np.int64)
+    if H is not None:  # noqa: SIM102 - numba folds `H is None` away only as a test of its own
+        if H[3][C_TUNES]:
+            looked = np.empty(64, np.int64)  # doubled as needed
     no_nu = nu_pos[:0]  # a preemption releases at another request's index: look next uses up
     # blocks a request may hold: its whole sequence
     max_need = 1  # the most blocks a running request can hold (more: refused on arrival)
@@ -298,12 +366,13 @@ def engine_kernel(
         max_need = max(max_need, min(need, capacity))
     slots = max(min(max_seqs, n), 1)
     # block ids per running request (the radix tree keeps its own: a path end, a count)
-    held = np.empty((slots, max_need if T is None else 0), np.int64)
+    block = T is None and H is None
+    held = np.empty((slots, max_need if block else 0), np.int64)
     free_slots = np.arange(slots - 1, -1, -1).astype(np.int64)
     nfree_slots = slots
     slot = np.full(n, -1, np.int64)
-    victims = np.empty(max(capacity, max_need), np.int64)
-    released = np.empty(max(capacity, max_need), np.int64)
+    victims = np.empty(max(capacity, max_need) if block else 0, np.int64)
+    released = np.empty(max(capacity, max_need) if block else 0, np.int64)
     mblocks = np.empty(max_need, np.int64)
     # per request
     phase = np.zeros(n, np.int64)
@@ -406,7 +475,17 @@ def engine_kernel(
                         ist, fst = reserve(acode, ist, fst, nk + nblocks[r] + 2)
                         ist[SC, REQ] = r
                         fst[FS, NOW] = now
-                    if T is None:
+                    if H is not None:  # return its bytes, then admit its sequence
+                        hy_close(hx, lk, lkid, lkat[r], lkn[r], hres[r])
+                        hres[r] = 0
+                        lkn[r] = 0
+                        if looked.shape[0]:
+                            hy_tune(hx, looked)
+                        more = hy_slots_for(hx, r)
+                        if more:
+                            hx = hy_grown(hx, more)
+                        hy_admit(hx, r)
+                    elif T is None:
                         commit_blocks(state, held[s], keys, k0, committed[r], nk, now, pp, ist,
                                       fst)  # fmt: skip
                         release_blocks(state, held[s], nblocks[r], r, nu_pos, k0, max_free, pp,
@@ -498,13 +577,19 @@ def engine_kernel(
                     more = -(-(inp[r] + min(generated[r] + 1, outp[r])) // bt) - nblocks[r]
                     gone = False
                     while more > 0:
-                        room = sc[1] + sc[2] if T is None else rx_grow_room(T)
-                        if more <= room:  # grow
+                        if H is not None:
+                            grown = hy_make_room(hx, more * bt * hx[3][C_KV])
+                        else:
+                            grown = more <= (sc[1] + sc[2] if T is None else rx_grow_room(T))
+                        if grown:
                             if array:
                                 ist, fst = reserve(acode, ist, fst, more)
                                 ist[SC, REQ] = cur_req
                                 fst[FS, NOW] = now
-                            if T is None:
+                            if H is not None:
+                                hx[7][E_RESERVED] += more * bt * hx[3][C_KV]
+                                hres[r] += more * bt * hx[3][C_KV]
+                            elif T is None:
                                 take_blocks(state, more, held[slot[r]], nblocks[r], cur_req, pp,
                                             ist, fst, victims)  # fmt: skip
                             else:
@@ -521,7 +606,11 @@ def engine_kernel(
                             ist, fst = reserve(acode, ist, fst, nblocks[v])
                             ist[SC, REQ] = cur_req
                             fst[FS, NOW] = now
-                        if T is None:
+                        if H is not None:
+                            hy_close(hx, lk, lkid, lkat[v], lkn[v], hres[v])
+                            hres[v] = 0
+                            lkn[v] = 0
+                        elif T is None:
                             release_blocks(state, held[slot[v]], nblocks[v], cur_req, no_nu,
                                            key_offsets[v], max_free, pp, ist, fst, released,
                                            victims)  # fmt: skip
@@ -573,23 +662,48 @@ def engine_kernel(
                 nk = key_offsets[r + 1] - k0
                 nl = num_lookup[r]
                 npath = 0
-                if T is None:
-                    h = match_blocks(state, keys, k0, nl, mblocks)
-                else:  # the walk stamps and may split: the policy hears of it
-                    if array:
-                        ist, fst = reserve(acode, ist, fst, 2 * nk + 2)
-                        ist[SC, REQ] = r
-                        fst[FS, NOW] = now
-                    after[0] = r
-                    h, npath = rx_walk(keys, k0, nl, T, rcode, P, ist, fst, 0, 0)
-                hit_tokens = lookup_end[r] if h == nl else h * bt
+                if H is not None:  # the tokens the input can reuse (nothing stamped yet)
+                    hit_tokens = hy_reuse(hx, r)
+                    h = hit_tokens // bt
+                else:
+                    if T is None:
+                        h = match_blocks(state, keys, k0, nl, mblocks)
+                    else:  # the walk stamps and may split: the policy hears of it
+                        if array:
+                            ist, fst = reserve(acode, ist, fst, 2 * nk + 2)
+                            ist[SC, REQ] = r
+                            fst[FS, NOW] = now
+                        after[0] = r
+                        h, npath = rx_walk(keys, k0, nl, T, rcode, P, ist, fst, 0, 0)
+                    hit_tokens = lookup_end[r] if h == nl else h * bt
                 prompt = inp[r] + generated[r]
                 rem = prompt - hit_tokens
                 if not chunked and rem > budget and (nch or ndec):
                     break
                 want = -(-(inp[r] + min(generated[r] + 1, outp[r])) // bt)
                 need = want - h
-                if T is None:
+                if H is not None:  # lock the hit's path, make room for the rest
+                    if lktop + hx[6][6][0] + 1 > lk.shape[0]:
+                        lk, lkid, lktop = _compact_locks(lk, lkid, lkat, lkn, running, nrun,
+                                                         hx[6][6][0] + 1)  # fmt: skip
+                    k = hy_acquire(hx, hit_tokens, want, bt, lk, lkid, lktop)
+                    if k < 0 and hit_tokens and hx[7][E_RESERVED] == 0:
+                        # nothing else runs, yet the hit's locked path leaves too little
+                        # room: take the request as a miss, so it can always run
+                        hy_drop_hit(hx)
+                        hit_tokens, h = 0, 0
+                        k = hy_acquire(hx, 0, want, bt, lk, lkid, lktop)
+                    if k < 0:
+                        break
+                    lkat[r], lkn[r] = lktop, k
+                    lktop += k
+                    hres[r] = hx[7][E_NEED]
+                    if looked.shape[0]:
+                        if hx[7][E_LOOKED] > looked.shape[0]:
+                            looked = _wider(looked, 2 * looked.shape[0])
+                        looked[hx[7][E_LOOKED] - 1] = r
+                    rem = prompt - hit_tokens
+                elif T is None:
                     if need > sc[1] + sc[2] - num_hit_free(state, mblocks, h):
                         break
                 elif need > rx_room(T, npath):
@@ -601,7 +715,9 @@ def engine_kernel(
                 nfree_slots -= 1
                 s = free_slots[nfree_slots]
                 slot[r] = s
-                if T is None:
+                if H is not None:
+                    pass
+                elif T is None:
                     row = held[s]
                     for j in range(h):
                         row[j] = mblocks[j]
@@ -652,5 +768,10 @@ def engine_kernel(
     if wlen or nrun:
         out[0] = UNFINISHED
     out[2] = num_steps
-    out[3] = sc[3] if T is None else T[13][EVICTED]
+    if H is not None:
+        out[3] = 0  # the hybrid cache reports no evictions as events
+    elif T is None:
+        out[3] = sc[3]
+    else:
+        out[3] = T[13][EVICTED]
     return ist, fst

@@ -64,6 +64,30 @@ class HybridHandle:
     open: bool = True
 
 
+def check_token_form(trace: Trace) -> None:
+    if trace.input_tokens is None:
+        raise ConfigError(
+            "the hybrid structure needs token ids: a token-form trace, not block hashes"
+        )
+
+
+def capacity_blocks(capacity_bytes: int, model: ModelSpec, block_tokens: int) -> int:
+    """The blocks a lone request may hold: the budget less its live state, in blocks."""
+    state = model.state_bytes_per_checkpoint if model.num_ssm_layers else 0
+    per_block = block_tokens * model.kv_bytes_per_token
+    return max(0, (capacity_bytes - state) // per_block) if per_block else 1 << 62
+
+
+def tune_on(trace: Trace, window: list[int] | I64, pol: Marconi, capacity_bytes: int,
+            model: ModelSpec) -> float:  # fmt: skip
+    """Marconi's alpha from its bootstrap window (request indices in lookup order): the
+    window replayed once per alpha of the grid on a cache of the engine's whole budget."""
+    from prefixlab.runner.hybrid import HybridConfig, tune_alpha
+
+    requests = trace.take(np.asarray(window, dtype=np.int64))
+    return tune_alpha(requests, pol, HybridConfig(capacity_bytes, model))
+
+
 class HybridEngineCache:
     """Block-speaking facade over :class:`HybridCache` for the scheduler."""
 
@@ -75,10 +99,7 @@ class HybridEngineCache:
         trace: Trace,
         block_tokens: int,
     ) -> None:
-        if trace.input_tokens is None:
-            raise ConfigError(
-                "the hybrid structure needs token ids: a token-form trace, not block hashes"
-            )
+        check_token_form(trace)
         self.total = capacity_bytes
         self.tree = HybridCache(capacity_bytes, model, policy)
         self.policy = policy
@@ -97,10 +118,7 @@ class HybridEngineCache:
         self.tune_at = -1
         #: (lookups so far when it took effect, alpha) for tuned Marconi
         self.alpha_history: list[tuple[int, float]] = []
-        per_block = self.bt * self.kv
-        self.capacity_blocks = (
-            max(0, (capacity_bytes - self.state) // per_block) if per_block else 1 << 62
-        )
+        self.capacity_blocks = capacity_blocks(capacity_bytes, model, block_tokens)
 
     # ------------------------------------------------------------------ helpers
     def _input(self, r: int) -> I64:
@@ -196,10 +214,8 @@ class HybridEngineCache:
         pol = self.policy
         if not isinstance(pol, Marconi) or self.tune_at < 0 or len(self.looked_up) < self.tune_at:
             return
-        from prefixlab.runner.hybrid import HybridConfig, tune_alpha
-
-        window = self.trace.take(np.array(self.looked_up[: self.tune_at], dtype=np.int64))
-        pol.current_alpha = tune_alpha(window, pol, HybridConfig(self.total, self.model))
+        window = self.looked_up[: self.tune_at]
+        pol.current_alpha = tune_on(self.trace, window, pol, self.total, self.model)
         self.alpha_history.append((len(self.looked_up), pol.current_alpha))
         every = pol.retune_every
         self.tune_at = len(self.looked_up) + every if every else 1 << 62

@@ -165,10 +165,11 @@ def simulate(
             Finished, Preempted, StepDone).
         check_every: check invariants (cache and scheduler) every this many steps.
         fast: run the compiled engine (:mod:`prefixlab.runner.engine._kernel`) when it
-            applies: numba installed; the block or radix structure; a built-in policy
-            (or any keyed policy with KeyedPolicy's hooks); power, table, tpot or roofline
-            timing; no observers or checks. It gives the same results as the reference
-            (tested).
+            applies: numba installed; a built-in policy (or, on the block structure, any
+            keyed policy with KeyedPolicy's hooks) on the block, radix or hybrid
+            structure; power, table, tpot or roofline timing; no observers or checks. It
+            gives the same results as the reference (tested). Tuned Marconi's tuner (the
+            replays of its bootstrap window) is called back in Python.
         on_progress: called with (requests finished, requests) as requests finish (a
             progress bar); it does not keep the compiled engine from running.
     """
@@ -191,11 +192,16 @@ def simulate(
     if hybrid:
         from prefixlab.model.spec import get_model
         from prefixlab.policies.hybrid import HybridPolicy
-        from prefixlab.runner.engine.hybrid import HybridEngineCache
+        from prefixlab.runner.engine.hybrid import HybridEngineCache, check_token_form
 
         if not isinstance(pol, HybridPolicy):
             raise ConfigError(f"policy '{pol.spec()}' does not apply to the hybrid structure")
         assert config.capacity_bytes is not None and config.model is not None
+        check_token_form(trace)
+        codes = timing_codes(timing)
+        if fast and codes is not None and _hybrid_compiled_applies(pol, observers, check_every):
+            return _simulate_compiled(trace, pol, config, None, layout, timing, codes,
+                                      on_progress)  # fmt: skip
         cache = HybridEngineCache(config.capacity_bytes, get_model(config.model), pol, trace,
                                   layout.block_tokens)  # fmt: skip
     else:
@@ -551,11 +557,60 @@ def _compiled_applies(
     return rc.structure == "block" and _fast.engine_code(pol) >= 0
 
 
+def _hybrid_compiled_applies(
+    pol: EvictionPolicy, observers: Sequence[Observer], check_every: int
+) -> bool:
+    from prefixlab.policies.hybrid import HybridPolicy
+    from prefixlab.runner import _fast
+    from prefixlab.runner._fast_hybrid import hybrid_code
+
+    if not _fast.HAVE_NUMBA or observers or check_every:
+        return False
+    return isinstance(pol, HybridPolicy) and hybrid_code(pol) >= 0
+
+
+def _hybrid_arrays(
+    trace: Trace, pol: EvictionPolicy, config: EngineConfig, history: list[tuple[int, float]]
+) -> tuple[tuple[Any, ...], int]:
+    """The compiled engine's hybrid cache (``_fast_hybrid``'s ``H``) and the id of the tuner
+    it calls back (tuned Marconi: the replays of its window run here, in Python)."""
+    from prefixlab.model.spec import get_model
+    from prefixlab.policies.hybrid import HybridPolicy, Marconi
+    from prefixlab.runner import _fast_hybrid as HF
+    from prefixlab.runner.engine.hybrid import tune_on
+
+    assert isinstance(pol, HybridPolicy) and config.capacity_bytes is not None
+    assert config.model is not None
+    model = get_model(config.model)
+    total = config.capacity_bytes
+    values, offsets = trace.sequence_tokens()
+    inputs = trace.input_length.astype(np.int64)
+    k = HF.HybridKernel(values, offsets, inputs, pol, model, total, "path")
+    alpha, mult, every = 0.0, 1.0, 0
+    if isinstance(pol, Marconi):  # as bind_cache does on the object tree
+        alpha = pol.current_alpha = 0.0 if pol.alpha is None else pol.alpha
+        mult, every = pol.bootstrap_multiplier, pol.retune_every
+
+    def tuner(window: npt.NDArray[np.int64], lookups: int) -> float:
+        assert isinstance(pol, Marconi)
+        pol.current_alpha = tune_on(trace, window.copy(), pol, total, model)
+        history.append((int(lookups), pol.current_alpha))
+        return float(pol.current_alpha)
+
+    tid = id(tuner)
+    HF.TUNERS[tid] = tuner
+    E = np.zeros(6, np.int64)
+    E[HF.E_TOTAL], E[HF.E_TUNER], E[HF.E_EVERY] = total, tid, every
+    hf = np.array([alpha, mult], np.float64)
+    H = (k.values, k.offsets, k.inputs, k.cfg, k.tot, k.st, k.mi, E, hf, k.N, k.T, k.W)
+    return H, tid
+
+
 def _simulate_compiled(
     trace: Trace,
     pol: EvictionPolicy,
     config: EngineConfig,
-    rc: ReplayConfig,
+    rc: ReplayConfig | None,
     layout: BlockLayout,
     timing: TimingModel,
     codes: tuple[I64, F64, F64, F64],
@@ -578,29 +633,45 @@ def _simulate_compiled(
     if early.shape[0]:  # as the reference's loop says when it schedules it
         raise ConfigError(f"cannot schedule an event at {float(times[early[0]])} s, before "
                           "now (0.0 s)")  # fmt: skip
-    cap, bt = rc.capacity_blocks, layout.block_tokens
+    bt = layout.block_tokens
     num_keys = max(layout.num_distinct_keys, 1)
     tree: tuple[Any, ...] | None = None
     radix_args: tuple[Any, ...] | None = None
-    rcode = -1
-    if rc.structure == "radix":
+    hybrid: tuple[Any, ...] | None = None
+    history: list[tuple[int, float]] = []
+    rcode, tid, max_free = -1, 0, -1
+    if rc is None:  # the hybrid structure
+        from prefixlab.model.spec import get_model
+        from prefixlab.policies.lru import LRU
+        from prefixlab.runner.engine.hybrid import capacity_blocks
+
+        assert config.capacity_bytes is not None and config.model is not None
+        cap = capacity_blocks(config.capacity_bytes, get_model(config.model), bt)
+        hybrid, tid = _hybrid_arrays(trace, pol, config, history)
+        prep = _fast.Prepared(LRU(), 1, bt, 1, 1, engine=True)
+    elif rc.structure == "radix":
         from prefixlab.policies.lru import LRU
         from prefixlab.runner import _fast_radix as R
 
         rcode = R.radix_code(pol, engine=True)
+        cap = rc.capacity_blocks
         tree, radix_args = R.new_tree(cap), R.radix_policy_args(pol, cap, num_keys)
+        # the block structure's arguments: a placeholder's (the kernel reads the tree's)
         # the block structure's arguments: a placeholder's (the kernel reads the tree's)
         prep = _fast.Prepared(LRU(), 1, bt, 1, 1, engine=True)
         prep.ist, prep.fst = radix_args[24], radix_args[25]
     else:
+        cap = rc.capacity_blocks
         prep = _fast.Prepared(pol, cap, bt, num_keys, 1, engine=True)
+    if rc is not None and rc.max_free_blocks is not None:
+        max_free = rc.max_free_blocks
     inp = trace.input_length.astype(np.int64)
     outp = trace.output_length.astype(np.int64)
     input_keys = np.minimum(inp // bt, np.diff(layout.key_offsets))
     big = 1 << 62  # limits beyond any count of requests or tokens: the same as no limit
     cfg = np.array([min(config.max_num_seqs, big), min(config.max_num_batched_tokens, big),
-                    config.chunked_prefill, config.cache_while_running, config.gated],
-                   np.int64)  # fmt: skip
+                    config.chunked_prefill, config.cache_while_running and rc is not None,
+                    config.gated], np.int64)  # fmt: skip
     times_out = (np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan))
     first_hits = np.full(n, -1, np.int64)
     hit_blocks = np.zeros(n, np.int64)
@@ -608,20 +679,25 @@ def _simulate_compiled(
     preempt = np.zeros(n, np.int64)
     out = np.zeros(5, np.int64)
     out_f = np.zeros(2, np.float64)
-    max_free = -1 if rc.max_free_blocks is None else rc.max_free_blocks
     args = (
         prep.state, prep.policy_args(), prep.ist, prep.fst, prep.nu_pos, layout.keys,
         layout.key_offsets, layout.num_lookup_blocks, layout.lookup_end_tokens, inp, outp,
         input_keys, bt, cap, max_free, cfg, first, times, next_turn,
         trace.think_s.astype(np.float64), trace.arrival_s.astype(np.float64), *codes,
         *times_out, first_hits, hit_blocks, miss_blocks, preempt, out, out_f, tree, radix_args,
-        rcode, config.spare_blocks,
+        rcode, config.spare_blocks, hybrid,
     )  # fmt: skip
     start = time.perf_counter()
-    if on_progress is None:
-        prep.ist, prep.fst = K.engine_kernel(*args)
-    else:
-        prep.ist, prep.fst = _run_reporting(K.engine_kernel, args, out, n, on_progress)
+    try:
+        if on_progress is None:
+            prep.ist, prep.fst = K.engine_kernel(*args)
+        else:
+            prep.ist, prep.fst = _run_reporting(K.engine_kernel, args, out, n, on_progress)
+    finally:
+        if hybrid is not None:
+            from prefixlab.runner._fast_hybrid import TUNERS
+
+            TUNERS.pop(tid, None)
     if isinstance(pol, ArrayPolicy):  # the policy object ends with its state, as on the reference
         pol.state = (prep.ist, prep.fst)
     elapsed = time.perf_counter() - start
@@ -640,12 +716,19 @@ def _simulate_compiled(
         raise AssertionError("simulation ended with unfinished requests")
     if status == K.NO_VICTIM:  # pragma: no cover - a policy bug (the reference raises too)
         raise AssertionError(f"policy '{pol.name}' found no victim")
+    if hybrid is not None:  # every request finished: no node is locked any more
+        from prefixlab.runner import _fast_hybrid as HF
+
+        pins = (int(hybrid[5][HF.S_PIN_TOKENS]), int(hybrid[5][HF.S_PIN_CKPTS]))
+        if pins != (0, 0):  # pragma: no cover - a bookkeeping bug
+            raise AssertionError(f"locked tokens and checkpoints left at the end: {pins}")
     hits = ReplayMetrics(n)
     hits.hit_tokens = np.maximum(first_hits, 0)
     hits.hit_blocks = hit_blocks
     hits.miss_blocks = miss_blocks
     hits.num_evictions = int(out[3])
-    result = _assemble(trace, pol, config, timing, hits, times_out, preempt, int(out[2]), None)
+    tuned = history if hybrid is not None and hasattr(pol, "current_alpha") else None
+    result = _assemble(trace, pol, config, timing, hits, times_out, preempt, int(out[2]), tuned)
     result.metrics["elapsed_s"] = elapsed
     return result
 
