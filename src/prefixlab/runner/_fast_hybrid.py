@@ -470,7 +470,9 @@ def _lru_leaves(cfg: Any, N: Any, T: Any, st: Any, values: Any, need: int, hk: A
             hk[n, 0], hk[n, 1] = la[s], -float(end[s])
             hi[n, 0], hi[n, 1] = nid[s], s
             n += 1
-    for i in range(n // 2 - 1, -1, -1):  # a heap of them (keys are unique: the same pops)
+    # a heap of them, by heapify: the keys are a strict order (a node's id decides), so it
+    # pops what pushing them one by one pops (a later copy of a node's entry is the same row)
+    for i in range(n // 2 - 1, -1, -1):
         _sift_down(hk, hi, n, i)
     freed = 0
     while freed < need and n > 0:

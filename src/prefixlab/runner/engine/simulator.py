@@ -657,7 +657,6 @@ def _simulate_compiled(
         cap = rc.capacity_blocks
         tree, radix_args = R.new_tree(cap), R.radix_policy_args(pol, cap, num_keys)
         # the block structure's arguments: a placeholder's (the kernel reads the tree's)
-        # the block structure's arguments: a placeholder's (the kernel reads the tree's)
         prep = _fast.Prepared(LRU(), 1, bt, 1, 1, engine=True)
         prep.ist, prep.fst = radix_args[24], radix_args[25]
     else:
