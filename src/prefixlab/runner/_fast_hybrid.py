@@ -767,8 +767,7 @@ def _kernel(values: Any, offsets: Any, inputs: Any, r_end: int, cfg: Any, alpha:
                 return ST_TUNE
         _admit(cfg, N, T, st, values, o, n, alpha, tot, W, ipath, ires, path, res, ck, held,
                heldid)  # fmt: skip
-        if cfg[C_TUNES] and st[S_TUNE_AT] < 0 and st[S_EVICT_CALLS] > 0:
-            st[S_TUNE_AT] = math.ceil(mult * (r + 1))
+        window_set(cfg, st, mult, r + 1)
         if st[S_USED] > st[S_PEAK]:
             st[S_PEAK] = st[S_USED]
         st[S_PHASE] = 0
@@ -786,10 +785,11 @@ F_ALPHA, F_MULT = 0, 1
 
 
 @jit(nrt=False)
-def hy_window_set(cfg: Any, st: Any, E: Any, hf: Any) -> None:
-    """Tuned Marconi's window: set at the first eviction call (HybridEngineCache._window_set)."""
+def window_set(cfg: Any, st: Any, mult: float, lookups: int) -> None:
+    """Tuned Marconi's bootstrap window, set once the first eviction call has happened:
+    ``mult`` times the lookups made so far (the replay's requests, the engine's lookups)."""
     if cfg[C_TUNES] and st[S_TUNE_AT] < 0 and st[S_EVICT_CALLS] > 0:
-        st[S_TUNE_AT] = math.ceil(hf[F_MULT] * E[E_LOOKED])
+        st[S_TUNE_AT] = math.ceil(mult * lookups)
 
 
 @jit(nrt=False, standalone=True)
@@ -805,7 +805,7 @@ def hy_make_room(H: Any, extra: int) -> bool:
     if pinned + E[E_RESERVED] + extra > E[E_TOTAL]:
         return False
     _evict(cfg, N, T, st, values, over, hf[F_ALPHA], tot, W)
-    hy_window_set(cfg, st, E, hf)
+    window_set(cfg, st, hf[F_MULT], E[E_LOOKED])
     return bool(st[S_USED] + E[E_RESERVED] + extra <= E[E_TOTAL])
 
 
@@ -901,7 +901,7 @@ def hy_admit(H: Any, r: int) -> None:
     _admit(cfg, N, T, st, values, o, offsets[r + 1] - o, hf[F_ALPHA], tot, W, mi[5], mi[6],
            mi[0], mi[1], mi[2], mi[3], mi[4])  # fmt: skip
     cfg[C_CAPACITY] = total
-    hy_window_set(cfg, st, E, hf)
+    window_set(cfg, st, hf[F_MULT], E[E_LOOKED])
 
 
 @jit()
@@ -968,7 +968,8 @@ def new_nodes(st: Any) -> tuple[Any, Any, Any]:
 
 
 @jit()
-def _wider(a: Any, size: int) -> Any:
+def widened(a: Any, size: int) -> Any:
+    """An int64 copy of ``a`` in ``size`` places, the new ones -1."""
     b = np.full(size, -1, np.int64)
     b[: a.shape[0]] = a
     return b
@@ -993,9 +994,9 @@ def grow_nodes(N: Any, T: Any, W: Any, st: Any, need: int) -> tuple[Any, Any, An
     for j in range(nfree):
         free[k + j] = N[13][j]
     st[S_NFREE] = nfree + size - old
-    N2 = (_wider(N[0], size), _wider(N[1], size), _wider(N[2], size), _wider(N[3], size),
-          _wider(N[4], size), ckpt, la, _wider(N[7], size), _wider(N[8], size),
-          _wider(N[9], size), _wider(N[10], size), _wider(N[11], size), _wider(N[12], size),
+    N2 = (widened(N[0], size), widened(N[1], size), widened(N[2], size), widened(N[3], size),
+          widened(N[4], size), ckpt, la, widened(N[7], size), widened(N[8], size),
+          widened(N[9], size), widened(N[10], size), widened(N[11], size), widened(N[12], size),
           free)  # fmt: skip
     T2, W2 = _tables(size)
     _rehash(T[0], T[1], T[2], T2[0], T2[1], T2[2])

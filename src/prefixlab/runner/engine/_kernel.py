@@ -71,6 +71,7 @@ from prefixlab.runner._fast_hybrid import (
     hy_reuse,
     hy_slots_for,
     hy_tune,
+    widened,
 )
 from prefixlab.runner._fast_radix import (
     EVICTED,
@@ -153,13 +154,6 @@ def _compact_locks(lk: Any, lkid: Any, lkat: Any, lkn: Any, running: Any, nrun: 
         lkat[r] = top
         top += lkn[r]
     return nlk, nid, top
-
-
-@jit()
-def _wider(a: Any, size: int) -> Any:
-    b = np.empty(size, np.int64)
-    b[: a.shape[0]] = a
-    return b
 
 
 @jit(nrt=False)
@@ -700,7 +694,7 @@ def engine_kernel(
                     hres[r] = hx[7][E_NEED]
                     if looked.shape[0]:
                         if hx[7][E_LOOKED] > looked.shape[0]:
-                            looked = _wider(looked, 2 * looked.shape[0])
+                            looked = widened(looked, 2 * looked.shape[0])
                         looked[hx[7][E_LOOKED] - 1] = r
                     rem = prompt - hit_tokens
                 elif T is None:
