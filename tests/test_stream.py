@@ -28,11 +28,16 @@ from prefixlab._jit import COMPILED
 from prefixlab.cli import app
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.policies import make_policy
+from prefixlab.policies._arrays import ABASE, SC, ArrayPolicy
 from prefixlab.policies._keyed import KeyedPolicy
+from prefixlab.policies.lpc import LPCOracle
+from prefixlab.policies.unicache import UniCache
+from prefixlab.policies.workload_aware import WorkloadAware
 from prefixlab.runner import _fast, replay, stream
 from prefixlab.runner.replay import ReplayConfig
 from prefixlab.runner.stream import read_ahead, replay_stream, streamable
 from prefixlab.workload import Request, Trace
+from prefixlab.workload.generators import GENERATORS
 from prefixlab.workload.loaders import load_trace
 from prefixlab.workload.loaders._columnar import iter_mooncake_chunks
 from prefixlab.workload.loaders.base import LoadOptions, NotStreamable
@@ -43,6 +48,12 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "mooncake"
 STREAMED = ["vllm", "lru", "fifo", "sieve", "sglang-lru", "hashtable", "lfu", "mru", "arc",
             "s3fifo", "lecar", "s3fifo:small_ratio=0.3,move_to_main_threshold=2", "lecar:seed=3",
             "opt"]  # fmt: skip
+#: policies that read the trace's own columns (task labels, sessions, arrivals): streamed
+#: with each chunk's columns (UniCache) or after a pass over the whole trace (WA's
+#: profiling window, LPC's oracle labels)
+READERS = ["wa", "wa-atc25", "wa-atc25:window_s=5,max_turn=2,min_samples=5", "unicache",
+           "unicache:stage2=false,offset=request,alg2=clip-ehat,hits=cumulative,update_every=3",
+           "unicache:offset=cached,fit=given", "lpc-oracle"]  # fmt: skip
 runner = CliRunner()
 
 
@@ -176,7 +187,9 @@ CONFIGS = {
 
 @pytest.mark.parametrize("name", sorted(TRACES))
 @pytest.mark.parametrize("conf", sorted(CONFIGS))
-@pytest.mark.parametrize("policy", [*STREAMED, "custom", "custom-next-use", "nearest-use"])
+@pytest.mark.parametrize(
+    "policy", [*STREAMED, *READERS, "custom", "custom-next-use", "nearest-use"]
+)
 def test_stream_equals_whole_replay(name: str, conf: str, policy: str) -> None:
     trace, bt = TRACES[name]
     kw = dict(CONFIGS[conf])
@@ -303,14 +316,96 @@ def test_a_repeated_key_is_an_error_and_an_empty_stream_a_zero_result() -> None:
 
 def test_what_cannot_be_streamed() -> None:
     block = ReplayConfig(capacity_blocks=10)
-    for spec in ("wa", "wa-atc25", "unicache", "lpc-oracle"):  # trace columns, conversations
-        assert not streamable(make_policy(spec), block), spec
-    for spec in ("lru", "arc", "s3fifo", "lecar", "opt"):
+    for spec in ("lru", "arc", "s3fifo", "lecar", "opt", *READERS):
         assert streamable(make_policy(spec), block), spec
     assert streamable(OldestShallowFirst(), block) and streamable(NextUseFirst(), block)
     assert not streamable(make_policy("lru", "radix"), ReplayConfig(10, structure="radix"))
+    # LPC's predictor reads each request's text and its conversation's earlier turns
+    assert not streamable(make_policy("lpc:model=m,predictor_bytes=0"), block)
     with pytest.raises(ValueError, match="cannot be streamed"):
-        replay_stream(iter([]), [make_policy("wa")], block)
+        replay_stream(iter([]), [make_policy("lpc:model=m,predictor_bytes=0")], block)
+
+
+@pytest.mark.parametrize("capacity", [230, 600])
+@pytest.mark.parametrize("spec", READERS)
+def test_trace_readers_stream_on_the_task_mix(
+    monkeypatch: pytest.MonkeyPatch, spec: str, capacity: int
+) -> None:
+    """Every queue and category in play (chat, agentic, templated and untemplated tasks,
+    sessions), chunks of 1, 37 and 100 requests, no spare slots (so the state is swept
+    and widened between chunks): per request, the whole replay's hits."""
+    monkeypatch.setattr(stream, "FIRST_SPARE_SLOTS", 0)
+    trace = GENERATORS["mix"].fn(trace=2, num_requests=300)
+    cfg = ReplayConfig(capacity_blocks=capacity, block_tokens=64)
+    want = replay(trace, make_policy(spec), cfg)
+    assert want.metrics["num_evictions"] > 1000
+    for size in (1, 37, 100):
+        rows: list[np.ndarray] = []
+
+        def keep(i: int, r0: int, hits: np.ndarray, inputs: np.ndarray, rows: Any = rows) -> None:
+            rows.append(hits.copy())
+
+        got, _ = replay_stream(_chunks(trace, size), [make_policy(spec)], cfg, on_rows=keep)
+        assert got[0].metrics == want.metrics, size
+        assert np.array_equal(np.concatenate(rows), want.hit_tokens), size
+
+
+def _streamed_columns(pol: ArrayPolicy, trace: Trace, bt: int, size: int) -> np.ndarray:
+    """The policy's columns as a streamed replay gives them, chunk by chunk, after its pass
+    over the whole trace (``stream_prepare``), concatenated."""
+    chunks = [(r0, c.block_layout(bt, intern=False), pol.chunk_columns(c, r0))
+              for c, r0 in _chunks(trace, size)]  # fmt: skip
+    if pol.streams == "two-pass":
+        pol.stream_prepare(lambda forward: iter(chunks if forward else chunks[::-1]), len(trace))
+    return np.concatenate([cols for _, _, cols in chunks], axis=1)
+
+
+@pytest.mark.parametrize("spec", ["wa", "wa-atc25:max_turn=2,profile=0.5", "unicache",
+                                  "unicache:tasks=chat:agentic", "lpc-oracle"])  # fmt: skip
+def test_stream_columns_equal_the_whole_traces(spec: str) -> None:
+    """What a trace-reading policy reads per request (arrival, category or queue, prompt
+    length, the gap to the session's previous turn, its conversation and oracle label)
+    and what WA fits on its profiling window: the same, to the bit, whether the trace
+    comes whole or in chunks of any size."""
+    trace = GENERATORS["mix"].fn(trace=2, num_requests=300)
+    whole = make_policy(spec)
+    assert isinstance(whole, ArrayPolicy)
+    whole.prepare(trace.block_layout(64))
+    whole.prepare_trace(trace, "arrival")
+    rows = 4 if isinstance(whole, UniCache) else whole.aux.shape[0]  # then the weights'
+    for size in (1, 7, 300):
+        pol = make_policy(spec)
+        assert isinstance(pol, ArrayPolicy)
+        got = _streamed_columns(pol, trace, 64, size)
+        assert np.array_equal(got[:rows], whole.aux[:rows], equal_nan=True), size
+        if isinstance(pol, WorkloadAware):
+            assert pol.names == whole.names and len(pol.names) > 2
+            for a, b in zip(pol._fit, whole._fit, strict=True):
+                assert a.tobytes() == b.tobytes(), size
+    if isinstance(whole, LPCOracle):  # some conversations go on, some end
+        assert 0 < whole.aux[1].sum() < len(trace)
+
+
+def test_unicache_keeps_the_columns_its_hooks_still_read() -> None:
+    """UniCache learns the gaps of requests up to the current one when a hook first sees
+    it: a chunk whose last requests were not learnt yet keeps their columns for the next
+    chunk, whose hooks read request r at column r - I[SC, ABASE]."""
+    from prefixlab.policies.unicache import SEEN
+
+    run = stream._start(make_policy("unicache"), 30, 16)
+    pol = run.prep.policy
+    assert isinstance(pol, UniCache)
+    first, second = np.arange(70.0).reshape(7, 10), np.arange(70.0, 140.0).reshape(7, 10)
+    stream._take_columns(run, first, 0)
+    assert run.prep.aux is first and run.prep.ist[SC, ABASE] == 0
+    pol.state[0][SC, SEEN] = 7  # requests 8 and 9 not learnt yet
+    run.prep.ist = pol.state[0]
+    stream._take_columns(run, second, 10)
+    assert run.prep.ist[SC, ABASE] == 8 and pol.aux is run.prep.aux
+    assert np.array_equal(run.prep.aux, np.concatenate([first[:, 8:], second], axis=1))
+    pol.state[0][SC, SEEN] = 19  # all learnt: nothing kept
+    stream._take_columns(run, first, 20)
+    assert run.prep.ist[SC, ABASE] == 20 and run.prep.aux is first
 
 
 def test_stream_capacity_error_names_the_request_as_the_whole_replay_does() -> None:
@@ -541,8 +636,9 @@ def test_every_format_streams_through_its_loader_as_it_loads_whole(
     monkeypatch.setattr(
         "prefixlab.cli.replay_stream", lambda *a, **k: calls.append(1) or real(*a, **k)
     )
-    args = ["replay", "-f", fmt, "--json", "-p", "lru", "-p", "arc", "--capacity-blocks", "2000",
-            *extra, str(path)]  # fmt: skip
+    readers = ["-p", "wa-atc25", "-p", "unicache", "-p", "lpc-oracle"]  # sessions, tasks, times
+    args = ["replay", "-f", fmt, "--json", "-p", "lru", "-p", "arc", *readers,
+            "--capacity-blocks", "2000", *extra, str(path)]  # fmt: skip
     streamed = runner.invoke(app, args)
     whole = runner.invoke(app, [*args, "--no-stream"])
     assert streamed.exit_code == whole.exit_code == 0, streamed.output
@@ -701,7 +797,8 @@ def test_the_next_use_pass_gives_the_whole_traces_next_uses() -> None:
                                 np.zeros(0, np.int64), 0), 0, lay)
                  for name, _, lay in pieces)  # fmt: skip
         with tempfile.TemporaryDirectory() as tmp:
-            for _, _, lay, nu in stream._with_next_uses(iter(facts), Path(tmp), None):
+            for _, _, lay, nu in stream._two_pass(iter(facts), [make_policy("opt")], Path(tmp),
+                                                  None):  # fmt: skip
                 assert nu is not None and nu.shape[0] == lay.raw_keys.shape[0]
                 got.append(nu)
         assert np.array_equal(np.concatenate(got), want), size

@@ -26,7 +26,7 @@ older of the ring's front and the heap's top. A *ghost list*
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -35,6 +35,11 @@ import numpy.typing as npt
 from prefixlab._jit import jit
 from prefixlab.errors import ConfigError
 from prefixlab.policies.base import I64, EntryView, EvictionPolicy
+from prefixlab.workload.trace import BlockLayout, Trace
+
+#: ``passes(forward)``: (first request, layout, the policy's columns) per chunk of a
+#: streamed trace, first to last (forward) or last to first
+ChunkPasses = Callable[[bool], Iterator[tuple[int, BlockLayout, npt.NDArray[np.float64]]]]
 
 F64 = npt.NDArray[np.float64]
 State = tuple[I64, F64]
@@ -63,6 +68,9 @@ INSERT, ACCESS, EVICTABLE, PINNED, REMOVE, MISS, EVICT, UPDATE, SPLIT, HIT_FREE 
 #: set by the caller before each hook: the request index (I[SC, REQ]) and the time
 #: (F[FS, NOW]: the engine's clock, or under replay the request's arrival time)
 REQ = NOW = 63
+#: I[SC, ABASE]: the request whose numbers are aux's column 0 (0 but in a streamed replay,
+#: which hands a policy each chunk's columns): hooks read request r's at r - I[SC, ABASE]
+ABASE = 61
 #: I[SC, NEG_ROWS]: bit r set when int row r's unused columns hold -1 (a widened state's
 #: new columns are filled so)
 NEG_ROWS = 62
@@ -520,6 +528,11 @@ class ArrayPolicy(EvictionPolicy):
     policy's own rows; none for policies without ``needs_trace``)."""
 
     code: ClassVar[int] = -1
+    #: how a streamed replay (:mod:`prefixlab.runner.stream`) serves a ``needs_trace``
+    #: policy: "" (it cannot: the trace is loaded whole), "columns" (``chunk_columns`` as the
+    #: chunks are read), "two-pass" (those, then ``stream_prepare`` on the spilled chunks
+    #: before the replay starts)
+    streams: ClassVar[str] = ""
     #: reads the engine's waiting queue through the dispatcher's ``waiting_*`` functions,
     #: which the compiled engine calls too
     compiled_waiting: ClassVar[bool] = False
@@ -528,6 +541,26 @@ class ArrayPolicy(EvictionPolicy):
 
     def init_state(self, num_entries: int) -> State:
         raise NotImplementedError
+
+    # ------------------------------------------------------------------ streamed traces
+    def chunk_columns(self, chunk: Trace, r0: int) -> F64:
+        """A streamed replay's chunk of the trace (requests r0, r0 + 1, ..., read in order,
+        r0 = 0 first): its ``aux`` columns, as :meth:`prepare_trace` would give these
+        requests of the whole trace. State carried from chunk to chunk (a session's last
+        arrival) lives in the policy."""
+        raise NotImplementedError
+
+    def stream_prepare(self, passes: ChunkPasses, num_requests: int) -> None:
+        """(``streams == "two-pass"``) What the policy learns from the whole trace before
+        the replay. ``passes(forward)`` iterates over the chunks (first request, layout,
+        this policy's columns) first to last, or last to first, and may be called several
+        times; columns changed in place are kept for the replay."""
+        raise NotImplementedError
+
+    def carried_from(self) -> int:
+        """The first request whose columns the next chunk's hooks may still read (the
+        stream keeps them; default: none before the next chunk)."""
+        return 1 << 62
 
     def bind(self, view: EntryView) -> None:
         from prefixlab.policies import _dispatch

@@ -59,6 +59,7 @@ import numpy.typing as npt
 from prefixlab._jit import jit
 from prefixlab.errors import ConfigError
 from prefixlab.policies._arrays import (
+    ABASE,
     ACCESS,
     EVICT,
     EVICTABLE,
@@ -77,6 +78,7 @@ from prefixlab.policies._arrays import (
     SPLIT,
     UPDATE,
     ArrayPolicy,
+    ChunkPasses,
     State,
     iheap_remove,
     iheap_set,
@@ -86,6 +88,7 @@ from prefixlab.policies._arrays import (
     widen,
 )
 from prefixlab.policies.base import I64, register
+from prefixlab.workload.trace import Trace
 
 F64 = npt.NDArray[np.float64]
 CODE = 4
@@ -95,6 +98,7 @@ HE, KO, RCONV, RNEXT, RENTRY, RSEQ, TABLE = range(IROWS + 7, IROWS + 14)  # KO =
 P, T, KP, RP, RT = range(FROWS, FROWS + 5)
 # scalar slots; float scalars
 HN, NEXT_ORDER, FREE_HEAD, RTOP, NFREE_REC, MAXREC, NEXT_SEQ = (SLOT + i for i in range(7))
+TSIZE = SLOT + 7  # the table's cells (its own: a state widened elsewhere keeps it valid)
 SCALE, INTERVAL, LAST_UPDATE = 0, 1, 2
 # aux rows: arrival, prediction, conversation
 AUX_PROB, AUX_CONV = 1, 2
@@ -153,7 +157,7 @@ def _slot(e: int, conv: int, width: int) -> int:
 @jit(nrt=False)
 def _find(ist: I64, e: int, conv: int) -> int:
     """The record of (e, conv), or -1."""
-    w = ist.shape[1]
+    w = ist[SC, TSIZE]
     s = _slot(e, conv, w)
     while True:
         x = ist[TABLE, s]
@@ -166,7 +170,7 @@ def _find(ist: I64, e: int, conv: int) -> int:
 
 @jit(nrt=False)
 def _table_add(ist: I64, x: int) -> None:
-    w = ist.shape[1]
+    w = ist[SC, TSIZE]
     s = _slot(ist[RENTRY, x], ist[RCONV, x], w)
     while ist[TABLE, s] >= 0:
         s = s + 1 if s + 1 < w else 0
@@ -176,7 +180,7 @@ def _table_add(ist: I64, x: int) -> None:
 @jit(nrt=False)
 def _table_drop(ist: I64, x: int) -> None:
     """Remove record x from the table (backward-shift deletion keeps probes unbroken)."""
-    w = ist.shape[1]
+    w = ist[SC, TSIZE]
     s = _slot(ist[RENTRY, x], ist[RCONV, x], w)
     while ist[TABLE, s] != x:
         s = s + 1 if s + 1 < w else 0
@@ -202,10 +206,11 @@ def lpc_reserve(ist: I64, fst: F64, n: int) -> tuple[I64, F64]:
     need = 2 * n + 2 * ist[SC, MAXREC] + 2
     live = ist[SC, RTOP] - ist[SC, NFREE_REC]
     w = ist.shape[1]
-    if w - ist[SC, RTOP] + ist[SC, NFREE_REC] >= need and 2 * (live + need) <= w:
+    if w - ist[SC, RTOP] + ist[SC, NFREE_REC] >= need and 2 * (live + need) <= ist[SC, TSIZE]:
         return ist, fst
     i2, f2 = widen(ist, fst, 2 * w + 4 * need)
-    i2[TABLE] = -1  # slots depend on the width: rebuild
+    i2[TABLE] = -1  # slots depend on the table's size: rebuild
+    i2[SC, TSIZE] = i2.shape[1]
     for e in range(i2.shape[1]):
         x = i2[HEAD, e]
         while x >= 0:
@@ -275,7 +280,7 @@ def _above(ist: I64, fst: F64, x: int, y: int, scale: float) -> bool:
 # ----------------------------------------------------------------------------- hooks
 @jit(nrt=False)
 def _access(ist: I64, fst: F64, e: int, aux: F64) -> None:
-    r = ist[SC, REQ]
+    r = ist[SC, REQ] - ist[SC, ABASE]
     q, now, c = aux[AUX_PROB, r], fst[FS, NOW], int(aux[AUX_CONV, r])
     if ist[OWNER, e] == c:  # the conversation's latest prediction replaces its earlier one
         fst[P, e] = q
@@ -318,7 +323,7 @@ def _access(ist: I64, fst: F64, e: int, aux: F64) -> None:
 def lpc_hook(ist: I64, fst: F64, h: int, x: int, y: int, aux: F64) -> int:
     """Hook h (named in :mod:`prefixlab.policies._arrays`) on entry x."""
     if h == INSERT:  # insert: the request's prediction and time; its conversation owns it
-        r = ist[SC, REQ]
+        r = ist[SC, REQ] - ist[SC, ABASE]
         fst[P, x] = aux[AUX_PROB, r]
         fst[T, x] = fst[FS, NOW]
         ist[OWNER, x] = int(aux[AUX_CONV, r])
@@ -417,6 +422,7 @@ class _LPCBase(ArrayPolicy):
             ist[row] = -1
             ist[SC, NEG_ROWS] |= 1 << row
         ist[SC, FREE_HEAD] = -1
+        ist[SC, TSIZE] = ist.shape[1]
         fst[FS, SCALE] = self.scale
         fst[FS, INTERVAL] = self.update_interval_s
         fst[FS, LAST_UPDATE] = -math.inf
@@ -497,3 +503,39 @@ class LPCOracle(_LPCBase):
         from prefixlab.learn.features import continuation_labels
 
         return continuation_labels(trace).astype(np.float64)
+
+    # a streamed replay: conversations numbered as the chunks are read (as prepare_trace
+    # numbers them: in order of first appearance, a request without a session its own),
+    # the labels in a backward pass (chunks come in order of arrival: a conversation goes
+    # on when a later chunk's request has its number)
+    streams: ClassVar[str] = "two-pass"
+
+    def chunk_columns(self, chunk: Trace, r0: int) -> F64:
+        if r0 == 0:
+            self._conv_ids: dict[str, int] = {}
+            self._next_conv = 0
+        ids = self._conv_ids
+        conv = np.empty(len(chunk), np.float64)
+        alone = np.zeros(len(chunk), np.float64)  # 1: no session (no later turn)
+        for i, session in enumerate(chunk.session_id):
+            if session is None:
+                conv[i], alone[i] = self._next_conv, 1.0
+                self._next_conv += 1
+            else:
+                c = ids.get(session)
+                if c is None:
+                    c = ids[session] = self._next_conv
+                    self._next_conv += 1
+                conv[i] = c
+        arrival = np.asarray(chunk.arrival_s, dtype=np.float64)
+        return np.stack([arrival, alone, conv])  # the middle row becomes the label
+
+    def stream_prepare(self, passes: ChunkPasses, num_requests: int) -> None:
+        later: set[float] = set()  # conversations with a request further on
+        for _r0, _layout, cols in passes(False):
+            for i in range(cols.shape[1] - 1, -1, -1):
+                alone, c = cols[AUX_PROB, i], cols[AUX_CONV, i]
+                cols[AUX_PROB, i] = 0.0 if alone or c not in later else 1.0
+                if not alone:
+                    later.add(c)
+        self._conv_ids.clear()

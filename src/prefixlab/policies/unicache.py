@@ -72,6 +72,7 @@ import numpy.typing as npt
 from prefixlab._jit import jit
 from prefixlab.policies import _arrays
 from prefixlab.policies._arrays import (
+    ABASE,
     ACCESS,
     EVICTABLE,
     FREE,
@@ -104,6 +105,7 @@ from prefixlab.workload.arrivals import (
     lognormal_cdf_scalar,
     previous_turn_gaps,
 )
+from prefixlab.workload.trace import Trace
 
 F64 = npt.NDArray[np.float64]
 HOOK_EVICT = _arrays.EVICT  # the hook (EVICT below is the evict-first queue)
@@ -292,7 +294,7 @@ def _update(ist: I64, fst: F64, aux: F64, at: int) -> None:
     _alg2(fst, FS, WORK, 3, fst[FS, TEMP], fst[FS, BETA], fst[FS, EPS], paper)
     for i in range(3):
         fst[FS, ALPHA0 + WEIGHTED[i]] = fst[FS, WORK + 9 + i]
-        aux[AUX_W0 + i, at] = fst[FS, WORK + 9 + i]
+        aux[AUX_W0 + i, at - ist[SC, ABASE]] = fst[FS, WORK + 9 + i]
     if ist[SC, WINDOW]:
         for q in range(4):
             fst[FS, HITS0 + q] = 0.0
@@ -303,9 +305,10 @@ def _catch_up(ist: I64, fst: F64, aux: F64) -> None:
     """Learn the gaps of requests seen since the last hook, in order, once each; update
     the weights every ``update_every`` requests."""
     r = ist[SC, REQ]
+    base = ist[SC, ABASE]
     for i in range(ist[SC, SEEN] + 1, r + 1):
-        g = aux[AUX_GAP, i]
-        q = int(aux[AUX_Q, i])
+        g = aux[AUX_GAP, i - base]
+        q = int(aux[AUX_Q, i - base])
         if q in (CHAT, AGENTIC) and g > 0:
             lg = math.log(g)
             fst[FS, GAP0 + 3 * q] += 1.0
@@ -432,7 +435,7 @@ def _move(ist: I64, fst: F64, depth: I64, e: int, q: int) -> None:
 
 @jit(nrt=False)
 def _assign(ist: I64, fst: F64, depth: I64, e: int, aux: F64) -> None:
-    r = ist[SC, REQ]
+    r = ist[SC, REQ] - ist[SC, ABASE]
     q = int(aux[AUX_Q, r])
     n_in = int(aux[AUX_IN, r])
     bt = ist[SC, BTOK]
@@ -732,17 +735,43 @@ class UniCache(ArrayPolicy):
         return ist, fst
 
     def prepare_trace(self, trace: Any, clock: str) -> None:
+        super().prepare_trace(trace, clock)
+        gaps = previous_turn_gaps(trace.session_id, trace.arrival_s)
+        self.aux = self._columns(trace, self._arrival, gaps)
+
+    def _columns(self, trace: Any, arrival: F64, gaps: F64) -> F64:
+        """The aux rows of ``trace``'s requests: arrival, queue, prompt tokens, gap, and
+        the weights' rows (NaN until an update writes them)."""
         n = len(trace)
         queues = np.empty(n, dtype=np.float64)
         for i, (task, session) in enumerate(zip(trace.task, trace.session_id, strict=True)):
             q = self._task_queue.get(task) if task is not None else None
             # unlabelled: a request of a session is chat-like, else templated-like
             queues[i] = q if q is not None else (CHAT if session is not None else STRUCT)
-        super().prepare_trace(trace, clock)
-        gaps = previous_turn_gaps(trace.session_id, trace.arrival_s)
         inputs = np.asarray(trace.input_length, dtype=np.float64)
         weights = np.full((len(WEIGHTED), n), np.nan)
-        self.aux = np.concatenate([np.stack([self._arrival, queues, inputs, gaps]), weights])
+        return np.concatenate([np.stack([arrival, queues, inputs, gaps]), weights])
+
+    # a streamed replay: each chunk's rows, the gaps from each session's last arrival so
+    # far (chunks come in order of arrival, so a session's previous turn is the last met)
+    streams: ClassVar[str] = "columns"
+
+    def chunk_columns(self, chunk: Trace, r0: int) -> F64:
+        if r0 == 0:
+            self._last_turn: dict[str, float] = {}
+        arrival = np.asarray(chunk.arrival_s, dtype=np.float64)
+        gaps = np.full(arrival.shape[0], np.nan)
+        last = self._last_turn
+        for i, session in enumerate(chunk.session_id):
+            if session is not None:
+                t = float(arrival[i])
+                if session in last:
+                    gaps[i] = t - last[session]
+                last[session] = t
+        return self._columns(chunk, arrival, gaps)
+
+    def carried_from(self) -> int:
+        return int(self.state[0][SC, SEEN]) + 1  # the gaps not learnt yet (_catch_up)
 
     # ------------------------------------------------------------------ inspection
     def _entries(self, st: int, row: int) -> Any:

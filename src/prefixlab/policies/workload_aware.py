@@ -53,8 +53,10 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab._jit import jit
+from prefixlab._keytable import kcell, with_room
 from prefixlab.errors import ConfigError
 from prefixlab.policies._arrays import (
+    ABASE,
     ACCESS,
     EVICT,
     EVICTABLE,
@@ -71,6 +73,7 @@ from prefixlab.policies._arrays import (
     SC,
     SLOT,
     ArrayPolicy,
+    ChunkPasses,
     State,
     new_state,
     set_free,
@@ -78,15 +81,18 @@ from prefixlab.policies._arrays import (
     slist_remove,
 )
 from prefixlab.policies.base import I64, register
-from prefixlab.workload.trace import BlockLayout
+from prefixlab.workload.trace import BlockLayout, Trace
 
 F64 = npt.NDArray[np.float64]
 
 
-def categories(trace: Any, max_turn: int) -> tuple[list[str], I64]:
+def categories(
+    trace: Any, max_turn: int, names: dict[str, int] | None = None
+) -> tuple[list[str], I64]:
     """The category names and each request's category index (task label, and the turn
-    unless ``max_turn`` is 1)."""
-    names: dict[str, int] = {}
+    unless ``max_turn`` is 1). ``names``: the categories met so far (a streamed trace's
+    earlier chunks), numbered in order of first appearance; new ones are added to it."""
+    names = {} if names is None else names
     out = np.zeros(len(trace), dtype=np.int64)
     for i, (task, turn) in enumerate(zip(trace.task, trace.turn.tolist(), strict=True)):
         t = int(turn) + 1
@@ -97,31 +103,85 @@ def categories(trace: Any, max_turn: int) -> tuple[list[str], I64]:
     return list(names), out
 
 
+class CategoryFit:
+    """Per category, over the requests of a profiling window given in order (one chunk
+    after another): how many key touches, how many reuses, and the sum of the reuse
+    times. A touch of a key is a request storing or looking it up; its reuse is the next
+    touch of the same key inside the window, counted for the earlier touch's category
+    when the later one is met. Memory: one entry per distinct key touched."""
+
+    def __init__(self) -> None:
+        self.table = np.full((16, 2), -1, np.int64)  # key -> its record
+        self.last_cat = np.zeros(16, np.int64)  # record -> the last touch's category,
+        self.last_at = np.zeros(16, np.float64)  # and its arrival
+        self.used = 0
+        self.acc = np.zeros((3, 1), np.float64)  # touches, reuses, reuse-time sums
+
+    def add(self, keys: I64, offs: I64, arrival: F64, cat: I64, count: int) -> None:
+        """The chunk's first ``count`` requests (keys: any 64-bit ids, equal when the
+        blocks are; offs: each request's key range)."""
+        if count <= 0:
+            return
+        need = self.used + int(offs[count] - offs[0])
+        self.table = with_room(self.table, need)
+        if need > self.last_cat.shape[0]:
+            grown = max(need, 2 * self.last_cat.shape[0])
+            self.last_cat = np.resize(self.last_cat, grown)
+            self.last_at = np.resize(self.last_at, grown)
+        ncat = max(int(cat[:count].max()) + 1, self.acc.shape[1])
+        if ncat > self.acc.shape[1]:
+            self.acc = np.pad(self.acc, ((0, 0), (0, ncat - self.acc.shape[1])))
+        self.used = _fit_pass(keys, offs, arrival, cat, count, self.table, self.last_cat,
+                              self.last_at, self.used, self.acc)  # fmt: skip
+
+    def result(self, num_cats: int, min_samples: int) -> tuple[F64, F64, F64]:
+        """Per category: reuse probability, exponential rate, and the number of reuses
+        (categories with fewer than ``min_samples`` touches take the fit over all)."""
+        acc = np.zeros((3, num_cats), np.float64)
+        k = min(num_cats, self.acc.shape[1])
+        acc[:, :k] = self.acc[:, :k]
+        touches, reused, gap_sum = acc
+        all_p = reused.sum() / max(touches.sum(), 1.0)
+        all_rate = reused.sum() / max(gap_sum.sum(), 1e-9) if reused.sum() else 1.0
+        p = np.where(touches >= min_samples, reused / np.maximum(touches, 1.0), all_p)
+        rate = np.where(
+            (touches >= min_samples) & (reused > 0), reused / np.maximum(gap_sum, 1e-9), all_rate
+        )
+        return p.astype(np.float64), rate.astype(np.float64), reused.copy()
+
+
+@jit()
+def _fit_pass(
+    keys: I64, offs: I64, arrival: F64, cat: I64, count: int, table: I64, last_cat: I64,
+    last_at: F64, used: int, acc: F64,
+) -> int:  # fmt: skip
+    for r in range(count):
+        c, t = cat[r], arrival[r]
+        for j in range(offs[r], offs[r + 1]):
+            acc[0, c] += 1.0
+            cell = kcell(table, keys[j])
+            x = table[cell, 1]
+            if x < 0:
+                x = used
+                used += 1
+                table[cell, 0] = keys[j]
+                table[cell, 1] = x
+            else:
+                acc[1, last_cat[x]] += 1.0
+                acc[2, last_cat[x]] += t - last_at[x]
+            last_cat[x] = c
+            last_at[x] = t
+    return used
+
+
 def fit_categories(
     layout: BlockLayout, arrival: F64, cat: I64, num_cats: int, upto: int, min_samples: int
 ) -> tuple[F64, F64, F64]:
     """Per category, on requests ``[0, upto)``: reuse probability, exponential rate, and the
-    number of reuses. A touch of a key is a request storing or looking it up; its reuse is
-    the next touch of the same key inside the window."""
-    offs = layout.key_offsets
-    reqs = np.repeat(np.arange(upto, dtype=np.int64), np.diff(offs[: upto + 1]))
-    keys = layout.keys[: offs[upto]]
-    order = np.lexsort((reqs, keys))
-    k, r = keys[order], reqs[order]
-    same = np.zeros(k.shape[0], dtype=bool)
-    same[:-1] = k[1:] == k[:-1]
-    nxt = np.roll(r, -1)
-    touches = np.bincount(cat[r], minlength=num_cats).astype(np.float64)
-    reused = np.bincount(cat[r[same]], minlength=num_cats).astype(np.float64)
-    gaps = arrival[nxt[same]] - arrival[r[same]]
-    gap_sum = np.bincount(cat[r[same]], weights=gaps, minlength=num_cats)
-    all_p = reused.sum() / max(touches.sum(), 1.0)
-    all_rate = reused.sum() / max(gap_sum.sum(), 1e-9) if reused.sum() else 1.0
-    p = np.where(touches >= min_samples, reused / np.maximum(touches, 1.0), all_p)
-    rate = np.where(
-        (touches >= min_samples) & (reused > 0), reused / np.maximum(gap_sum, 1e-9), all_rate
-    )
-    return p.astype(np.float64), rate.astype(np.float64), reused
+    number of reuses (:class:`CategoryFit`)."""
+    fit = CategoryFit()
+    fit.add(layout.keys, layout.key_offsets, arrival, cat, upto)
+    return fit.result(num_cats, min_samples)
 
 
 # int rows (per entry, then per category) and float rows; scalar slots
@@ -163,7 +223,7 @@ def _push(ist: I64, fst: F64, e: int) -> None:
 
 @jit(nrt=False)
 def _touch(ist: I64, fst: F64, e: int, aux: F64) -> None:
-    c = int(aux[AUX_CAT, ist[SC, REQ]])
+    c = int(aux[AUX_CAT, ist[SC, REQ] - ist[SC, ABASE]])
     if ist[CAT, e] >= 0:
         fst[HELD, ist[CAT, e]] -= 1.0
     ist[CAT, e] = c
@@ -298,16 +358,44 @@ class WorkloadAware(ArrayPolicy):
             )
         self.names, req_cat = categories(trace, self.max_turn)
         super().prepare_trace(trace, clock)
-        upto = max(1, math.ceil(self.profile * len(trace)))
+        fit = CategoryFit()
+        fit.add(self._layout.keys, self._layout.key_offsets, self._arrival, req_cat,
+                self._window(len(trace)))  # fmt: skip
+        self._fitted(fit)
+        self.aux = np.stack([self._arrival, req_cat.astype(np.float64)])
+
+    def _window(self, num_requests: int) -> int:
+        """The profiling window's length in requests."""
+        return max(1, math.ceil(self.profile * num_requests))
+
+    def _fitted(self, fit: CategoryFit) -> None:
         nc = len(self.names)
-        p, rate, reuses = fit_categories(self._layout, self._arrival, req_cat, nc, upto,
-                                         self.min_samples)  # fmt: skip
+        p, rate, reuses = fit.result(nc, self.min_samples)
         total = float(reuses.sum())
         share = reuses / total if total > 0 else np.full(nc, 1.0 / max(nc, 1))
         self._fit = (p, rate, share)
-        self.aux = np.stack([self._arrival, req_cat.astype(np.float64)])
         if hasattr(self, "view"):  # bound before: the categories' rows start now
             self.state = self.init_state(self.view.num_entries)
+
+    # a streamed replay: the categories as the chunks are read, the fit in a second pass
+    streams: ClassVar[str] = "two-pass"
+
+    def chunk_columns(self, chunk: Trace, r0: int) -> F64:
+        if r0 == 0:
+            self._met: dict[str, int] = {}
+        self.names, cat = categories(chunk, self.max_turn, self._met)
+        return np.stack([np.asarray(chunk.arrival_s, np.float64), cat.astype(np.float64)])
+
+    def stream_prepare(self, passes: ChunkPasses, num_requests: int) -> None:
+        upto = self._window(num_requests)
+        fit = CategoryFit()
+        for r0, layout, cols in passes(True):
+            if r0 >= upto:
+                break
+            count = min(upto - r0, cols.shape[1])
+            fit.add(layout.raw_keys.view(np.int64), layout.key_offsets, cols[0],
+                    cols[AUX_CAT].astype(np.int64), count)  # fmt: skip
+        self._fitted(fit)
 
     def on_evictable(self, entries: I64) -> None:
         # released together: tail (deepest) first

@@ -30,7 +30,9 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab._jit import HAVE_NUMBA, jit
+from prefixlab._keytable import kcell, khash, rehash
 from prefixlab.policies._arrays import (
+    ABASE,
     ACCESS,
     EVICT,
     EVICTABLE,
@@ -167,7 +169,7 @@ def note_next_uses(state: Any, keys: Any, k0: int, lo_: int, hi: int, nu_pos: An
     chains, ktab = state[5], state[24]
     raw = ktab.shape[0] > 1
     for j in range(lo_, hi):
-        s = ktab[_kcell(ktab, keys[k0 + j]), 1] if raw else keys[k0 + j]
+        s = ktab[kcell(ktab, keys[k0 + j]), 1] if raw else keys[k0 + j]
         if s >= 0:
             chains[4, s] = _noted(nu_pos[k0 + j])
 
@@ -321,20 +323,8 @@ def widen_slots(state: tuple[Any, ...], num_slots: int) -> tuple[Any, ...]:
     sc[4] = nfree + fresh.shape[0]
     cells = 1 << int(2 * num_slots - 1).bit_length()
     if cells > ktab.shape[0]:
-        st[24] = _rehash(ktab, cells)
+        st[24] = rehash(ktab, cells)
     return tuple(st)
-
-
-@jit()
-def _rehash(ktab: Any, cells: int) -> Any:
-    """ktab's entries in a table of ``cells`` cells."""
-    new = np.full((cells, 2), -1, np.int64)
-    for i in range(ktab.shape[0]):
-        if ktab[i, 1] >= 0:
-            j = _kcell(new, ktab[i, 0])
-            new[j, 0] = ktab[i, 0]
-            new[j, 1] = ktab[i, 1]
-    return new
 
 
 @jit()
@@ -357,7 +347,7 @@ def sweep_slots(state: Any, ist: Any, ghost_rows: Any, clear_rows: Any) -> int:
             ist[c, s] = 0
         sfree[sc[4]] = s
         sc[4] += 1
-    fresh = _rehash(ktab, ktab.shape[0])
+    fresh = rehash(ktab, ktab.shape[0])
     ktab[:] = fresh
     return int(sc[4])
 
@@ -375,27 +365,10 @@ def widen_state(state: tuple[Any, ...], nlists: int) -> tuple[Any, ...]:
 # itself: an open-addressing table (linear probing, no tombstones) of the keys some block
 # holds, at most the capacity. Row j of ktab is a cell (key, slot), slot -1 when empty;
 # skey[slot] is the key, sfree a stack of unused slots (sc[4] of them).
-@jit(inline=True)
-def _khash(key: int, mask: int) -> int:
-    # 31-bit halves: neither product overflows int64 (interpreted numpy would warn)
-    h = ((key & 0x7FFFFFFF) * 0x9E3779B1) ^ (((key >> 31) & 0x7FFFFFFF) * 0x85EBCA77)
-    return (h ^ (h >> 29)) & mask
-
-
-@jit(inline=True)
-def _kcell(ktab: Any, key: int) -> int:
-    """The cell holding key, or the empty cell where it would go."""
-    mask = ktab.shape[0] - 1
-    j = _khash(key, mask)
-    while ktab[j, 1] >= 0 and ktab[j, 0] != key:
-        j = (j + 1) & mask
-    return j
-
-
 @jit(nrt=False)
 def _kslot(ktab: Any, skey: Any, sfree: Any, sc: Any, key: int) -> int:
     """key's slot, given a free one (and a cell) if it has none."""
-    j = _kcell(ktab, key)
+    j = kcell(ktab, key)
     if ktab[j, 1] < 0:
         sc[4] -= 1
         s = sfree[sc[4]]
@@ -409,7 +382,7 @@ def _kslot(ktab: Any, skey: Any, sfree: Any, sc: Any, key: int) -> int:
 def _kfree(ktab: Any, skey: Any, sfree: Any, sc: Any, s: int) -> None:
     """Give slot s back: delete its key, shifting the rest of its probe run back."""
     mask = ktab.shape[0] - 1
-    j = _kcell(ktab, skey[s])
+    j = kcell(ktab, skey[s])
     ktab[j, 1] = -1
     sfree[sc[4]] = s
     sc[4] += 1
@@ -418,7 +391,7 @@ def _kfree(ktab: Any, skey: Any, sfree: Any, sc: Any, s: int) -> None:
         i = (i + 1) & mask
         if ktab[i, 1] < 0:
             return
-        h = _khash(ktab[i, 0], mask)
+        h = khash(ktab[i, 0], mask)
         if (h <= j or h > i) if j <= i else (h <= j and h > i):
             ktab[j, 0] = ktab[i, 0]
             ktab[j, 1] = ktab[i, 1]
@@ -441,7 +414,7 @@ def match_blocks(state: Any, keys: Any, k0: int, nl: int, blocks: Any) -> int:
     h = 0
     while h < nl:
         if raw:
-            s = ktab[_kcell(ktab, keys[k0 + h]), 1]
+            s = ktab[kcell(ktab, keys[k0 + h]), 1]
             if s < 0:
                 break
             b = chains[0, s]
@@ -697,8 +670,8 @@ def block_kernel(
         if array:  # the request and its time (the arrival), room for its allocations
             ist, fst = reserve(acode, ist, fst, nh)
             ist[SC, REQ] = r
-            if aux.shape[1] > r:
-                fst[FS, NOW] = aux[0, r]
+            if aux.shape[1] > r - ist[SC, ABASE]:
+                fst[FS, NOW] = aux[0, r - ist[SC, ABASE]]
         pp = (policy, cols, signs, occ_start, occ_req, acode, rng, aux, False)
         h = match_blocks(state, keys, k0, nl, blocks)
         hit_blocks[i_r] = h

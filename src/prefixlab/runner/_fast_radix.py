@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from prefixlab._jit import jit
 from prefixlab.policies._arrays import (
+    ABASE,
     ACCESS,
     EVICT,
     EVICTABLE,
@@ -211,8 +212,8 @@ def _kernel(
         if code == ARRAY:  # the request and its time (the arrival), room for allocations
             ist, fst = reserve(acode, ist, fst, 2 * nk + 2)
             ist[SC, REQ] = r
-            if aux.shape[1] > r:
-                fst[FS, NOW] = aux[0, r]
+            if aux.shape[1] > r - ist[SC, ABASE]:
+                fst[FS, NOW] = aux[0, r - ist[SC, ABASE]]
         # ---- match (stamping, splitting), then acquire: lock the path, reserve the rest
         i, npath = rx_walk(keys, k0, nl, T, code, P, ist, fst, 0, 0)
         hit_blocks[r] = i

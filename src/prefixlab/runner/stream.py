@@ -16,22 +16,35 @@ come: peak memory does not grow with the trace (tested, and measured in
 
 Same results as the whole-trace replay, bit for bit (tested): the kernel is the same code,
 and a policy that can be streamed reads nothing a slot number would change (no sort key
-or ghost list orders keys by id). Streamed: the block structure, with the online policies
-(vllm, lru, fifo, sieve, sglang-lru, hashtable, lfu, mru, arc, s3fifo, lecar, any keyed
-policy of one's own) and offline OPT (or a keyed policy ranking by ``next_use``): for
-those the chunks are spilled to a temp folder as they are read, a backward pass over them
-writes every key position's next use beside each (:func:`_with_next_uses`: a table of
-each key's earliest later lookup, one entry per distinct key looked up), and the replay
-reads them back in order, each chunk with its next-use column; a duplicate holder that an
-eviction promotes is ranked by its key's next use as the kernel noted it
-(:func:`prefixlab.runner._fast.note_next_uses`), where the whole replay searches the
-trace's occurrence lists. Not streamed (the whole trace is loaded): lpc-oracle (the
-future of conversations), policies that read the trace's own columns (WA, UniCache, LPC:
-task labels, sessions, arrival times), the radix structure (its edges point into the
-trace's key array), and files the chunk reader does not accept (then the whole-file loader
-sorts them or names the bad line). Per-request results are handed out chunk by chunk
-(``on_rows``), so ``prefixlab replay --per-request`` streams too: it writes each chunk's
-rows as they come.
+or ghost list orders keys by id). Streamed: the block structure, with
+
+- the online policies (vllm, lru, fifo, sieve, sglang-lru, hashtable, lfu, mru, arc,
+  s3fifo, lecar, any keyed policy of one's own);
+- offline OPT (or a keyed policy ranking by ``next_use``): the chunks are spilled to a temp
+  folder as they are read, a backward pass over them writes every key position's next use
+  beside each (:func:`_next_use_back`: a table of each key's earliest later lookup, one
+  entry per distinct key looked up), and the replay reads them back in order, each chunk
+  with its next-use column; a duplicate holder that an eviction promotes is ranked by its
+  key's next use as the kernel noted it (:func:`prefixlab.runner._fast.note_next_uses`),
+  where the whole replay searches the trace's occurrence lists;
+- the policies that read the trace's own columns (``ArrayPolicy.streams``). Each gets its
+  chunk's ``aux`` columns as the chunk is read (``chunk_columns``; its hooks read request
+  r at column r - I[SC, ABASE]), with what links chunks carried in the policy: UniCache's
+  gap to a session's previous turn (a table of each session's last arrival, about 100
+  bytes per session), WA's categories, LPC's conversation numbers. UniCache learns the
+  gaps of requests its hooks have not seen yet, so a chunk keeps those columns for the
+  next (``carried_from``). Two of them need the whole trace first (``stream_prepare``,
+  on the spilled chunks): WA fits its categories on the first ``profile`` share of the
+  requests, in a forward pass (one table entry per distinct key of the window), and
+  lpc-oracle labels each request by whether its conversation goes on, in a backward pass
+  (a set of the conversations met).
+
+Not streamed (the whole trace is loaded): LPC with a trained predictor (it embeds each
+prompt with its conversation's earlier turns), the radix structure (its edges point into
+the trace's key array), and files the chunk reader does not accept (then the whole-file
+loader sorts them or names the bad line). Per-request results are handed out chunk by
+chunk (``on_rows``), so ``prefixlab replay --per-request`` streams too: it writes each
+chunk's rows as they come.
 """
 
 from __future__ import annotations
@@ -51,13 +64,13 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab._jit import jit
+from prefixlab._keytable import kcell, with_room
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.metrics.replay import hit_summary
-from prefixlab.policies._arrays import GSEQ0, K0, K1, grow_state
+from prefixlab.policies._arrays import ABASE, GSEQ0, K0, K1, SC, ArrayPolicy, grow_state
 from prefixlab.policies._keyed import KeyedPolicy
 from prefixlab.policies.base import EvictionPolicy
 from prefixlab.runner import _fast
-from prefixlab.runner._fast import _kcell, _rehash
 from prefixlab.runner.replay import (
     ReplayConfig,
     ReplayResult,
@@ -72,25 +85,39 @@ from prefixlab.workload.trace import BlockLayout, Trace
 __all__ = ["NotStreamable", "StreamSummary", "replay_stream", "streamable"]
 
 I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
 
 
 def streamable(pol: EvictionPolicy, config: ReplayConfig) -> bool:
     """Whether a streamed replay runs ``pol`` under ``config`` (see the module's docstring).
     A keyed policy reads the future only through its sort key's ``next_use`` column,
     which the stream computes in a pass of its own (:func:`wants_next_use`)."""
+    reads = _streams(pol)
     return (
         _fast.HAVE_NUMBA
         and config.structure == "block"
         and _fast.kernel_code(pol) >= 0
-        and (not pol.needs_future or isinstance(pol, KeyedPolicy))
-        and not pol.needs_trace
+        and (not pol.needs_future or isinstance(pol, KeyedPolicy) or reads == "two-pass")
+        and (not pol.needs_trace or reads != "")
         and pol.reserved_bytes <= 0
     )
+
+
+def _streams(pol: EvictionPolicy) -> str:
+    """How a streamed replay serves a policy that reads the trace (``ArrayPolicy.streams``;
+    "" for one that does not)."""
+    return pol.streams if pol.needs_trace and isinstance(pol, ArrayPolicy) else ""
 
 
 def wants_next_use(pol: EvictionPolicy) -> bool:
     """Whether ``pol`` ranks by next use (OPT): the stream then reads the trace twice."""
     return isinstance(pol, KeyedPolicy) and any(c == "next_use" for c, _ in pol.sort_key)
+
+
+def two_pass(pol: EvictionPolicy) -> bool:
+    """Whether the stream reads the whole trace before replaying ``pol`` (next uses; a
+    policy's ``stream_prepare``)."""
+    return wants_next_use(pol) or _streams(pol) == "two-pass"
 
 
 # ----------------------------------------------------------------------------- replay
@@ -153,6 +180,8 @@ def replay_stream(
     runs: list[_Run] = []
     seen = StreamSummary()
 
+    readers = [i for i, pol in enumerate(policies) if _streams(pol)]
+
     def laid_out() -> Iterator[tuple[_Facts, int, BlockLayout]]:
         r0 = 0
         for chunk, nbytes in chunks:
@@ -163,12 +192,13 @@ def replay_stream(
             bad = first_repeat_row(layout.raw_keys, layout.key_offsets)
             if bad >= 0:  # what interning checks on the whole trace (a key names a prefix)
                 raise ConfigError(f"request {r0 + bad}: a block key appears twice in one sequence")
-            r0 += len(chunk)
             facts = _Facts(
                 chunk.name, chunk.input_length.astype(np.int64, copy=False),
                 chunk.output_length.astype(np.int64, copy=False),
                 capped_requests(chunk, layout.block_tokens, config.min_recompute_tokens),
+                {i: _array(policies[i]).chunk_columns(chunk, r0) for i in readers},
             )  # fmt: skip
+            r0 += len(chunk)
             yield facts, nbytes, layout if config.prefix_caching else without_lookups(layout)
 
     affinity = getattr(os, "sched_getaffinity", None)  # the cores this process may use
@@ -178,9 +208,9 @@ def replay_stream(
     read = read_ahead(laid_out())
     future = None
     items: Iterator[tuple[_Facts, int, BlockLayout, npt.NDArray[np.float64] | None]]
-    if any(wants_next_use(pol) for pol in policies):
-        future = tempfile.TemporaryDirectory(prefix="prefixlab-next-use-")
-        items = _with_next_uses(read, Path(future.name), on_chunk)
+    if any(two_pass(pol) for pol in policies):
+        future = tempfile.TemporaryDirectory(prefix="prefixlab-two-pass-")
+        items = _two_pass(read, policies, Path(future.name), on_chunk)
     else:
         items = ((facts, nbytes, layout, None) for facts, nbytes, layout in read)
     try:
@@ -226,6 +256,8 @@ class _Facts:
     input_length: I64
     output_length: I64
     num_capped: int
+    #: policy index -> the chunk's ``aux`` columns (the policies that read the trace)
+    columns: dict[int, F64] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.input_length.shape[0])
@@ -244,8 +276,10 @@ def _step(
     n = len(chunk)
     keys = layout.raw_keys.view(np.int64)
 
-    def one(run: _Run) -> None:
+    def one(run: _Run, i: int) -> None:
         prep = run.prep
+        if i in chunk.columns:
+            _take_columns(run, chunk.columns[i], seen.num_requests)
         nlists = int(prep.state[12].max()) + n + 1  # lfu: hit counts it can reach
         prep.state = _fast.widen_state(prep.state, nlists)
         if prep.code == _fast.ARRAY:
@@ -253,12 +287,12 @@ def _step(
         _chunk(run, keys, layout, seen.num_requests, config)
 
     if pool is None:
-        for run in runs:
-            one(run)
+        for i, run in enumerate(runs):
+            one(run, i)
             if run.out[1] >= 0:
                 break
     else:
-        for done in [pool.submit(one, run) for run in runs]:
+        for done in [pool.submit(one, run, i) for i, run in enumerate(runs)]:
             done.result()
     for run in runs:  # the first policy in order that could not fit, as one by one
         if run.out[1] >= 0:
@@ -271,6 +305,26 @@ def _step(
     seen.num_requests += n
     seen.num_input_tokens += int(chunk.input_length.sum())
     seen.num_capped += chunk.num_capped
+
+
+def _array(pol: EvictionPolicy) -> ArrayPolicy:
+    assert isinstance(pol, ArrayPolicy)
+    return pol
+
+
+def _take_columns(run: _Run, cols: F64, r0: int) -> None:
+    """The policy's ``aux`` for the chunk from request r0: its columns, after those of
+    earlier requests its hooks may still read (``ArrayPolicy.carried_from``)."""
+    prep = run.prep
+    pol = _array(prep.policy)
+    old, base = prep.aux, int(prep.ist[SC, ABASE])
+    keep = max(min(pol.carried_from(), r0), base)
+    if keep < r0 and old.shape[1]:
+        cols = np.concatenate([old[:, keep - base :], cols], axis=1)
+    else:
+        keep = r0
+    prep.aux = pol.aux = cols
+    prep.ist[SC, ABASE] = keep
 
 
 def _start(pol: EvictionPolicy, capacity: int, block_tokens: int) -> _Run:
@@ -289,19 +343,23 @@ _LAYOUT_FIELDS = ("raw_keys", "key_offsets", "num_lookup_blocks", "lookup_end_to
                   "num_blocks_held")  # fmt: skip
 
 
-def _with_next_uses(
+def _two_pass(
     items: Iterator[tuple[_Facts, int, BlockLayout]],
+    policies: list[EvictionPolicy],
     folder: Path,
     on_chunk: Callable[[int, int], None] | None,
 ) -> Generator[tuple[_Facts, int, BlockLayout, npt.NDArray[np.float64] | None], None, None]:
-    """The chunks again, each with the next use of every key position (the first later
-    request that looks its key up; inf: none), as :func:`prefixlab.policies.opt.next_use_at`
-    gives the whole trace's. Three passes: the chunks are read (progress reported as they
-    are) and spilled to ``folder`` (their layouts and the facts the runner reads); walked
-    from the last to the first with a table of each key's earliest lookup so far, which
-    writes each chunk's next uses beside it; then handed out in order. Memory: one chunk,
-    and the table (one cell pair per distinct key looked up, at most half full); disk:
-    about 16 bytes per key position and 40 per request."""
+    """The chunks again, after passes over the whole trace: each with the next use of
+    every key position (the first later request that looks its key up; inf: none) when a
+    policy ranks by it, as :func:`prefixlab.policies.opt.next_use_at` gives the whole
+    trace's, and after each two-pass policy's ``stream_prepare``. The chunks are read
+    (progress reported as they are) and spilled to ``folder`` (their layouts, the facts the
+    runner reads, the policies' columns); the next uses come from a walk from the last
+    chunk to the first with a table of each key's earliest lookup so far, written beside
+    each chunk; the policies walk the spilled chunks as they need; then the chunks are
+    handed out in order. Memory: one chunk, and the table (one cell pair per distinct key
+    looked up, at most half full); disk: about 16 bytes per key position and 40 per
+    request, and the policies' columns."""
     count = requests = 0
     starts = []  # each chunk's first request
     for facts, nbytes, layout in items:
@@ -310,25 +368,15 @@ def _with_next_uses(
                  output_length=facts.output_length,
                  meta=np.array([facts.num_capped, layout.block_tokens], np.int64),
                  **{f: getattr(layout, f) for f in _LAYOUT_FIELDS})  # fmt: skip
+        for p, cols in facts.columns.items():
+            np.save(folder / f"{count}.aux{p}.npy", cols)
         (folder / f"{count}.name").write_text(facts.name)
         count += 1
         requests += len(facts)
         if on_chunk is not None:
             on_chunk(requests, nbytes)
-    table = np.full((16, 2), -1, np.int64)  # key -> earliest lookup so far (from the end)
-    used = 0
-    for i in range(count - 1, -1, -1):
-        with np.load(folder / f"{i}.npz") as z:
-            keys = z["raw_keys"].view(np.int64)
-            need = used + int(z["num_lookup_blocks"].sum())
-            if 2 * need > table.shape[0]:
-                table = _rehash(table, 1 << int(2 * need - 1).bit_length())
-            nu, added = _next_use_back(keys, z["key_offsets"], z["num_lookup_blocks"], starts[i],
-                                       table)  # fmt: skip
-            used += added
-        np.save(folder / f"{i}.nu.npy", nu)
-    del table
-    for i in range(count):
+
+    def load(i: int) -> tuple[_Facts, BlockLayout]:
         with np.load(folder / f"{i}.npz") as z:
             num_capped, block_tokens = (int(v) for v in z["meta"])
             facts = _Facts((folder / f"{i}.name").read_text(), z["input_length"],
@@ -336,7 +384,39 @@ def _with_next_uses(
             arrays = {f: z[f] for f in _LAYOUT_FIELDS}
         layout = BlockLayout(block_tokens=block_tokens, keys=np.zeros(0, np.int64),
                              num_distinct_keys=0, **arrays)  # fmt: skip
-        yield facts, 0, layout, np.load(folder / f"{i}.nu.npy")
+        return facts, layout
+
+    if any(wants_next_use(pol) for pol in policies):
+        table = np.full((16, 2), -1, np.int64)  # key -> earliest lookup so far (from the end)
+        used = 0
+        for i in range(count - 1, -1, -1):
+            with np.load(folder / f"{i}.npz") as z:
+                keys = z["raw_keys"].view(np.int64)
+                table = with_room(table, used + int(z["num_lookup_blocks"].sum()))
+                nu, added = _next_use_back(keys, z["key_offsets"], z["num_lookup_blocks"],
+                                           starts[i], table)  # fmt: skip
+                used += added
+            np.save(folder / f"{i}.nu.npy", nu)
+        del table
+    for p, pol in enumerate(policies):
+        if _streams(pol) == "two-pass":
+
+            def passes(forward: bool, p: int = p) -> Iterator[tuple[int, BlockLayout, F64]]:
+                for i in range(count) if forward else range(count - 1, -1, -1):
+                    cols = np.load(folder / f"{i}.aux{p}.npy")
+                    try:
+                        yield starts[i], load(i)[1], cols
+                    finally:  # the policy may have written them
+                        np.save(folder / f"{i}.aux{p}.npy", cols)
+
+            _array(pol).stream_prepare(passes, requests)
+    nexts = any(wants_next_use(pol) for pol in policies)
+    for i in range(count):
+        facts, layout = load(i)
+        for p, pol in enumerate(policies):
+            if _streams(pol):
+                facts.columns[p] = np.load(folder / f"{i}.aux{p}.npy")
+        yield facts, 0, layout, np.load(folder / f"{i}.nu.npy") if nexts else None
 
 
 @jit(nogil=True)
@@ -352,10 +432,10 @@ def _next_use_back(
     for r in range(offs.shape[0] - 2, -1, -1):
         k0 = offs[r]
         for j in range(offs[r + 1] - k0):
-            c = _kcell(table, keys[k0 + j])
+            c = kcell(table, keys[k0 + j])
             out[k0 + j] = table[c, 1] if table[c, 1] >= 0 else np.inf
         for j in range(num_lookup[r]):
-            c = _kcell(table, keys[k0 + j])
+            c = kcell(table, keys[k0 + j])
             if table[c, 1] < 0:
                 table[c, 0] = keys[k0 + j]
                 added += 1
