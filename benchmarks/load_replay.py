@@ -74,9 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", default="lru",
                     help="comma-separated; each gets a streamed and a --no-stream row (opt "
                     "streams with its next-use pass)")  # fmt: skip
+    ap.add_argument("--structure", default="block", choices=["block", "radix"])
     args = ap.parse_args(argv)
-    base = [sys.executable, "-m", "prefixlab", "replay", "-f", "mooncake",
-            "--capacity-blocks", str(args.capacity_blocks)]  # fmt: skip
+    base = [sys.executable, "-m", "prefixlab", "replay", "-f", "mooncake", "--structure",
+            args.structure, "--capacity-blocks", str(args.capacity_blocks)]  # fmt: skip
     ref = [sys.executable, "-c",
            "import sys; sys.path.insert(0, sys.argv[1]); "
            "from vllm_pool_ref import replay_mooncake; replay_mooncake(sys.argv[2], "

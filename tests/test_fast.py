@@ -183,12 +183,9 @@ def test_lpc_records_outgrow_the_state_inside_the_kernel(structure: str) -> None
     """300 conversations share a 4-block system prompt: each shared block keeps one record
     per conversation, far more than the state's columns (4 x capacity + 64), so the pool
     widens mid-run, in the kernel and in the generic path alike."""
-    rng = np.random.default_rng(4)
-    prompt = list(range(1, 65))
-    reqs = [Request(float(i), 96, 1, session_id=f"c{i % 300}",
-                    input_tokens=prompt + rng.integers(100, 10_000, 32).tolist())
-            for i in range(900)]  # fmt: skip
-    trace = Trace.from_requests(reqs)
+    from tests.test_lpc import shared_prompt_trace
+
+    trace = shared_prompt_trace(900, 300)
     cfg = ReplayConfig(capacity_blocks=40, block_tokens=16, structure=structure)
     pol = _fast_policy("lpc-oracle", structure)
     fast = replay(trace, pol, cfg)

@@ -172,3 +172,43 @@ def test_lpc_is_deterministic_and_runs_in_the_engine(model: str) -> None:
                    EngineConfig(800, block_tokens=16, model="llama-3.1-8b"), timing,
                    check_every=10)  # fmt: skip
     assert eng.metrics["token_hit_ratio"] > 0
+
+
+def shared_prompt_trace(n: int, conversations: int) -> Trace:
+    """n requests of ``conversations`` conversations in turn, each a 64-token system prompt
+    everyone shares and 32 tokens of its own."""
+    rng = np.random.default_rng(4)
+    prompt = list(range(1, 65))
+    reqs = [Request(float(i), 96, 1, session_id=f"c{i % conversations}",
+                    input_tokens=prompt + rng.integers(100, 10_000, 32).tolist())
+            for i in range(n)]  # fmt: skip
+    return Trace.from_requests(reqs)
+
+
+def test_records_survive_a_state_widened_from_outside() -> None:
+    """The (entry, conversation) -> record table keeps its own size: a state widened by
+    someone else mid-run (a streamed replay's new slots, a radix view that grew, here every
+    50 requests) finds every record where it put it, so the run equals an unwidened one
+    (when the table hashed by the state's width, records went missing and were recreated)."""
+    from prefixlab.policies._arrays import SC, grow_state
+    from prefixlab.policies.lpc import NFREE_REC, RTOP
+
+    trace = shared_prompt_trace(300, 60)
+    cfg = ReplayConfig(capacity_blocks=40, block_tokens=16)
+    runs = []
+    for widen in (False, True):
+        pol = make_policy("lpc-oracle", "block")
+
+        def step(r: int, pol: object = pol, widen: bool = widen) -> None:
+            if widen and r % 50 == 49:
+                ist = pol.state[0]  # type: ignore[attr-defined]
+                pol.state = grow_state(pol.state, 1, 2 * ist.shape[1])  # type: ignore[attr-defined]
+
+        res = replay(trace, pol, cfg, fast=False, on_step=step)
+        ist = pol.state[0]  # type: ignore[attr-defined]
+        records = sorted((e, sorted(c)) for e, c in pol.shared.items())  # type: ignore[attr-defined]
+        live = int(ist[SC, RTOP] - ist[SC, NFREE_REC])  # a lost record is made again
+        runs.append((res.hit_tokens.tolist(), records, live, ist.shape[1]))
+    assert runs[0][:3] == runs[1][:3]
+    assert runs[1][3] > 4 * runs[0][3]  # it was widened
+    assert max(len(c) for _, c in runs[1][1]) >= 20  # shared blocks keep many records

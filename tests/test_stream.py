@@ -48,6 +48,8 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "mooncake"
 STREAMED = ["vllm", "lru", "fifo", "sieve", "sglang-lru", "hashtable", "lfu", "mru", "arc",
             "s3fifo", "lecar", "s3fifo:small_ratio=0.3,move_to_main_threshold=2", "lecar:seed=3",
             "opt"]  # fmt: skip
+#: streamed on the radix structure too (no ghost list by key, no future)
+RADIX_STREAMED = ["lru", "fifo", "sieve", "lfu", "mru", "sglang-lru", "hashtable", "lpc-oracle"]
 #: policies that read the trace's own columns (task labels, sessions, arrivals): streamed
 #: with each chunk's columns (UniCache) or after a pass over the whole trace (WA's
 #: profiling window, LPC's oracle labels)
@@ -319,7 +321,11 @@ def test_what_cannot_be_streamed() -> None:
     for spec in ("lru", "arc", "s3fifo", "lecar", "opt", *READERS):
         assert streamable(make_policy(spec), block), spec
     assert streamable(OldestShallowFirst(), block) and streamable(NextUseFirst(), block)
-    assert not streamable(make_policy("lru", "radix"), ReplayConfig(10, structure="radix"))
+    radix = ReplayConfig(10, structure="radix")
+    for spec in RADIX_STREAMED:
+        assert streamable(make_policy(spec, "radix"), radix), spec
+    for spec in ("arc", "s3fifo", "lecar", "opt"):  # ghost lists by key; the future
+        assert not streamable(make_policy(spec, "radix"), radix), spec
     # LPC's predictor reads each request's text and its conversation's earlier turns
     assert not streamable(make_policy("lpc:model=m,predictor_bytes=0"), block)
     with pytest.raises(ValueError, match="cannot be streamed"):
@@ -392,20 +398,92 @@ def test_unicache_keeps_the_columns_its_hooks_still_read() -> None:
     chunk, whose hooks read request r at column r - I[SC, ABASE]."""
     from prefixlab.policies.unicache import SEEN
 
-    run = stream._start(make_policy("unicache"), 30, 16)
+    run = stream._start(make_policy("unicache"), ReplayConfig(capacity_blocks=30), 16)
     pol = run.prep.policy
     assert isinstance(pol, UniCache)
     first, second = np.arange(70.0).reshape(7, 10), np.arange(70.0, 140.0).reshape(7, 10)
-    stream._take_columns(run, first, 0)
+    assert isinstance(run.prep, _fast.Prepared)
+    stream._take_columns(run.prep, first, 0)
     assert run.prep.aux is first and run.prep.ist[SC, ABASE] == 0
     pol.state[0][SC, SEEN] = 7  # requests 8 and 9 not learnt yet
     run.prep.ist = pol.state[0]
-    stream._take_columns(run, second, 10)
+    stream._take_columns(run.prep, second, 10)
     assert run.prep.ist[SC, ABASE] == 8 and pol.aux is run.prep.aux
     assert np.array_equal(run.prep.aux, np.concatenate([first[:, 8:], second], axis=1))
     pol.state[0][SC, SEEN] = 19  # all learnt: nothing kept
-    stream._take_columns(run, first, 20)
+    stream._take_columns(run.prep, first, 20)
     assert run.prep.ist[SC, ABASE] == 20 and run.prep.aux is first
+
+
+@pytest.mark.parametrize("name", sorted(TRACES))
+@pytest.mark.parametrize("scale", [1.05, 2.5])
+@pytest.mark.parametrize("policy", [*RADIX_STREAMED, "custom"])
+def test_radix_stream_equals_whole_replay(name: str, scale: float, policy: str) -> None:
+    """The radix tree keeps its own copy of the keys it holds, so a chunk's keys can go
+    once it is replayed: per request, the whole replay's hits, in chunks of any size."""
+    trace, bt = TRACES[name]
+    held = trace.block_layout(bt).num_blocks_held
+    cfg = ReplayConfig(capacity_blocks=int(held.max() * scale) + 1, block_tokens=bt,
+                       structure="radix")  # fmt: skip
+
+    def make() -> Any:
+        return OldestShallowFirst() if policy == "custom" else make_policy(policy, "radix")
+
+    want = replay(trace, make(), cfg)
+    assert want.metrics["num_evictions"] > 0
+    for size in (1, 37):
+        rows: list[np.ndarray] = []
+
+        def keep(i: int, r0: int, hits: np.ndarray, inputs: np.ndarray, rows: Any = rows) -> None:
+            rows.append(hits.copy())
+
+        got, _ = replay_stream(_chunks(trace, size), [make()], cfg, on_rows=keep)
+        assert got[0].metrics == want.metrics, size
+        assert np.array_equal(np.concatenate(rows), want.hit_tokens), size
+
+
+def _pool_invariant(T: tuple[Any, ...]) -> None:
+    """Every live node's keys lie in the pool's current half, below its top, in ranges of
+    their own, the first one the node's key in the child table."""
+    from prefixlab.runner import _fast_radix as R
+
+    parent, estart, elen, st, pool = T[0], T[1], T[2], T[13], T[14]
+    half = pool.shape[0] // 2
+    lo = st[R.PEND] - half
+    live = [n for n in range(1, parent.shape[0]) if parent[n] >= 0]
+    spans = sorted((int(estart[n]), int(estart[n] + elen[n])) for n in live)
+    for (_, b), (c, _) in itertools.pairwise(spans):
+        assert b <= c
+    assert all(lo <= a and b <= st[R.PTOP] for a, b in spans)
+    assert sum(b - a for a, b in spans) == st[R.TREE]
+
+
+@pytest.mark.parametrize("policy", ["lru", "sieve", "lfu"])
+def test_the_radix_key_pool_copies_its_live_edges_and_stays_bounded(policy: str) -> None:
+    """A small tree over a long trace: its pool fills and is copied to the other half many
+    times (checked after every chunk), and the hits stay the generic radix cache's."""
+    from prefixlab.runner._fast_radix import RadixPrepared
+
+    trace, bt = TRACES["chat"]
+    layout = trace.block_layout(bt)
+    capacity = int(layout.num_blocks_held.max()) + 2
+    cfg = ReplayConfig(capacity_blocks=capacity, block_tokens=bt, structure="radix")
+    prep = RadixPrepared(make_policy(policy, "radix"), capacity, layout.num_distinct_keys, bt)
+    assert prep.T[14].shape[0] == 4 * capacity + 4
+    hits = np.zeros(len(trace), np.int64)
+    out = np.zeros(2, np.int64)
+    offs = layout.key_offsets
+    for a in range(0, len(trace), 50):
+        b = min(a + 50, len(trace))
+        prep.run(layout.keys[offs[a] : offs[b]], offs[a : b + 1] - offs[a],
+                 layout.num_lookup_blocks[a:b], layout.lookup_end_tokens[a:b],
+                 layout.num_blocks_held[a:b], a, None, hits[a:b], np.zeros(b - a, np.int64),
+                 out)  # fmt: skip
+        _pool_invariant(prep.T)
+    inserted = int(out[0]) + int(prep.T[13][0])  # evicted pages + pages in the tree
+    assert inserted > 10 * prep.T[14].shape[0]  # the pool was copied over many times
+    want = replay(trace, make_policy(policy, "radix"), cfg, fast=False)
+    assert np.array_equal(hits, want.hit_tokens)
 
 
 def test_stream_capacity_error_names_the_request_as_the_whole_replay_does() -> None:

@@ -7,8 +7,12 @@ per call (``rx_walk``, ``rx_room``, ``rx_acquire``, ``rx_grow_room``, ``rx_reser
 ``rx_keep_free``, ``rx_commit``, ``rx_release``: the cache's verbs, which the replay kernel
 calls in sequence per request and :mod:`prefixlab.runner.engine._kernel` interleaves):
 
-* an edge is a range of the layout's key array (``estart``, ``elen``): a split cuts the
-  range in two, a new leaf points at the request's own keys, nothing is copied;
+* an edge is a range of the tree's own key pool (``estart``, ``elen``): a new leaf copies
+  its request's keys there, a split cuts the range in two; the pool has two halves, and
+  when the current one is full the live ranges are copied to the start of the other
+  (:func:`_pool_put`), so it holds about twice the capacity whatever the trace's length,
+  and a streamed replay (:mod:`prefixlab.runner.stream`) can hand each chunk's keys and
+  drop them;
 * children are found through one open-addressing table keyed by (parent, first key)
   (``runner/_pairs.py``);
 * node ids come from the same stack of free ids, so every node gets the id it gets there.
@@ -166,36 +170,69 @@ def _pol_miss(code: int, P: Any, ist: Any, fst: Any, keys: Any, a: int, b: int) 
 
 # ----------------------------------------------------------------------------- the tree
 #: the tree's counters, st = T[13]: tree pages, reserved pages, protected (locked) pages,
-#: the clock, evicted pages, free ids left, the capacity in pages
-TREE, RESERVED, PROTECTED, CLOCK, EVICTED, NFREE, CAP = range(7)
+#: the clock, evicted pages, free ids left, the capacity in pages, the key pool's next
+#: free position and the end of its current half
+TREE, RESERVED, PROTECTED, CLOCK, EVICTED, NFREE, CAP, PTOP, PEND = range(9)
 
 
 def new_tree(capacity: int) -> tuple[Any, ...]:
     """An empty tree of ``capacity`` pages: T = (parent, estart, elen, ref, nchild,
     evictable, the (parent, first key) -> child table tp, tk, tv, free ids, path, lowers,
-    uppers (a walk's scratch), st (the counters above))."""
+    uppers (a walk's scratch), st (the counters above), the key pool (two halves of
+    2 * capacity + 2 keys: the tree holds at most the capacity, so after a copy to the
+    other half at least the capacity is free))."""
     size = capacity + 2  # every node holds >= 1 page, plus the root
     tsize = 1
     while tsize < 2 * size:
         tsize *= 2
-    st = np.zeros(7, np.int64)
+    st = np.zeros(9, np.int64)
     st[NFREE], st[CAP] = size - 1, capacity
+    half = 2 * capacity + 2
+    st[PTOP], st[PEND] = 0, half
     return (
         np.full(size, -1, np.int64), np.zeros(size, np.int64), np.zeros(size, np.int64),
         np.zeros(size, np.int64), np.zeros(size, np.int64), np.zeros(size, np.bool_),
         np.zeros(tsize, np.int64), np.zeros(tsize, np.int64), np.full(tsize, -1, np.int64),
         np.arange(size - 1, 0, -1).astype(np.int64),  # pop from the end: 1, 2, ...
         np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.int64), st,
+        np.empty(2 * half, np.int64),
     )  # fmt: skip
+
+
+@jit(nrt=False)
+def _pool_put(keys: Any, a: int, n: int, T: Any) -> int:
+    """Copy keys[a:a + n] into the key pool; returns where they start. When the current
+    half has no room, every live edge is first copied to the start of the other half (a
+    node is live while it has a parent; the root holds no keys)."""
+    parent, estart, elen, st, pool = T[0], T[1], T[2], T[13], T[14]
+    if st[PTOP] + n > st[PEND]:
+        half = pool.shape[0] // 2
+        first = st[PEND] > half  # the copies go to the first half
+        top = 0 if first else half
+        for node in range(1, parent.shape[0]):
+            if parent[node] >= 0:
+                es, el = estart[node], elen[node]
+                for j in range(el):
+                    pool[top + j] = pool[es + j]
+                estart[node] = top
+                top += el
+        st[PTOP], st[PEND] = top, (half if first else 2 * half)
+    at = st[PTOP]
+    for j in range(n):
+        pool[at + j] = keys[a + j]
+    st[PTOP] = at + n
+    return int(at)
 
 
 @jit()
 def _kernel(
-    keys: Any, key_offsets: Any, num_lookup: Any, lookup_end: Any, held: Any, T: Any,
+    keys: Any, key_offsets: Any, num_lookup: Any, lookup_end: Any, held: Any, r0: int, T: Any,
     block_tokens: int, code: int, P: Any, hit_tokens: Any, hit_blocks: Any, out: Any,
 ) -> tuple[Any, Any]:  # fmt: skip
-    """out[0] = evicted pages, out[1] = the request that could not fit (or -1); returns the
-    array policy's state (P[24], P[25] at the start; a policy that allocates may widen it).
+    """Replay requests r0, r0 + 1, ... (the rows of ``key_offsets``) on the tree T.
+    out[0] = evicted pages so far, out[1] = the request that could not fit (or -1); returns
+    the array policy's state (P[24], P[25] at the start; a policy that allocates may widen
+    it).
 
     The hooks take that state as arguments of their own (ist, fst), not inside P: P is
     never reassigned, so the compiled loops carry no copy of the 30-item tuple (each copy
@@ -204,11 +241,12 @@ def _kernel(
     ist, fst = P[24], P[25]
     st = T[13]
     out[1] = -1
-    for r in range(key_offsets.shape[0] - 1):
+    for i_r in range(key_offsets.shape[0] - 1):
+        r = r0 + i_r
         after[0] = r
-        k0 = key_offsets[r]
-        nk = key_offsets[r + 1] - k0
-        nl = num_lookup[r]
+        k0 = key_offsets[i_r]
+        nk = key_offsets[i_r + 1] - k0
+        nl = num_lookup[i_r]
         if code == ARRAY:  # the request and its time (the arrival), room for allocations
             ist, fst = reserve(acode, ist, fst, 2 * nk + 2)
             ist[SC, REQ] = r
@@ -216,9 +254,9 @@ def _kernel(
                 fst[FS, NOW] = aux[0, r - ist[SC, ABASE]]
         # ---- match (stamping, splitting), then acquire: lock the path, reserve the rest
         i, npath = rx_walk(keys, k0, nl, T, code, P, ist, fst, 0, 0)
-        hit_blocks[r] = i
-        hit_tokens[r] = lookup_end[r] if i == nl else i * block_tokens
-        need = held[r] - i
+        hit_blocks[i_r] = i
+        hit_tokens[i_r] = lookup_end[i_r] if i == nl else i * block_tokens
+        need = held[i_r] - i
         if need > rx_room(T, npath):
             out[0] = st[EVICTED]
             out[1] = r
@@ -319,7 +357,7 @@ def rx_commit(keys: Any, k0: int, n: int, last: int, reserved: int, T: Any, code
     if i < n:
         grow = min(n - i, reserved)
         if grow > 0:
-            node = _new_node(node, k0 + i, grow, keys, T, P)
+            node = _new_node(node, _pool_put(keys, k0 + i, grow, T), grow, T, P)
             st[TREE] += grow
             _refresh(parent[node], T, code, P, ist, fst)
             _pol(code, H_INSERT, node, 0, P, ist, fst)
@@ -375,9 +413,9 @@ def _unlock(node: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> None:
 
 
 @jit(nrt=False)
-def _new_node(par: int, es: int, el: int, keys: Any, T: Any, P: Any) -> int:
-    """A node for keys[es:es + el] under ``par``, mapped by its first key (replacing the
-    node it splits from, if any), created and accessed now."""
+def _new_node(par: int, es: int, el: int, T: Any, P: Any) -> int:
+    """A node for the pool's keys [es, es + el) under ``par``, mapped by its first key
+    (replacing the node it splits from, if any), created and accessed now."""
     parent, estart, elen, ref, nchild = T[0], T[1], T[2], T[3], T[4]
     tp, tk, tv, free_ids, st = T[6], T[7], T[8], T[9], T[13]
     la, nhits, depth, created, nkey = P[11], P[12], P[13], P[14], P[16]
@@ -387,7 +425,7 @@ def _new_node(par: int, es: int, el: int, keys: Any, T: Any, P: Any) -> int:
     elen[node] = el
     nchild[node] = 0
     parent[node] = par
-    first = keys[es]
+    first = T[14][es]
     nkey[node] = first
     depth[node] = depth[par] + el if par != ROOT else el
     st[CLOCK] += 1
@@ -411,6 +449,7 @@ def rx_walk(keys: Any, k0: int, n: int, T: Any, code: int, P: Any, ist: Any, fst
     the root; see :func:`rx_commit`)."""
     parent, estart, elen, ref, nchild = T[0], T[1], T[2], T[3], T[4]
     tp, tk, tv, path, lowers, uppers, st = T[6], T[7], T[8], T[10], T[11], T[12], T[13]
+    pool = T[14]
     la, nhits, created, nkey = P[11], P[12], P[14], P[16]
     node = path[npath - 1] if npath else ROOT
     nsplit = 0
@@ -422,21 +461,21 @@ def rx_walk(keys: Any, k0: int, n: int, T: Any, code: int, P: Any, ist: Any, fst
         es, el = estart[child], elen[child]
         span = min(el, n - i)
         m = 1
-        while m < span and keys[es + m] == keys[k0 + i + m]:
+        while m < span and pool[es + m] == keys[k0 + i + m]:
             m += 1
         if m < el:  # split child after m pages: a new upper node takes the first m
             lower = child
-            child = _new_node(parent[lower], es, m, keys, T, P)
+            child = _new_node(parent[lower], es, m, T, P)
             ref[child] = ref[lower]
             la[child] = la[lower]
             created[child] = created[lower]
             nhits[child] = nhits[lower]
             estart[lower] = es + m
             elen[lower] = el - m
-            nkey[lower] = keys[es + m]
+            nkey[lower] = pool[es + m]
             parent[lower] = child
-            s = pair_find(tp, tk, tv, child, keys[es + m])
-            tp[s], tk[s], tv[s] = child, keys[es + m], lower
+            s = pair_find(tp, tk, tv, child, pool[es + m])
+            tp[s], tk[s], tv[s] = child, pool[es + m], lower
             nchild[child] += 1
             _pol(code, H_SPLIT, child, lower, P, ist, fst)
             _pol(code, H_UPDATE, lower, 0, P, ist, fst)
@@ -514,6 +553,57 @@ def radix_policy_args(policy: EvictionPolicy, capacity: int, num_keys: int) -> t
     )  # fmt: skip
 
 
+class RadixPrepared:
+    """A policy's replay on the compiled tree, resumable: each :meth:`run` replays the
+    next requests from the tree and policy state the previous one left (a streamed replay
+    hands it a chunk at a time, with raw 64-bit keys: the tree keeps its own copy of the
+    keys it holds). ``policy`` is fresh (a keyed policy with ``needs_future`` already
+    prepared); it is bound to a view of the tree's size, as the radix cache binds it."""
+
+    def __init__(self, policy: EvictionPolicy, capacity: int, num_keys: int,
+                 block_tokens: int) -> None:  # fmt: skip
+        code = radix_code(policy)
+        if code < 0:
+            raise ValueError(f"policy '{policy.spec()}' has no compiled radix kernel")
+        self.policy, self.code, self.capacity = policy, code, capacity
+        self.block_tokens = block_tokens
+        self.P = radix_policy_args(policy, capacity, num_keys)
+        self.T = new_tree(capacity)
+
+    @property
+    def ist(self) -> I64:
+        """The array policy's int state (a placeholder for the others)."""
+        return self.P[24]  # type: ignore[no-any-return]
+
+    @property
+    def aux(self) -> npt.NDArray[np.float64]:
+        """The per-request columns the array policy's hooks read."""
+        return self.P[28]  # type: ignore[no-any-return]
+
+    @aux.setter
+    def aux(self, cols: npt.NDArray[np.float64]) -> None:
+        self.P = (*self.P[:28], cols, *self.P[29:])
+
+    def run(
+        self, keys: I64, key_offsets: I64, num_lookup: I64, lookup_end: I64, held: I64,
+        r0: int, max_free_blocks: int | None, hit_tokens: I64, hit_blocks: I64, out: I64,
+    ) -> None:  # fmt: skip
+        """Replay requests r0, r0 + 1, ... (the rows of ``key_offsets``); out[0] = evicted
+        pages so far, out[1] = the request that could not fit (or -1). ``max_free_blocks``
+        is the block structure's (the radix tree keeps no pool of free blocks)."""
+        P = self.P
+        st = _kernel(keys, key_offsets, num_lookup, lookup_end, held, r0, self.T,
+                     self.block_tokens, self.code, P, hit_tokens, hit_blocks, out)  # fmt: skip
+        if self.code == ARRAY:  # a policy that allocates may have widened its state
+            self.P = (*P[:24], st[0], st[1], *P[26:])
+            if isinstance(self.policy, ArrayPolicy):
+                self.policy.state = st
+        if out[1] <= -2:
+            raise AssertionError(
+                f"policy '{self.policy.name}' found no victim (request {-2 - out[1]})"
+            )
+
+
 def replay_radix_fast(
     keys: I64, key_offsets: I64, num_lookup: I64, lookup_end: I64, held: I64, capacity: int,
     num_keys: int, block_tokens: int, policy: EvictionPolicy,
@@ -522,18 +612,11 @@ def replay_radix_fast(
 
     ``policy`` is fresh (a keyed policy with ``needs_future`` already prepared); it is
     bound to a view of the tree's size, as the radix cache binds it."""
-    code = radix_code(policy)
-    if code < 0:
-        raise ValueError(f"policy '{policy.spec()}' has no compiled radix kernel")
-    P = radix_policy_args(policy, capacity, num_keys)
+    prep = RadixPrepared(policy, capacity, num_keys, block_tokens)
     n = int(key_offsets.shape[0]) - 1
     hit_tokens = np.zeros(n, np.int64)
     hit_blocks = np.zeros(n, np.int64)
     out = np.zeros(2, np.int64)
-    st = _kernel(keys, key_offsets, num_lookup, lookup_end, held, new_tree(capacity),
-                 block_tokens, code, P, hit_tokens, hit_blocks, out)  # fmt: skip
-    if isinstance(policy, ArrayPolicy) and code == ARRAY:
-        policy.state = st
-    if out[1] <= -2:
-        raise AssertionError(f"policy '{policy.name}' found no victim (request {-2 - out[1]})")
+    prep.run(keys, key_offsets, num_lookup, lookup_end, held, 0, None, hit_tokens, hit_blocks,
+             out)  # fmt: skip
     return hit_tokens, hit_blocks, int(out[0]), int(out[1])

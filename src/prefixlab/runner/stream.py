@@ -39,12 +39,17 @@ or ghost list orders keys by id). Streamed: the block structure, with
   lpc-oracle labels each request by whether its conversation goes on, in a backward pass
   (a set of the conversations met).
 
+The radix structure streams too, for the policies that name no key and read no future
+(lru, fifo, sieve, lfu, mru, sglang-lru, hashtable, a keyed policy of one's own) and for
+lpc-oracle: the compiled tree (:class:`prefixlab.runner._fast_radix.RadixPrepared`) keeps
+its own copy of the keys it holds, so a chunk's keys can go once it is replayed.
+
 Not streamed (the whole trace is loaded): LPC with a trained predictor (it embeds each
-prompt with its conversation's earlier turns), the radix structure (its edges point into
-the trace's key array), and files the chunk reader does not accept (then the whole-file
-loader sorts them or names the bad line). Per-request results are handed out chunk by
-chunk (``on_rows``), so ``prefixlab replay --per-request`` streams too: it writes each
-chunk's rows as they come.
+prompt with its conversation's earlier turns); on the radix structure ARC, S3-FIFO and
+LeCaR (ghost lists by key id) and OPT; files the chunk reader does not accept (then the
+whole-file loader sorts them or names the bad line). Per-request results are handed out
+chunk by chunk (``on_rows``), so ``prefixlab replay --per-request`` streams too: it writes
+each chunk's rows as they come.
 """
 
 from __future__ import annotations
@@ -71,6 +76,12 @@ from prefixlab.policies._arrays import ABASE, GSEQ0, K0, K1, SC, ArrayPolicy, gr
 from prefixlab.policies._keyed import KeyedPolicy
 from prefixlab.policies.base import EvictionPolicy
 from prefixlab.runner import _fast
+from prefixlab.runner._fast_radix import ARRAY as R_ARRAY
+from prefixlab.runner._fast_radix import FIFO as R_FIFO
+from prefixlab.runner._fast_radix import KEYED as R_KEYED
+from prefixlab.runner._fast_radix import LRU as R_LRU
+from prefixlab.runner._fast_radix import SIEVE as R_SIEVE
+from prefixlab.runner._fast_radix import RadixPrepared, radix_code
 from prefixlab.runner.replay import (
     ReplayConfig,
     ReplayResult,
@@ -93,6 +104,14 @@ def streamable(pol: EvictionPolicy, config: ReplayConfig) -> bool:
     A keyed policy reads the future only through its sort key's ``next_use`` column,
     which the stream computes in a pass of its own (:func:`wants_next_use`)."""
     reads = _streams(pol)
+    if config.structure == "radix":  # the tree's own keys; no ghost list, no future
+        code = radix_code(pol)
+        online = code in (R_LRU, R_FIFO, R_SIEVE, R_KEYED) and not pol.needs_future
+        return (
+            _fast.HAVE_NUMBA
+            and ((online and not pol.needs_trace) or (code == R_ARRAY and reads != ""))
+            and pol.reserved_bytes <= 0
+        )
     return (
         _fast.HAVE_NUMBA
         and config.structure == "block"
@@ -136,7 +155,7 @@ class StreamSummary:
 class _Run:
     """One policy's replay in progress: the kernel's state and its totals so far."""
 
-    prep: _fast.Prepared
+    prep: _fast.Prepared | RadixPrepared
     elapsed_s: float = 0.0
     hit_tokens: int = 0
     hit_blocks: int = 0
@@ -216,11 +235,15 @@ def replay_stream(
     try:
         for chunk, nbytes, layout, nu in items:
             if not runs:
-                runs = [_start(pol, config.capacity_blocks, layout.block_tokens)
-                        for pol in policies]  # fmt: skip
+                runs = [_start(pol, config, layout.block_tokens) for pol in policies]
             for run in runs:
-                if nu is not None and wants_next_use(run.prep.policy):
-                    run.prep.nu_pos = nu
+                prep = run.prep
+                if (
+                    nu is not None
+                    and isinstance(prep, _fast.Prepared)
+                    and wants_next_use(prep.policy)
+                ):
+                    prep.nu_pos = nu
             r0 = seen.num_requests
             _step(runs, chunk, layout, seen, config, pool)
             if on_rows is not None:
@@ -244,7 +267,7 @@ def replay_stream(
             future.cleanup()
     if not runs:  # nothing was read
         bt = config.block_tokens or 1
-        runs = [_start(pol, config.capacity_blocks, bt) for pol in policies]
+        runs = [_start(pol, config, bt) for pol in policies]
     return [_finish(run, config, seen) for run in runs], seen
 
 
@@ -279,11 +302,12 @@ def _step(
     def one(run: _Run, i: int) -> None:
         prep = run.prep
         if i in chunk.columns:
-            _take_columns(run, chunk.columns[i], seen.num_requests)
-        nlists = int(prep.state[12].max()) + n + 1  # lfu: hit counts it can reach
-        prep.state = _fast.widen_state(prep.state, nlists)
-        if prep.code == _fast.ARRAY:
-            _make_slots(prep, int(keys.shape[0]))
+            _take_columns(prep, chunk.columns[i], seen.num_requests)
+        if isinstance(prep, _fast.Prepared):  # the block kernel's slots and lists
+            nlists = int(prep.state[12].max()) + n + 1  # lfu: hit counts it can reach
+            prep.state = _fast.widen_state(prep.state, nlists)
+            if prep.code == _fast.ARRAY:
+                _make_slots(prep, int(keys.shape[0]))
         _chunk(run, keys, layout, seen.num_requests, config)
 
     if pool is None:
@@ -312,10 +336,9 @@ def _array(pol: EvictionPolicy) -> ArrayPolicy:
     return pol
 
 
-def _take_columns(run: _Run, cols: F64, r0: int) -> None:
+def _take_columns(prep: _fast.Prepared | RadixPrepared, cols: F64, r0: int) -> None:
     """The policy's ``aux`` for the chunk from request r0: its columns, after those of
     earlier requests its hooks may still read (``ArrayPolicy.carried_from``)."""
-    prep = run.prep
     pol = _array(prep.policy)
     old, base = prep.aux, int(prep.ist[SC, ABASE])
     keep = max(min(pol.carried_from(), r0), base)
@@ -327,7 +350,10 @@ def _take_columns(run: _Run, cols: F64, r0: int) -> None:
     prep.ist[SC, ABASE] = keep
 
 
-def _start(pol: EvictionPolicy, capacity: int, block_tokens: int) -> _Run:
+def _start(pol: EvictionPolicy, config: ReplayConfig, block_tokens: int) -> _Run:
+    capacity = config.capacity_blocks
+    if config.structure == "radix":
+        return _Run(RadixPrepared(pol, capacity, 1, block_tokens))
     array = _fast.kernel_code(pol) == _fast.ARRAY
     slots = 2 * capacity + FIRST_SPARE_SLOTS if array else capacity
     prep = _fast.Prepared(pol, capacity, block_tokens, slots, 2, raw_keys=True)
