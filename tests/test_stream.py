@@ -343,7 +343,8 @@ def test_trace_readers_stream_on_the_task_mix(
     monkeypatch.setattr(stream, "FIRST_SPARE_SLOTS", 0)
     trace = GENERATORS["mix"].fn(trace=2, num_requests=300)
     cfg = ReplayConfig(capacity_blocks=capacity, block_tokens=64)
-    want = replay(trace, make_policy(spec), cfg)
+    whole = make_policy(spec)
+    want = replay(trace, whole, cfg)
     assert want.metrics["num_evictions"] > 1000
     for size in (1, 37, 100):
         rows: list[np.ndarray] = []
@@ -351,9 +352,31 @@ def test_trace_readers_stream_on_the_task_mix(
         def keep(i: int, r0: int, hits: np.ndarray, inputs: np.ndarray, rows: Any = rows) -> None:
             rows.append(hits.copy())
 
-        got, _ = replay_stream(_chunks(trace, size), [make_policy(spec)], cfg, on_rows=keep)
+        pol = make_policy(spec)
+        got, _ = replay_stream(_chunks(trace, size), [pol], cfg, on_rows=keep)
         assert got[0].metrics == want.metrics, size
         assert np.array_equal(np.concatenate(rows), want.hit_tokens), size
+        if isinstance(pol, UniCache):  # each update's weights, at its request
+            assert pol.weight_history == whole.weight_history, size
+            assert len(pol.weight_history) == 300 // pol.update_every
+
+
+@pytest.mark.parametrize("spec", ["unicache", "lpc-oracle"])
+def test_readers_do_not_stream_a_file_whose_arrivals_go_back(spec: str) -> None:
+    """The whole replay takes a session's turns in order of arrival, the stream in the
+    file's: a file whose arrivals go back (a format that need not sort) is not streamed
+    for a policy that reads sessions (the caller loads it whole), for the others it is;
+    and an empty stream is a zero result."""
+    reqs = [Request(t, 32, 1, session_id=s, hash_ids=[i, i + 1], hashed_tokens=32)
+            for i, (t, s) in enumerate([(0.0, "a"), (10.0, "b"), (5.0, "b"), (20.0, "a")])]  # fmt: skip
+    trace = Trace.from_requests(reqs, block_tokens=16)
+    cfg = ReplayConfig(capacity_blocks=20, block_tokens=16)
+    with pytest.raises(NotStreamable, match="arrivals out of order"):
+        replay_stream(_chunks(trace, 2), [make_policy(spec)], cfg)
+    got, _ = replay_stream(_chunks(trace, 2), [make_policy("lru")], cfg)
+    assert got[0].metrics == replay(trace, "lru", cfg).metrics
+    got, seen = replay_stream(iter([]), [make_policy(spec), make_policy("wa")], cfg)
+    assert seen.num_requests == 0 and all(r.metrics["num_requests"] == 0 for r in got)
 
 
 def _streamed_columns(pol: ArrayPolicy, trace: Trace, bt: int, size: int) -> np.ndarray:

@@ -557,6 +557,10 @@ class ArrayPolicy(EvictionPolicy):
         times; columns changed in place are kept for the replay."""
         raise NotImplementedError
 
+    def columns_done(self, cols: F64, base: int) -> None:
+        """A streamed replay is done with these columns (requests base, base + 1, ...):
+        what the hooks wrote in them (UniCache's weights) is kept here if anywhere."""
+
     def carried_from(self) -> int:
         """The first request whose columns the next chunk's hooks may still read (the
         stream keeps them; default: none before the next chunk)."""

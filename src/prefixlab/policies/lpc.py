@@ -538,4 +538,5 @@ class LPCOracle(_LPCBase):
                 cols[AUX_PROB, i] = 0.0 if alone or c not in later else 1.0
                 if not alone:
                     later.add(c)
-        self._conv_ids.clear()
+        if hasattr(self, "_conv_ids"):  # not when the stream was empty
+            self._conv_ids.clear()

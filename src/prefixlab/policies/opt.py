@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab._jit import jit
+from prefixlab._keytable import kcell, with_room
 from prefixlab.policies._keyed import KeyedPolicy
 from prefixlab.policies._keyed import next_use as _next_use
 from prefixlab.policies.base import I64, register
@@ -61,21 +62,36 @@ def _by_key(keys: I64, reqs: I64, occ_start: I64) -> I64:
 def next_use_at(layout: BlockLayout) -> npt.NDArray[np.float64]:
     """For every key position of the layout (request r, block j), the first request after r
     that looks that key up (inf: never): one backward pass over the requests."""
-    num_keys = max(layout.num_distinct_keys, 1)
-    return _next_use_at(layout.keys, layout.key_offsets, layout.num_lookup_blocks, num_keys)
+    table = with_room(np.full((16, 2), -1, np.int64), max(layout.num_distinct_keys, 1))
+    out, _ = next_uses_back(layout.keys, layout.key_offsets, layout.num_lookup_blocks, 0, table)
+    return out
 
 
-@jit()
-def _next_use_at(keys: I64, offs: I64, num_lookup: I64, num_keys: int) -> npt.NDArray[np.float64]:
+@jit(nogil=True)
+def next_uses_back(
+    keys: I64, offs: I64, num_lookup: I64, r0: int, table: I64
+) -> tuple[npt.NDArray[np.float64], int]:
+    """Next uses of a run of requests r0, r0 + 1, ... (the rows of ``offs``; a whole
+    trace, or a streamed one's chunk, walked from the last chunk to the first), walked
+    last to first: each key position gets its key's earliest lookup after its request so
+    far, then the request's lookups become their keys' earliest. ``table``
+    (:mod:`prefixlab._keytable`: key -> earliest lookup so far) carries that from chunk to
+    chunk. Returns the next uses and how many keys entered the table (which the caller
+    keeps at most half full)."""
     out = np.empty(keys.shape[0], np.float64)
-    last = np.full(num_keys, np.inf)  # the earliest lookup seen so far (from the end)
+    added = 0
     for r in range(offs.shape[0] - 2, -1, -1):
         k0 = offs[r]
         for j in range(offs[r + 1] - k0):
-            out[k0 + j] = last[keys[k0 + j]]
+            c = kcell(table, keys[k0 + j])
+            out[k0 + j] = table[c, 1] if table[c, 1] >= 0 else np.inf
         for j in range(num_lookup[r]):
-            last[keys[k0 + j]] = r
-    return out
+            c = kcell(table, keys[k0 + j])
+            if table[c, 1] < 0:
+                table[c, 0] = keys[k0 + j]
+                added += 1
+            table[c, 1] = r0 + r
+    return out, added
 
 
 @register("opt")

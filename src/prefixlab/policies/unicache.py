@@ -616,6 +616,14 @@ def uc_evict_opt(ist: I64, fst: F64, depth: I64, key: I64, out: I64, n: int) -> 
 
 
 # ----------------------------------------------------------------------------- policies
+def _weights(cols: F64, base: int) -> list[tuple[int, list[float]]]:
+    """(request index, weights) of each update written in ``cols`` (requests base, ...)."""
+    if cols.shape[0] <= AUX_W0:
+        return []
+    w = cols[AUX_W0 : AUX_W0 + len(WEIGHTED)]
+    return [(base + int(at), w[:, at].tolist()) for at in np.flatnonzero(~np.isnan(w[0]))]
+
+
 @register("unicache")
 class UniCache(ArrayPolicy):
     """UniCache: evict-first, session-reuse and structural-reuse queues, hit-efficiency weights."""
@@ -738,6 +746,7 @@ class UniCache(ArrayPolicy):
         super().prepare_trace(trace, clock)
         gaps = previous_turn_gaps(trace.session_id, trace.arrival_s)
         self.aux = self._columns(trace, self._arrival, gaps)
+        self._past_weights: list[tuple[int, list[float]]] = []
 
     def _columns(self, trace: Any, arrival: F64, gaps: F64) -> F64:
         """The aux rows of ``trace``'s requests: arrival, queue, prompt tokens, gap, and
@@ -759,6 +768,7 @@ class UniCache(ArrayPolicy):
     def chunk_columns(self, chunk: Trace, r0: int) -> F64:
         if r0 == 0:
             self._last_turn: dict[str, float] = {}
+            self._past_weights = []
         arrival = np.asarray(chunk.arrival_s, dtype=np.float64)
         gaps = np.full(arrival.shape[0], np.nan)
         last = self._last_turn
@@ -772,6 +782,11 @@ class UniCache(ArrayPolicy):
 
     def carried_from(self) -> int:
         return int(self.state[0][SC, SEEN]) + 1  # the gaps not learnt yet (_catch_up)
+
+    def columns_done(self, cols: F64, base: int) -> None:
+        if not hasattr(self, "_past_weights"):
+            self._past_weights = []
+        self._past_weights.extend(_weights(cols, base))
 
     # ------------------------------------------------------------------ inspection
     def _entries(self, st: int, row: int) -> Any:
@@ -806,11 +821,10 @@ class UniCache(ArrayPolicy):
 
     @property
     def weight_history(self) -> list[tuple[int, list[float]]]:
-        """(request index, weights of chat, agentic, structural) after each update."""
-        if self.aux.shape[0] <= AUX_W0:
-            return []
-        w = self.aux[AUX_W0 : AUX_W0 + len(WEIGHTED)]
-        return [(int(at), w[:, at].tolist()) for at in np.flatnonzero(~np.isnan(w[0]))]
+        """(request index, weights of chat, agentic, structural) after each update (a
+        streamed replay's too: the updates of the chunks it is done with are kept)."""
+        base = int(self.state[0][SC, ABASE]) if hasattr(self, "state") else 0
+        return getattr(self, "_past_weights", []) + _weights(self.aux, base)
 
     def gap_params(self, q: int) -> tuple[float, float]:
         """(mu, sigma) of the queue's log-normal gap model now."""

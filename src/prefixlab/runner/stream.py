@@ -22,11 +22,12 @@ or ghost list orders keys by id). Streamed: the block structure, with
   s3fifo, lecar, any keyed policy of one's own);
 - offline OPT (or a keyed policy ranking by ``next_use``): the chunks are spilled to a temp
   folder as they are read, a backward pass over them writes every key position's next use
-  beside each (:func:`_next_use_back`: a table of each key's earliest later lookup, one
-  entry per distinct key looked up), and the replay reads them back in order, each chunk
-  with its next-use column; a duplicate holder that an eviction promotes is ranked by its
-  key's next use as the kernel noted it (:func:`prefixlab.runner._fast.note_next_uses`),
-  where the whole replay searches the trace's occurrence lists;
+  beside each (:func:`prefixlab.policies.opt.next_uses_back`, the whole replay's pass too:
+  a table of each key's earliest later lookup, one entry per distinct key looked up), and
+  the replay reads them back in order, each chunk with its next-use column; a duplicate
+  holder that an eviction promotes is ranked by its key's next use as the kernel noted it
+  (:func:`prefixlab.runner._fast.note_next_uses`), where the whole replay searches the
+  trace's occurrence lists;
 - the policies that read the trace's own columns (``ArrayPolicy.streams``). Each gets its
   chunk's ``aux`` columns as the chunk is read (``chunk_columns``; its hooks read request
   r at column r - I[SC, ABASE]), with what links chunks carried in the policy: UniCache's
@@ -68,13 +69,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from prefixlab._jit import jit
-from prefixlab._keytable import kcell, with_room
+from prefixlab._keytable import with_room
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.metrics.replay import hit_summary
 from prefixlab.policies._arrays import ABASE, GSEQ0, K0, K1, SC, ArrayPolicy, grow_state
 from prefixlab.policies._keyed import KeyedPolicy
 from prefixlab.policies.base import EvictionPolicy
+from prefixlab.policies.opt import next_uses_back
 from prefixlab.runner import _fast
 from prefixlab.runner._fast_radix import ARRAY as R_ARRAY
 from prefixlab.runner._fast_radix import FIFO as R_FIFO
@@ -203,7 +204,13 @@ def replay_stream(
 
     def laid_out() -> Iterator[tuple[_Facts, int, BlockLayout]]:
         r0 = 0
+        last = -np.inf
         for chunk, nbytes in chunks:
+            if readers and len(chunk):  # they take a session's turns in the file's order
+                arr = np.asarray(chunk.arrival_s, dtype=np.float64)
+                if arr[0] < last or (np.diff(arr) < 0).any():
+                    raise NotStreamable("arrivals out of order (a policy reads sessions)")
+                last = float(arr[-1])
             layout = chunk.block_layout(
                 config.block_tokens, config.extra_key, config.cache_partial,
                 config.min_recompute_tokens, intern=False,
@@ -346,6 +353,8 @@ def _take_columns(prep: _fast.Prepared | RadixPrepared, cols: F64, r0: int) -> N
         cols = np.concatenate([old[:, keep - base :], cols], axis=1)
     else:
         keep = r0
+    if old.shape[1]:
+        pol.columns_done(old[:, : keep - base], base)
     prep.aux = pol.aux = cols
     prep.ist[SC, ABASE] = keep
 
@@ -419,7 +428,7 @@ def _two_pass(
             with np.load(folder / f"{i}.npz") as z:
                 keys = z["raw_keys"].view(np.int64)
                 table = with_room(table, used + int(z["num_lookup_blocks"].sum()))
-                nu, added = _next_use_back(keys, z["key_offsets"], z["num_lookup_blocks"],
+                nu, added = next_uses_back(keys, z["key_offsets"], z["num_lookup_blocks"],
                                            starts[i], table)  # fmt: skip
                 used += added
             np.save(folder / f"{i}.nu.npy", nu)
@@ -443,30 +452,6 @@ def _two_pass(
             if _streams(pol):
                 facts.columns[p] = np.load(folder / f"{i}.aux{p}.npy")
         yield facts, 0, layout, np.load(folder / f"{i}.nu.npy") if nexts else None
-
-
-@jit(nogil=True)
-def _next_use_back(
-    keys: I64, offs: I64, num_lookup: I64, r0: int, table: I64
-) -> tuple[npt.NDArray[np.float64], int]:
-    """One chunk's next uses, its requests walked last to first (r0: its first request's
-    index): each position gets its key's earliest lookup after its request so far, then
-    the request's lookups become their keys' earliest. Returns them and how many keys
-    entered the table (which the caller keeps at most half full)."""
-    out = np.empty(keys.shape[0], np.float64)
-    added = 0
-    for r in range(offs.shape[0] - 2, -1, -1):
-        k0 = offs[r]
-        for j in range(offs[r + 1] - k0):
-            c = kcell(table, keys[k0 + j])
-            out[k0 + j] = table[c, 1] if table[c, 1] >= 0 else np.inf
-        for j in range(num_lookup[r]):
-            c = kcell(table, keys[k0 + j])
-            if table[c, 1] < 0:
-                table[c, 0] = keys[k0 + j]
-                added += 1
-            table[c, 1] = r0 + r
-    return out, added
 
 
 #: an array-state policy starts with twice its capacity in slots plus these (its ghost
@@ -512,6 +497,10 @@ def _chunk(run: _Run, keys: I64, layout: BlockLayout, r0: int, config: ReplayCon
 
 
 def _finish(run: _Run, config: ReplayConfig, seen: StreamSummary) -> ReplayResult:
+    prep = run.prep
+    if isinstance(prep.policy, ArrayPolicy) and prep.aux.shape[1]:  # the last columns
+        prep.policy.columns_done(prep.aux, int(prep.ist[SC, ABASE]))
+        prep.aux = prep.policy.aux = prep.aux[:, :0]
     metrics = hit_summary(
         num_requests=seen.num_requests,
         num_input_tokens=seen.num_input_tokens,
