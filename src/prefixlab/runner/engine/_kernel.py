@@ -303,6 +303,7 @@ def engine_kernel(
     rcode: int,
     spare: int,
     H: Any,
+    W: Any,
 ) -> tuple[Any, Any]:
     """Simulate every request; returns the array policy's state (it may have widened).
 
@@ -319,7 +320,11 @@ def engine_kernel(
     compiles each structure's own kernel: the ``T is None`` branches fold away).
 
     The hybrid structure: ``H`` the tree and the byte budget (``_fast_hybrid``'s engine
-    functions), T and P None, ``capacity`` the blocks a lone request may hold."""
+    functions), T and P None, ``capacity`` the blocks a lone request may hold.
+
+    ``W``: None unless the array policy may widen its state (LPC: its records), so that
+    for every other policy the widening calls fold away and ``ist, fst`` are never
+    reassigned (numba then carries no copy of them around the loops)."""
     n = inp.shape[0]
     bt = block_tokens
     max_seqs, budget0, chunked, cwr, gated = cfg[0], cfg[1], cfg[2] != 0, cfg[3] != 0, cfg[4]
@@ -429,7 +434,8 @@ def engine_kernel(
                         if upto > committed[r]:
                             cur_req = r
                             if array:
-                                ist, fst = reserve(acode, ist, fst, upto - committed[r] + 2)
+                                if W is not None:  # only LPC's records widen the state
+                                    ist, fst = reserve(acode, ist, fst, upto - committed[r] + 2)
                                 ist[SC, REQ] = r
                                 fst[FS, NOW] = now
                             if T is None:
@@ -466,7 +472,8 @@ def engine_kernel(
                     nk = key_offsets[r + 1] - k0
                     s = slot[r]
                     if array:
-                        ist, fst = reserve(acode, ist, fst, nk + nblocks[r] + 2)
+                        if W is not None:  # only LPC's records widen the state
+                            ist, fst = reserve(acode, ist, fst, nk + nblocks[r] + 2)
                         ist[SC, REQ] = r
                         fst[FS, NOW] = now
                     if H is not None:  # return its bytes, then admit its sequence
@@ -548,7 +555,8 @@ def engine_kernel(
                     ndecoding += 1
             if ndecoding:
                 if array:
-                    ist, fst = reserve(acode, ist, fst, 2)
+                    if W is not None:  # only LPC's records widen the state
+                        ist, fst = reserve(acode, ist, fst, 2)
                     ist[SC, REQ] = cur_req
                     fst[FS, NOW] = now
                 after[0] = cur_req
@@ -577,7 +585,8 @@ def engine_kernel(
                             grown = more <= (sc[1] + sc[2] if T is None else rx_grow_room(T))
                         if grown:
                             if array:
-                                ist, fst = reserve(acode, ist, fst, more)
+                                if W is not None:  # only LPC's records widen the state
+                                    ist, fst = reserve(acode, ist, fst, more)
                                 ist[SC, REQ] = cur_req
                                 fst[FS, NOW] = now
                             if H is not None:
@@ -597,7 +606,8 @@ def engine_kernel(
                         # preempt the most recently admitted request
                         v = running[nrun - 1]
                         if array:
-                            ist, fst = reserve(acode, ist, fst, nblocks[v])
+                            if W is not None:  # only LPC's records widen the state
+                                ist, fst = reserve(acode, ist, fst, nblocks[v])
                             ist[SC, REQ] = cur_req
                             fst[FS, NOW] = now
                         if H is not None:
@@ -664,7 +674,8 @@ def engine_kernel(
                         h = match_blocks(state, keys, k0, nl, mblocks)
                     else:  # the walk stamps and may split: the policy hears of it
                         if array:
-                            ist, fst = reserve(acode, ist, fst, 2 * nk + 2)
+                            if W is not None:  # only LPC's records widen the state
+                                ist, fst = reserve(acode, ist, fst, 2 * nk + 2)
                             ist[SC, REQ] = r
                             fst[FS, NOW] = now
                         after[0] = r
@@ -703,7 +714,8 @@ def engine_kernel(
                 elif need > rx_room(T, npath):
                     break
                 if array:
-                    ist, fst = reserve(acode, ist, fst, nk + want)
+                    if W is not None:  # only LPC's records widen the state
+                        ist, fst = reserve(acode, ist, fst, nk + want)
                     ist[SC, REQ] = r
                     fst[FS, NOW] = now
                 nfree_slots -= 1

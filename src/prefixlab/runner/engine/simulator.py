@@ -35,6 +35,7 @@ from prefixlab.metrics.replay import ReplayMetrics
 from prefixlab.model.timing import TimingModel
 from prefixlab.policies._arrays import ArrayPolicy
 from prefixlab.policies.base import EvictionPolicy, make_policy
+from prefixlab.policies.lpc import CODE as LPC_CODE
 from prefixlab.runner.engine.events import Arrived, Finished, StepDone
 from prefixlab.runner.engine.loop import EventLoop
 from prefixlab.runner.engine.scheduler import Batch, Scheduler
@@ -678,13 +679,15 @@ def _simulate_compiled(
     preempt = np.zeros(n, np.int64)
     out = np.zeros(5, np.int64)
     out_f = np.zeros(2, np.float64)
+    # a placeholder when the policy's state may widen (LPC's records), else None
+    widens = np.zeros(1) if isinstance(pol, ArrayPolicy) and pol.code == LPC_CODE else None
     args = (
         prep.state, prep.policy_args(), prep.ist, prep.fst, prep.nu_pos, layout.keys,
         layout.key_offsets, layout.num_lookup_blocks, layout.lookup_end_tokens, inp, outp,
         input_keys, bt, cap, max_free, cfg, first, times, next_turn,
         trace.think_s.astype(np.float64), trace.arrival_s.astype(np.float64), *codes,
         *times_out, first_hits, hit_blocks, miss_blocks, preempt, out, out_f, tree, radix_args,
-        rcode, config.spare_blocks, hybrid,
+        rcode, config.spare_blocks, hybrid, widens,
     )  # fmt: skip
     start = time.perf_counter()
     try:
