@@ -1,7 +1,8 @@
 """End to end: `prefixlab replay` on a Mooncake-format JSONL trace, from the command line.
 
 Run: ``python benchmarks/load_replay.py`` (``--requests N`` for another size; the default is
-the issue's 2M requests, with a quarter of it beside for how time and memory grow).
+the issue's 2M requests, with a quarter of it beside for how time and memory grow;
+``--policies`` for others than ``lru``; ``--structure radix`` for the radix tree).
 
 What a user waits for: process start, import, loading, block layout, replay and the
 table, for a generated hash-form trace in Mooncake's format (multi-turn sessions whose
