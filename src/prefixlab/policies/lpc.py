@@ -432,17 +432,37 @@ class _LPCBase(ArrayPolicy):
         raise NotImplementedError
 
     def prepare_trace(self, trace: Any, clock: str) -> None:
-        from prefixlab.learn.features import conversations
 
         probs = np.asarray(self.request_probabilities(trace), dtype=np.float64)
         if probs.shape[0] != len(trace):
             raise ConfigError(f"{self.name}: {probs.shape[0]} probabilities, "
                               f"{len(trace)} requests")  # fmt: skip
-        keys = conversations(trace)[0]
-        ids: dict[str, int] = {}
-        conv = np.array([ids.setdefault(k, len(ids)) for k in keys], dtype=np.float64)
+        self._conv_ids, self._next_conv = {}, 0
+        conv, _ = self._numbered(trace.session_id)
         super().prepare_trace(trace, clock)
         self.aux = np.stack([self._arrival, probs, conv])
+
+    _conv_ids: dict[str, int]
+    _next_conv: int
+
+    def _numbered(self, sessions: Any) -> tuple[F64, F64]:
+        """Each request's conversation number, numbered in order of first appearance (those
+        met before, a streamed trace's earlier chunks, kept in ``_conv_ids``), a request
+        without a session its own; and 1.0 where a request has no session."""
+        ids = self._conv_ids
+        conv = np.empty(len(sessions), np.float64)
+        alone = np.zeros(len(sessions), np.float64)
+        for i, session in enumerate(sessions):
+            if session is None:
+                conv[i], alone[i] = self._next_conv, 1.0
+                self._next_conv += 1
+            else:
+                c = ids.get(session)
+                if c is None:
+                    c = ids[session] = self._next_conv
+                    self._next_conv += 1
+                conv[i] = c
+        return conv, alone
 
     # For inspection and tests: each entry's (p, t), its owner, the shared entries' records.
     @property
@@ -512,21 +532,8 @@ class LPCOracle(_LPCBase):
 
     def chunk_columns(self, chunk: Trace, r0: int) -> F64:
         if r0 == 0:
-            self._conv_ids: dict[str, int] = {}
-            self._next_conv = 0
-        ids = self._conv_ids
-        conv = np.empty(len(chunk), np.float64)
-        alone = np.zeros(len(chunk), np.float64)  # 1: no session (no later turn)
-        for i, session in enumerate(chunk.session_id):
-            if session is None:
-                conv[i], alone[i] = self._next_conv, 1.0
-                self._next_conv += 1
-            else:
-                c = ids.get(session)
-                if c is None:
-                    c = ids[session] = self._next_conv
-                    self._next_conv += 1
-                conv[i] = c
+            self._conv_ids, self._next_conv = {}, 0
+        conv, alone = self._numbered(chunk.session_id)  # alone: no later turn
         arrival = np.asarray(chunk.arrival_s, dtype=np.float64)
         return np.stack([arrival, alone, conv])  # the middle row becomes the label
 

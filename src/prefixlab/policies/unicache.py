@@ -770,14 +770,7 @@ class UniCache(ArrayPolicy):
             self._last_turn: dict[str, float] = {}
             self._past_weights = []
         arrival = np.asarray(chunk.arrival_s, dtype=np.float64)
-        gaps = np.full(arrival.shape[0], np.nan)
-        last = self._last_turn
-        for i, session in enumerate(chunk.session_id):
-            if session is not None:
-                t = float(arrival[i])
-                if session in last:
-                    gaps[i] = t - last[session]
-                last[session] = t
+        gaps = previous_turn_gaps(chunk.session_id, arrival, self._last_turn)
         return self._columns(chunk, arrival, gaps)
 
     def carried_from(self) -> int:

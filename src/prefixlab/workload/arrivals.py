@@ -72,13 +72,26 @@ def session_order(
     return rows, sess[rows][1:] == sess[rows][:-1]
 
 
-def previous_turn_gaps(session_id: Sequence[str | None], arrival_s: F64) -> F64:
+def previous_turn_gaps(
+    session_id: Sequence[str | None], arrival_s: F64, last: dict[str, float] | None = None
+) -> F64:
     """Per request: its arrival minus that of the previous request of its session (NaN for
-    a session's first request and for requests without a session)."""
+    a session's first request and for requests without a session).
+
+    ``last``: each session's latest arrival before these requests (a streamed trace's
+    earlier chunks, which come earlier in time): a session's first request here takes its
+    gap from it, and ``last`` is updated to these requests."""
     arrival = np.asarray(arrival_s, dtype=np.float64)
     rows, same = session_order(session_id, arrival)
     out = np.full(arrival.shape[0], np.nan)
     out[rows[1:][same]] = np.diff(arrival[rows])[same]
+    if last is not None and rows.shape[0]:
+        for r in rows[np.concatenate(([True], ~same))].tolist():  # each session's first
+            s = session_id[r]
+            if s in last:
+                out[r] = arrival[r] - last[s]
+        for r in rows[np.concatenate((~same, [True]))].tolist():  # and its last
+            last[session_id[r]] = float(arrival[r])
     return out
 
 
