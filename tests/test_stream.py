@@ -14,7 +14,7 @@ import json
 import tempfile
 import threading
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +48,10 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "mooncake"
 STREAMED = ["vllm", "lru", "fifo", "sieve", "sglang-lru", "hashtable", "lfu", "mru", "arc",
             "s3fifo", "lecar", "s3fifo:small_ratio=0.3,move_to_main_threshold=2", "lecar:seed=3",
             "opt"]  # fmt: skip
-#: streamed on the radix structure too (no ghost list by key, no future)
-RADIX_STREAMED = ["lru", "fifo", "sieve", "lfu", "mru", "sglang-lru", "hashtable", "lpc-oracle"]
+#: streamed on the radix structure too
+RADIX_STREAMED = ["lru", "fifo", "sieve", "lfu", "mru", "sglang-lru", "hashtable", "lpc-oracle",
+                  "arc", "s3fifo", "lecar", "s3fifo:small_ratio=0.3,move_to_main_threshold=2",
+                  "lecar:seed=3", "opt"]  # fmt: skip
 #: policies that read the trace's own columns (task labels, sessions, arrivals): streamed
 #: with each chunk's columns (UniCache) or after a pass over the whole trace (WA's
 #: profiling window, LPC's oracle labels)
@@ -214,6 +216,41 @@ def test_stream_equals_whole_replay(name: str, conf: str, policy: str) -> None:
     assert seen.num_input_tokens == int(trace.input_length.sum())
 
 
+def _watch(
+    monkeypatch: pytest.MonkeyPatch, module: Any, name: str, calls: dict[str, int],
+    check: Callable[..., None] | None = None,
+) -> None:  # fmt: skip
+    """Count the calls of module.name, and ``check(result, *args)`` after each."""
+    real = getattr(module, name)
+
+    def watched(*args: Any) -> Any:
+        calls[name] = calls.get(name, 0) + 1
+        out = real(*args)
+        if check is not None:
+            check(out, *args)
+        return out
+
+    monkeypatch.setattr(module, name, watched)
+
+
+def _swept_stream_equals_whole(
+    name: str, policy: str, structure: str, calls: dict[str, int]
+) -> None:
+    """With no spare slots, over chunks of 23: the whole replay's hits per request, and
+    both the sweep and the slot growth ran."""
+    trace, bt = TRACES[name]
+    held = trace.block_layout(bt).num_blocks_held
+    cfg = ReplayConfig(capacity_blocks=int(held.max() * 1.5) + 1, block_tokens=bt,
+                       structure=structure)  # fmt: skip
+    rows: list[np.ndarray] = []
+    got, _ = replay_stream(_chunks(trace, 23), [make_policy(policy, structure)], cfg,
+                           on_rows=lambda i, r0, hits, inputs: rows.append(hits.copy()))  # fmt: skip
+    want = replay(trace, make_policy(policy, structure), cfg)
+    assert got[0].metrics == want.metrics
+    assert np.array_equal(np.concatenate(rows), want.hit_tokens)
+    assert len(calls) == 2 and min(calls.values()) > 0, calls
+
+
 @pytest.mark.parametrize("policy", ["arc", "s3fifo", "lecar"])
 @pytest.mark.parametrize("name", sorted(TRACES))
 def test_ghost_slots_are_swept_and_added_as_the_stream_needs(
@@ -223,12 +260,8 @@ def test_ghost_slots_are_swept_and_added_as_the_stream_needs(
     sweep frees exactly the keys no block holds and no ghost list names (checked after each
     sweep), slots are added when that is not enough, and the results stay the whole
     replay's."""
-    calls = {"sweep": 0, "widen": 0}
-    sweep, widen = _fast.sweep_slots, _fast.widen_slots
 
-    def checked_sweep(state: Any, ist: Any, ghost_rows: Any, clear_rows: Any) -> int:
-        calls["sweep"] += 1
-        free = sweep(state, ist, ghost_rows, clear_rows)
+    def check(free: int, state: Any, ist: Any, ghost_rows: Any, clear_rows: Any) -> None:
         ktab, skey, sfree = state[24], state[25], state[26]
         used = ktab[ktab[:, 1] >= 0]
         for key, slot in used:
@@ -237,21 +270,45 @@ def test_ghost_slots_are_swept_and_added_as_the_stream_needs(
             assert live, slot
         assert set(sfree[:free].tolist()).isdisjoint(used[:, 1].tolist())
         assert free + used.shape[0] == skey.shape[0]
-        return free
 
-    def counted_widen(state: Any, num_slots: int) -> Any:
-        calls["widen"] += 1
-        return widen(state, num_slots)
-
+    calls: dict[str, int] = {}
     monkeypatch.setattr(stream, "FIRST_SPARE_SLOTS", 0)
-    monkeypatch.setattr(_fast, "sweep_slots", checked_sweep)
-    monkeypatch.setattr(_fast, "widen_slots", counted_widen)
-    trace, bt = TRACES[name]
-    held = trace.block_layout(bt).num_blocks_held
-    cfg = ReplayConfig(capacity_blocks=int(held.max() * 1.5) + 1, block_tokens=bt)
-    got, _ = replay_stream(_chunks(trace, 23), [make_policy(policy)], cfg)
-    assert got[0].metrics == replay(trace, policy, cfg).metrics
-    assert calls["sweep"] > 0 and calls["widen"] > 0, calls
+    _watch(monkeypatch, _fast, "sweep_slots", calls, check)
+    _watch(monkeypatch, _fast, "widen_slots", calls)
+    _swept_stream_equals_whole(name, policy, "block", calls)
+
+
+@pytest.mark.parametrize("policy", ["arc", "s3fifo", "lecar"])
+@pytest.mark.parametrize("name", sorted(TRACES))
+def test_radix_key_slots_are_swept_and_added_as_the_stream_needs(
+    monkeypatch: pytest.MonkeyPatch, policy: str, name: str
+) -> None:
+    """The radix tree's slots, with none spare: the sweep frees exactly the keys no node
+    starts with, no ghost list names and no pending ARC mark holds (checked after each
+    sweep), slots are added when that is not enough, and the hits per request stay the
+    whole replay's."""
+    from prefixlab.runner import _fast_radix as R
+
+    def check(free: int, T: Any, P: Any, ist: Any, ghost_rows: Any, clear: Any,
+              keep: Any) -> None:  # fmt: skip
+        ktab, skey, sfree, parent, nkey = T[15], T[16], T[17], T[0], P[16]
+        used = ktab[ktab[:, 1] >= 0]
+        starts = set(nkey[parent >= 0].tolist())
+        for key, slot in used:
+            assert skey[slot] == key
+            live = (slot in starts or any(ist[g, slot] >= 0 for g in ghost_rows)
+                    or any(ist[k, slot] != 0 for k in keep))  # fmt: skip
+            assert live, slot
+        for node in np.flatnonzero(parent >= 0):  # a node's slot is its first key's
+            assert skey[nkey[node]] == T[14][T[1][node]]
+        assert set(sfree[:free].tolist()).isdisjoint(used[:, 1].tolist())
+        assert free + used.shape[0] == skey.shape[0] == T[13][R.NSLOTS] + used.shape[0]
+
+    calls: dict[str, int] = {}
+    monkeypatch.setattr(stream, "FIRST_SPARE_SLOTS", 0)
+    _watch(monkeypatch, R, "sweep", calls, check)
+    _watch(monkeypatch, R, "add_slots", calls)
+    _swept_stream_equals_whole(name, policy, "radix", calls)
 
 
 @pytest.mark.parametrize("parallel", [True, False])
@@ -324,8 +381,7 @@ def test_what_cannot_be_streamed() -> None:
     radix = ReplayConfig(10, structure="radix")
     for spec in RADIX_STREAMED:
         assert streamable(make_policy(spec, "radix"), radix), spec
-    for spec in ("arc", "s3fifo", "lecar", "opt"):  # ghost lists by key; the future
-        assert not streamable(make_policy(spec, "radix"), radix), spec
+    assert streamable(OldestShallowFirst(), radix) and streamable(NextUseFirst(), radix)
     # LPC's predictor reads each request's text and its conversation's earlier turns
     assert not streamable(make_policy("lpc:model=m,predictor_bytes=0"), block)
     with pytest.raises(ValueError, match="cannot be streamed"):

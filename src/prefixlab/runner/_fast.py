@@ -30,7 +30,8 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab._jit import HAVE_NUMBA, jit
-from prefixlab._keytable import kcell, khash, rehash
+from prefixlab._keytable import kcell, khash, kslot, more_slots
+from prefixlab._keytable import sweep_slots as sweep_keys
 from prefixlab.policies._arrays import (
     ABASE,
     ACCESS,
@@ -306,50 +307,26 @@ def widen_slots(state: tuple[Any, ...], num_slots: int) -> tuple[Any, ...]:
     """A raw-key ``state`` with ``num_slots`` slots (new ones free, the table rehashed to at
     most half full)."""
     st = list(state)
-    chains, ktab, skey, sfree, sc = st[5], st[24], st[25], st[26], st[23]
-    old = skey.shape[0]
-    if num_slots <= old:
+    chains = st[5]
+    if num_slots <= st[25].shape[0]:
         return state
     if chains.shape[1] < num_slots:
         more = np.full((chains.shape[0], num_slots - chains.shape[1]), -1, np.int64)
         st[5] = np.concatenate((chains, more), axis=1)
-    st[25] = np.concatenate((skey, np.zeros(num_slots - old, np.int64)))
-    nfree = int(sc[4])
-    fresh = np.arange(num_slots - 1, old - 1, -1, dtype=np.int64)
-    stack = np.empty(num_slots, np.int64)  # room for every slot to be free
-    stack[: fresh.shape[0]] = fresh  # the fresh ones under the old ones
-    stack[fresh.shape[0] : fresh.shape[0] + nfree] = sfree[:nfree]
-    st[26] = stack
-    sc[4] = nfree + fresh.shape[0]
-    cells = 1 << int(2 * num_slots - 1).bit_length()
-    if cells > ktab.shape[0]:
-        st[24] = rehash(ktab, cells)
+    st[24], st[25], st[26] = more_slots(st[24], st[25], st[26], st[23], 4, num_slots)
     return tuple(st)
 
 
-@jit()
 def sweep_slots(state: Any, ist: Any, ghost_rows: Any, clear_rows: Any) -> int:
     """Free the slots of keys no block holds and no ghost list (rows ``ghost_rows`` of the
     array policy's ``ist``, -1 when absent) names; their rows ``clear_rows`` are zeroed for
     the next key. Returns how many slots are free."""
     chains, sc, ktab, sfree = state[5], state[23], state[24], state[26]
-    for i in range(ktab.shape[0]):
-        s = ktab[i, 1]
-        if s < 0:
-            continue
-        live = chains[0, s] >= 0
-        for g in ghost_rows:
-            live = live or ist[g, s] >= 0
-        if live:
-            continue
-        ktab[i, 1] = -1
-        for c in clear_rows:
-            ist[c, s] = 0
-        sfree[sc[4]] = s
-        sc[4] += 1
-    fresh = rehash(ktab, ktab.shape[0])
-    ktab[:] = fresh
-    return int(sc[4])
+    held = chains[0, : state[25].shape[0]] >= 0
+    return sweep_keys(ktab, sfree, sc, 4, held, ist, ghost_rows, clear_rows, _NO_ROWS)
+
+
+_NO_ROWS = np.zeros(0, np.int64)
 
 
 def widen_state(state: tuple[Any, ...], nlists: int) -> tuple[Any, ...]:
@@ -365,19 +342,6 @@ def widen_state(state: tuple[Any, ...], nlists: int) -> tuple[Any, ...]:
 # itself: an open-addressing table (linear probing, no tombstones) of the keys some block
 # holds, at most the capacity. Row j of ktab is a cell (key, slot), slot -1 when empty;
 # skey[slot] is the key, sfree a stack of unused slots (sc[4] of them).
-@jit(nrt=False)
-def _kslot(ktab: Any, skey: Any, sfree: Any, sc: Any, key: int) -> int:
-    """key's slot, given a free one (and a cell) if it has none."""
-    j = kcell(ktab, key)
-    if ktab[j, 1] < 0:
-        sc[4] -= 1
-        s = sfree[sc[4]]
-        ktab[j, 0] = key
-        ktab[j, 1] = s
-        skey[s] = key
-    return int(ktab[j, 1])
-
-
 @jit(nrt=False)
 def _kfree(ktab: Any, skey: Any, sfree: Any, sc: Any, s: int) -> None:
     """Give slot s back: delete its key, shifting the rest of its probe run back."""
@@ -485,7 +449,7 @@ def announce_misses(state: Any, keys: Any, k0: int, h: int, nk: int, pp: Any, is
     acode, rng, aux = pp[5], pp[6], pp[7]
     miss_begin(acode, ist)
     for j in range(h, nk):
-        k = _kslot(ktab, skey, sfree, sc, keys[k0 + j]) if raw else keys[k0 + j]
+        k = kslot(ktab, skey, sfree, sc, 4, keys[k0 + j]) if raw else keys[k0 + j]
         hook(acode, ist, fst, MISS, k, -1, bkey, depth, rng, aux)
 
 
@@ -526,7 +490,7 @@ def commit_blocks(state: Any, blocks: Any, keys: Any, k0: int, lo_: int, hi: int
     track = policy in (KEYED, LFU_LISTS, MRU_STACK)
     for j in range(lo_, hi):
         b = blocks[j]
-        k = _kslot(ktab, skey, sfree, sc, keys[k0 + j]) if raw else keys[k0 + j]
+        k = kslot(ktab, skey, sfree, sc, 4, keys[k0 + j]) if raw else keys[k0 + j]
         bkey[b] = k
         primary[b] = chains[0, k] < 0
         _chain_append(chains, b, k)

@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab._jit import jit
+from prefixlab._keytable import kslot, more_slots, sweep_slots
 from prefixlab.policies._arrays import (
     ABASE,
     ACCESS,
@@ -101,7 +102,7 @@ def _pol(code: int, h: int, e: int, x: int, P: Any, ist: Any, fst: Any) -> int:
     """Hook h of the policy for entry e (x: the lower part of a split)."""
     (qb, qs, stamp, qstate, qfree, hk, he, hpos, hn, cols, signs, la, nhits, depth, created,
      primary, nkey, occ_start, occ_req, after, order, link, flag, sst, _ist, _fst, acode,
-     rng, aux, k) = P  # fmt: skip
+     rng, aux, k, nnu) = P  # fmt: skip
     if code in (LRU, FIFO):
         if h == H_INSERT or (h == H_ACCESS and code == LRU):
             if qstate[1] == qb.shape[0]:
@@ -119,8 +120,9 @@ def _pol(code: int, h: int, e: int, x: int, P: Any, ist: Any, fst: Any) -> int:
             qfree[e] = 0
     elif code == KEYED:
         if h == H_EVICTABLE or (h in (H_ACCESS, H_UPDATE) and hpos[e] >= 0):
+            nu = nnu[e] if nnu.shape[0] else np.nan  # a stream's next use (see new_tree)
             entry_key(cols, signs, e, la, nhits, depth, created, primary, nkey, occ_start,
-                      occ_req, after[0], k)  # fmt: skip
+                      occ_req, after[0], k, nu)  # fmt: skip
             if h == H_EVICTABLE:
                 heap_set(hk, he, hpos, hn, e, k[0], k[1], k[2], float(order[0]))
                 order[0] += 1
@@ -159,36 +161,55 @@ def _pol_evict(code: int, P: Any, ist: Any, fst: Any) -> int:
 
 
 @jit(nrt=False)
-def _pol_miss(code: int, P: Any, ist: Any, fst: Any, keys: Any, a: int, b: int) -> None:
+def _pol_miss(code: int, P: Any, ist: Any, fst: Any, keys: Any, a: int, b: int, T: Any) -> None:
     """on_miss(keys[a:b]): ghost-driven policies adapt before any eviction."""
     if code == ARRAY and b > a:
         acode, nkey, rng = P[26], P[16], P[27]
         miss_begin(acode, ist)
         for j in range(a, b):
-            hook(acode, ist, fst, MISS, keys[j], -1, nkey, P[13], rng, P[28])
+            hook(acode, ist, fst, MISS, _slot(keys[j], T), -1, nkey, P[13], rng, P[28])
 
 
 # ----------------------------------------------------------------------------- the tree
 #: the tree's counters, st = T[13]: tree pages, reserved pages, protected (locked) pages,
 #: the clock, evicted pages, free ids left, the capacity in pages, the key pool's next
-#: free position and the end of its current half
-TREE, RESERVED, PROTECTED, CLOCK, EVICTED, NFREE, CAP, PTOP, PEND = range(9)
+#: free position and the end of its current half, free key slots (a raw-key tree's)
+TREE, RESERVED, PROTECTED, CLOCK, EVICTED, NFREE, CAP, PTOP, PEND, NSLOTS = range(10)
 
 
-def new_tree(capacity: int) -> tuple[Any, ...]:
+def new_tree(capacity: int, slots: int = 0, next_uses: bool = False) -> tuple[Any, ...]:
     """An empty tree of ``capacity`` pages: T = (parent, estart, elen, ref, nchild,
     evictable, the (parent, first key) -> child table tp, tk, tv, free ids, path, lowers,
     uppers (a walk's scratch), st (the counters above), the key pool (two halves of
     2 * capacity + 2 keys: the tree holds at most the capacity, so after a copy to the
-    other half at least the capacity is free))."""
+    other half at least the capacity is free), then what a streamed replay adds:
+
+    * ``slots`` > 0 (raw 64-bit keys, for a policy that keeps state by key: ARC, S3-FIFO,
+      LeCaR): a table of the keys in use -> their slot, the number the policy is given
+      for a key (the node's ``key``, a missed key); ``skey`` (slot -> key), ``sfree`` (a
+      stack of st[NSLOTS] free slots). A key takes a slot when it misses or a node starts
+      with it, and gives it back (:func:`sweep`, between chunks) once no node starts with
+      it and the policy's state names it nowhere;
+    * ``next_uses`` (a keyed policy ranking by next use, OPT): beside each pool key the
+      next use of that key as last noted (``pnu``: the first request after the last one
+      that walked it which looks it up), and the chunk's next use of every key position
+      (``nup``, which :class:`RadixPrepared` hands in). A request's walk notes every key it
+      passes, so a node's first key's note is its next use after the current request
+      whenever the policy ranks it: a key in the tree is looked up again only by a request
+      whose walk passes it (a key names its prefix). The policy reads it per node (P's
+      ``nnu``), where the whole replay searches the trace's occurrence lists.
+
+    Otherwise those are one-cell placeholders (so every tree has the same types)."""
     size = capacity + 2  # every node holds >= 1 page, plus the root
     tsize = 1
     while tsize < 2 * size:
         tsize *= 2
-    st = np.zeros(9, np.int64)
+    st = np.zeros(10, np.int64)
     st[NFREE], st[CAP] = size - 1, capacity
     half = 2 * capacity + 2
     st[PTOP], st[PEND] = 0, half
+    st[NSLOTS] = slots
+    cells = 1 << int(2 * slots - 1).bit_length() if slots else 1
     return (
         np.full(size, -1, np.int64), np.zeros(size, np.int64), np.zeros(size, np.int64),
         np.zeros(size, np.int64), np.zeros(size, np.int64), np.zeros(size, np.bool_),
@@ -196,7 +217,41 @@ def new_tree(capacity: int) -> tuple[Any, ...]:
         np.arange(size - 1, 0, -1).astype(np.int64),  # pop from the end: 1, 2, ...
         np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.int64), st,
         np.empty(2 * half, np.int64),
+        np.full((cells, 2), -1, np.int64), np.zeros(max(slots, 1), np.int64),
+        np.arange(slots - 1, -1, -1).astype(np.int64),
+        np.zeros(2 * half if next_uses else 0, np.float64), np.zeros(0, np.float64),
     )  # fmt: skip
+
+
+@jit(inline=True)
+def _slot(key: int, T: Any) -> int:
+    """The number the policy knows ``key`` by: its slot in a raw-key tree, else itself."""
+    if T[15].shape[0] > 1:
+        return kslot(T[15], T[16], T[17], T[13], NSLOTS, key)
+    return key
+
+
+def sweep(
+    T: tuple[Any, ...], P: tuple[Any, ...], ist: I64, ghost_rows: I64, clear_rows: I64,
+    keep_rows: I64,
+) -> int:  # fmt: skip
+    """Free the slots of a raw-key tree's keys that no node starts with, no ghost list
+    (rows ``ghost_rows`` of the array policy's ``ist``, -1 when absent) names and whose
+    rows ``keep_rows`` hold 0; their rows ``clear_rows`` are zeroed for the next key.
+    Returns how many slots are free."""
+    parent, nkey = T[0], P[16]
+    held = np.zeros(T[16].shape[0], np.bool_)
+    held[nkey[parent >= 0]] = True  # the live nodes' (the root has no parent)
+    return int(sweep_slots(T[15], T[17], T[13], NSLOTS, held, ist, ghost_rows, clear_rows,
+                           keep_rows))  # fmt: skip
+
+
+def add_slots(T: tuple[Any, ...], num_slots: int) -> tuple[Any, ...]:
+    """A raw-key tree with ``num_slots`` key slots (the new ones free)."""
+    if num_slots <= T[16].shape[0]:
+        return T
+    ktab, skey, sfree = more_slots(T[15], T[16], T[17], T[13], NSLOTS, num_slots)
+    return (*T[:15], ktab, skey, sfree, *T[18:])
 
 
 @jit(nrt=False)
@@ -204,7 +259,8 @@ def _pool_put(keys: Any, a: int, n: int, T: Any) -> int:
     """Copy keys[a:a + n] into the key pool; returns where they start. When the current
     half has no room, every live edge is first copied to the start of the other half (a
     node is live while it has a parent; the root holds no keys)."""
-    parent, estart, elen, st, pool = T[0], T[1], T[2], T[13], T[14]
+    parent, estart, elen, st, pool, pnu, nup = T[0], T[1], T[2], T[13], T[14], T[18], T[19]
+    notes = pnu.shape[0] > 0  # next uses go with their keys
     if st[PTOP] + n > st[PEND]:
         half = pool.shape[0] // 2
         first = st[PEND] > half  # the copies go to the first half
@@ -214,12 +270,18 @@ def _pool_put(keys: Any, a: int, n: int, T: Any) -> int:
                 es, el = estart[node], elen[node]
                 for j in range(el):
                     pool[top + j] = pool[es + j]
+                if notes:
+                    for j in range(el):
+                        pnu[top + j] = pnu[es + j]
                 estart[node] = top
                 top += el
         st[PTOP], st[PEND] = top, (half if first else 2 * half)
     at = st[PTOP]
     for j in range(n):
         pool[at + j] = keys[a + j]
+    if notes:
+        for j in range(n):
+            pnu[at + j] = nup[a + j]
     st[PTOP] = at + n
     return int(at)
 
@@ -304,7 +366,7 @@ def rx_acquire(keys: Any, k0: int, h: int, nk: int, npath: int, need: int, spare
         nhits[path[j]] += 1
     last = path[npath - 1] if npath else ROOT
     _lock(last, T, code, P, ist, fst)
-    _pol_miss(code, P, ist, fst, keys, k0 + h, k0 + nk)
+    _pol_miss(code, P, ist, fst, keys, k0 + h, k0 + nk, T)
     if not rx_reserve(need, spare, T, code, P, ist, fst):
         return -1
     return int(last)
@@ -426,7 +488,9 @@ def _new_node(par: int, es: int, el: int, T: Any, P: Any) -> int:
     nchild[node] = 0
     parent[node] = par
     first = T[14][es]
-    nkey[node] = first
+    nkey[node] = _slot(first, T)
+    if P[30].shape[0]:
+        P[30][node] = T[18][es]
     depth[node] = depth[par] + el if par != ROOT else el
     st[CLOCK] += 1
     created[node] = st[CLOCK]
@@ -449,8 +513,8 @@ def rx_walk(keys: Any, k0: int, n: int, T: Any, code: int, P: Any, ist: Any, fst
     the root; see :func:`rx_commit`)."""
     parent, estart, elen, ref, nchild = T[0], T[1], T[2], T[3], T[4]
     tp, tk, tv, path, lowers, uppers, st = T[6], T[7], T[8], T[10], T[11], T[12], T[13]
-    pool = T[14]
-    la, nhits, created, nkey = P[11], P[12], P[14], P[16]
+    pool, pnu, nup = T[14], T[18], T[19]
+    la, nhits, created, nkey, nnu = P[11], P[12], P[14], P[16], P[30]
     node = path[npath - 1] if npath else ROOT
     nsplit = 0
     while i < n:
@@ -463,6 +527,10 @@ def rx_walk(keys: Any, k0: int, n: int, T: Any, code: int, P: Any, ist: Any, fst
         m = 1
         while m < span and pool[es + m] == keys[k0 + i + m]:
             m += 1
+        if nnu.shape[0]:  # note the next uses of the keys walked (see new_tree)
+            for j in range(m):
+                pnu[es + j] = nup[k0 + i + j]
+            nnu[child] = pnu[es]
         if m < el:  # split child after m pages: a new upper node takes the first m
             lower = child
             child = _new_node(parent[lower], es, m, T, P)
@@ -472,7 +540,9 @@ def rx_walk(keys: Any, k0: int, n: int, T: Any, code: int, P: Any, ist: Any, fst
             nhits[child] = nhits[lower]
             estart[lower] = es + m
             elen[lower] = el - m
-            nkey[lower] = pool[es + m]
+            nkey[lower] = _slot(pool[es + m], T)
+            if nnu.shape[0]:
+                nnu[lower] = pnu[es + m]
             parent[lower] = child
             s = pair_find(tp, tk, tv, child, pool[es + m])
             tp[s], tk[s], tv[s] = child, pool[es + m], lower
@@ -504,11 +574,11 @@ def rx_walk(keys: Any, k0: int, n: int, T: Any, code: int, P: Any, ist: Any, fst
 @jit(nrt=False)
 def _remove_leaf(leaf: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> None:
     """Evict an unlocked leaf: unmap it, free its id and pages, refresh its parent."""
-    parent, elen, nchild, evictable = T[0], T[2], T[4], T[5]
+    parent, estart, elen, nchild, evictable = T[0], T[1], T[2], T[4], T[5]
     tp, tk, tv, free_ids, st = T[6], T[7], T[8], T[9], T[13]
     nkey = P[16]
     par = parent[leaf]
-    pair_unmap(tp, tk, tv, par, nkey[leaf])  # its first key
+    pair_unmap(tp, tk, tv, par, T[14][estart[leaf]])  # its first key
     nchild[par] -= 1
     st[TREE] -= elen[leaf]
     st[EVICTED] += elen[leaf]
@@ -520,10 +590,13 @@ def _remove_leaf(leaf: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> No
     _refresh(par, T, code, P, ist, fst)
 
 
-def radix_policy_args(policy: EvictionPolicy, capacity: int, num_keys: int) -> tuple[Any, ...]:
+def radix_policy_args(
+    policy: EvictionPolicy, capacity: int, num_keys: int, next_uses: bool = False
+) -> tuple[Any, ...]:
     """The policy's state and arguments as the tree's hooks read them (P), for a fresh
-    policy (a keyed policy with ``needs_future`` already prepared), which it binds to a view
-    of the tree's size, as the radix cache binds it."""
+    policy (a keyed policy with ``needs_future`` already prepared, or ``next_uses``: it
+    ranks nodes by the next uses a streamed tree notes, see :func:`new_tree`), which it
+    binds to a view of the tree's size, as the radix cache binds it."""
     code = radix_code(policy, engine=True)
     size = capacity + 2
     view = EntryView(size)
@@ -535,7 +608,8 @@ def radix_policy_args(policy: EvictionPolicy, capacity: int, num_keys: int) -> t
     occ_start, occ_req = np.zeros(1, np.int64), np.zeros(0, np.int64)
     if isinstance(policy, KeyedPolicy):
         cols, signs = key_columns(policy.sort_key)
-        occ_start, occ_req = policy.occ_start, policy.occ_req
+        if not next_uses:
+            occ_start, occ_req = policy.occ_start, policy.occ_req
     keyed_n = size if code == KEYED else 1
     link, flag, sst = sieve_state(size if code == SIEVE else 1)
     acode, st, rng = -1, new_state(1, 1, (1, 1)), np.random.default_rng(0)
@@ -550,6 +624,7 @@ def radix_policy_args(policy: EvictionPolicy, capacity: int, num_keys: int) -> t
         view.last_access, view.hits, view.depth, view.created, view.is_primary, view.key,
         occ_start, occ_req, np.zeros(1, np.int64), np.zeros(1, np.int64),
         link, flag, sst, st[0], st[1], acode, rng, aux, np.empty(3, np.float64),
+        np.full(size if next_uses else 0, np.inf),
     )  # fmt: skip
 
 
@@ -558,17 +633,24 @@ class RadixPrepared:
     next requests from the tree and policy state the previous one left (a streamed replay
     hands it a chunk at a time, with raw 64-bit keys: the tree keeps its own copy of the
     keys it holds). ``policy`` is fresh (a keyed policy with ``needs_future`` already
-    prepared); it is bound to a view of the tree's size, as the radix cache binds it."""
+    prepared, unless ``next_uses``); it is bound to a view of the tree's size, as the
+    radix cache binds it.
+
+    ``slots`` > 0: a policy that keeps state by key (ARC, S3-FIFO, LeCaR) is given raw
+    keys' slots, that many to start with (:meth:`make_slots` adds and frees them between
+    runs); ``next_uses``: a keyed policy ranking by next use reads the tree's notes, of
+    each run's ``nu_pos`` (the next use of every key position). See :func:`new_tree`."""
 
     def __init__(self, policy: EvictionPolicy, capacity: int, num_keys: int,
-                 block_tokens: int) -> None:  # fmt: skip
+                 block_tokens: int, slots: int = 0, next_uses: bool = False) -> None:  # fmt: skip
         code = radix_code(policy)
         if code < 0:
             raise ValueError(f"policy '{policy.spec()}' has no compiled radix kernel")
         self.policy, self.code, self.capacity = policy, code, capacity
         self.block_tokens = block_tokens
-        self.P = radix_policy_args(policy, capacity, num_keys)
-        self.T = new_tree(capacity)
+        self.P = radix_policy_args(policy, capacity, max(num_keys, slots), next_uses)
+        self.T = new_tree(capacity, slots, next_uses)
+        self.nu_pos = np.zeros(0, np.float64)
 
     @property
     def ist(self) -> I64:
@@ -584,6 +666,27 @@ class RadixPrepared:
     def aux(self, cols: npt.NDArray[np.float64]) -> None:
         self.P = (*self.P[:28], cols, *self.P[29:])
 
+    def _set_state(self, st: tuple[I64, npt.NDArray[np.float64]]) -> None:
+        self.P = (*self.P[:24], st[0], st[1], *self.P[26:])
+        if isinstance(self.policy, ArrayPolicy):
+            self.policy.state = st
+
+    def make_slots(self, num_keys: int, ghost_rows: I64, clear_rows: I64,
+                   keep_rows: I64) -> None:  # fmt: skip
+        """At least ``num_keys`` free key slots for the next run (each of its keys may take
+        one): first free those nothing uses (:func:`sweep`), then add slots if still
+        short, widening the policy's state to match."""
+        st = self.T[13]
+        if st[NSLOTS] >= num_keys:
+            return
+        free = sweep(self.T, self.P, self.P[24], ghost_rows, clear_rows, keep_rows)
+        if free >= num_keys:
+            return
+        slots = int(self.T[16].shape[0])
+        grown = max(slots + num_keys - free, slots + slots // 2)
+        self.T = add_slots(self.T, grown)
+        self._set_state(grow_state((self.P[24], self.P[25]), self.capacity + 2, grown))
+
     def run(
         self, keys: I64, key_offsets: I64, num_lookup: I64, lookup_end: I64, held: I64,
         r0: int, max_free_blocks: int | None, hit_tokens: I64, hit_blocks: I64, out: I64,
@@ -591,13 +694,13 @@ class RadixPrepared:
         """Replay requests r0, r0 + 1, ... (the rows of ``key_offsets``); out[0] = evicted
         pages so far, out[1] = the request that could not fit (or -1). ``max_free_blocks``
         is the block structure's (the radix tree keeps no pool of free blocks)."""
+        if self.T[18].shape[0]:  # the next uses the walks note
+            self.T = (*self.T[:19], self.nu_pos)
         P = self.P
         st = _kernel(keys, key_offsets, num_lookup, lookup_end, held, r0, self.T,
                      self.block_tokens, self.code, P, hit_tokens, hit_blocks, out)  # fmt: skip
         if self.code == ARRAY:  # a policy that allocates may have widened its state
-            self.P = (*P[:24], st[0], st[1], *P[26:])
-            if isinstance(self.policy, ArrayPolicy):
-                self.policy.state = st
+            self._set_state(st)
         if out[1] <= -2:
             raise AssertionError(
                 f"policy '{self.policy.name}' found no victim (request {-2 - out[1]})"

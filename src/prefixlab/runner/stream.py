@@ -40,15 +40,25 @@ or ghost list orders keys by id). Streamed: the block structure, with
   lpc-oracle labels each request by whether its conversation goes on, in a backward pass
   (a set of the conversations met).
 
-The radix structure streams too, for the policies that name no key and read no future
-(lru, fifo, sieve, lfu, mru, sglang-lru, hashtable, a keyed policy of one's own) and for
-lpc-oracle: the compiled tree (:class:`prefixlab.runner._fast_radix.RadixPrepared`) keeps
-its own copy of the keys it holds, so a chunk's keys can go once it is replayed.
+The radix structure streams too, for every built-in policy but LPC with a trained
+predictor: the compiled tree (:class:`prefixlab.runner._fast_radix.RadixPrepared`) keeps
+its own copy of the keys it holds, so a chunk's keys can go once it is replayed. ARC,
+S3-FIFO and LeCaR know a key by its slot, as on the block structure: the tree maps raw
+keys to slots, and frees (between chunks, when free slots run short) those no node starts
+with and no ghost list names, nor ARC's pending T2 mark (a missed key keeps it until a
+node starting with it is inserted, as the whole replay's key ids keep it). OPT (or a keyed
+policy ranking by ``next_use``) ranks a node by its first key's next use: the same
+next-use pass as on the block structure, and the tree notes, beside each key it holds,
+the next use of that key as the last request that walked it gave it (see
+:func:`prefixlab.runner._fast_radix.new_tree` for why that is the next use after the
+current request whenever a node is ranked).
 
 Not streamed (the whole trace is loaded): LPC with a trained predictor (it embeds each
-prompt with its conversation's earlier turns); on the radix structure ARC, S3-FIFO and
-LeCaR (ghost lists by key id) and OPT; files the chunk reader does not accept (then the
-whole-file loader sorts them or names the bad line). Per-request results are handed out
+prompt with its conversation's earlier turns, and its batched embeddings and MLP pass
+differ in their last bits from batch to batch, so chunks would not give the whole load's
+results); the hybrid structure (:mod:`prefixlab.runner.hybrid`: token-form traces, whose
+token arrays the tree's edges point into); files the chunk reader does not accept (then
+the whole-file loader sorts them or names the bad line). Per-request results are handed out
 chunk by chunk (``on_rows``), so ``prefixlab replay --per-request`` streams too: it writes
 each chunk's rows as they come.
 """
@@ -105,12 +115,16 @@ def streamable(pol: EvictionPolicy, config: ReplayConfig) -> bool:
     A keyed policy reads the future only through its sort key's ``next_use`` column,
     which the stream computes in a pass of its own (:func:`wants_next_use`)."""
     reads = _streams(pol)
-    if config.structure == "radix":  # the tree's own keys; no ghost list, no future
+    if config.structure == "radix":  # the tree's own keys, slots, next uses
         code = radix_code(pol)
         online = code in (R_LRU, R_FIFO, R_SIEVE, R_KEYED) and not pol.needs_future
         return (
             _fast.HAVE_NUMBA
-            and ((online and not pol.needs_trace) or (code == R_ARRAY and reads != ""))
+            and (
+                (online and not pol.needs_trace)
+                or (code == R_KEYED and wants_next_use(pol) and not pol.needs_trace)
+                or (code == R_ARRAY and (reads != "" or not pol.needs_trace))
+            )
             and pol.reserved_bytes <= 0
         )
     return (
@@ -244,13 +258,8 @@ def replay_stream(
             if not runs:
                 runs = [_start(pol, config, layout.block_tokens) for pol in policies]
             for run in runs:
-                prep = run.prep
-                if (
-                    nu is not None
-                    and isinstance(prep, _fast.Prepared)
-                    and wants_next_use(prep.policy)
-                ):
-                    prep.nu_pos = nu
+                if nu is not None and wants_next_use(run.prep.policy):
+                    run.prep.nu_pos = nu
             r0 = seen.num_requests
             _step(runs, chunk, layout, seen, config, pool)
             if on_rows is not None:
@@ -315,6 +324,8 @@ def _step(
             prep.state = _fast.widen_state(prep.state, nlists)
             if prep.code == _fast.ARRAY:
                 _make_slots(prep, int(keys.shape[0]))
+        elif prep.T[16].shape[0] > 1:  # a raw-key tree's slots
+            prep.make_slots(int(keys.shape[0]), _GHOST_ROWS, _CLEAR_ROWS, _KEEP_ROWS)
         _chunk(run, keys, layout, seen.num_requests, config)
 
     if pool is None:
@@ -362,7 +373,9 @@ def _take_columns(prep: _fast.Prepared | RadixPrepared, cols: F64, r0: int) -> N
 def _start(pol: EvictionPolicy, config: ReplayConfig, block_tokens: int) -> _Run:
     capacity = config.capacity_blocks
     if config.structure == "radix":
-        return _Run(RadixPrepared(pol, capacity, 1, block_tokens))
+        ghosts = radix_code(pol) == R_ARRAY and not _streams(pol)  # state by key: slots
+        slots = 2 * capacity + FIRST_SPARE_SLOTS if ghosts else 0
+        return _Run(RadixPrepared(pol, capacity, 1, block_tokens, slots, wants_next_use(pol)))
     array = _fast.kernel_code(pol) == _fast.ARRAY
     slots = 2 * capacity + FIRST_SPARE_SLOTS if array else capacity
     prep = _fast.Prepared(pol, capacity, block_tokens, slots, 2, raw_keys=True)
@@ -461,6 +474,10 @@ FIRST_SPARE_SLOTS = 1024
 #: own that a freed slot's next key must find zeroed (ARC's pending T2 and announcement)
 _GHOST_ROWS = np.array([GSEQ0, GSEQ0 + 1], np.int64)
 _CLEAR_ROWS = np.array([K0, K1], np.int64)
+#: on the radix structure, a slot stays while ARC's pending T2 mark is set: a missed key
+#: that is not its new leaf's first keeps it until a node starting with it is inserted
+#: (the whole replay's key ids keep it so too)
+_KEEP_ROWS = np.array([K0], np.int64)
 
 
 def _make_slots(prep: _fast.Prepared, num_keys: int) -> None:
