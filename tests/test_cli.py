@@ -162,3 +162,50 @@ def test_replay_warns_when_min_recompute_leaves_requests_unable_to_hit() -> None
     code, stdout, stderr = _run("replay", gen, "--block-tokens", "16", "--capacity-blocks", "20",
                                 "-p", "lru", "--json", "--min-recompute-tokens", "0")  # fmt: skip
     assert code == 0 and "warning" not in stderr and json.loads(stdout)[0]["num_hit_tokens"] > 0
+
+
+def _without_timing(out: str) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = json.loads(out)
+    for row in rows:
+        row.pop("elapsed_s"), row.pop("blocks_per_s")
+    return rows
+
+
+@pytest.mark.parametrize("command", ["replay", "simulate"])
+def test_capacity_bytes_take_units_as_configs_do(command: str) -> None:
+    """`--capacity-bytes 1GiB` is 2**30 bytes, `1.5GB` 1.5e9 (it took only a number)."""
+    base = [command, GEN, "-p", "lru", "--block-tokens", "16", "--model", "llama-3.2-1b",
+            "--json"]  # fmt: skip
+    if command == "simulate":
+        base += ["--gpu", "h100"]
+    results = []
+    for size in ("1GiB", str(2**30), "1.5GB", "1500000000"):
+        code, out, err = _run(*base, "--capacity-bytes", size)
+        assert code == 0, err
+        results.append(json.dumps(_without_timing(out)) if command == "replay" else out)
+    if command == "replay":  # (the engine's JSON holds wall times)
+        assert results[0] == results[1] and results[2] == results[3]
+        assert results[0] != results[2]
+    code, _, err = _run(*base, "--capacity-bytes", "8XB")
+    assert code == 2 and "'8XB' is not a size" in err
+
+
+def test_a_folder_given_as_the_trace_is_one_line(tmp_path: Path) -> None:
+    for fmt in ("native", "mooncake", "sharegpt"):
+        code, _, err = _run("replay", str(tmp_path), "-f", fmt, "-p", "lru",
+                              "--capacity-blocks", "10", "--block-tokens", "16")  # fmt: skip
+        assert code == 2, (fmt, err)
+        assert (
+            err.strip()
+            == f"error: {tmp_path}: a folder, not a file (the {fmt} format reads one file)"
+        )
+
+
+def test_version() -> None:
+    from prefixlab import __version__
+
+    code, out, _ = _run("--version")
+    assert code == 0 and out == f"prefixlab {__version__}\n"
+    from importlib.metadata import version
+
+    assert version("prefixlab") == __version__  # the package's metadata says the same

@@ -379,6 +379,12 @@ def test_rerun_reuses_every_cell_and_rewrites_identical_tables(
     summary = run_expert_sweep(cfg, copy_dir)
     assert summary.ran == ["0000-s1", "0001-s0"] and summary.skipped == ["0000-s0", "0001-s1"]
     assert (copy_dir / "results.csv").read_bytes() == (folder / "results.csv").read_bytes()
+    # JSON that is not a cell (it was an AttributeError or KeyError traceback) reruns too
+    for cell, text in (("0000-s0", "[]"), ("0001-s1", "{}"), ("0000-s1", '{"rows": 1}')):
+        (copy_dir / "cells" / f"{cell}.json").write_text(text, encoding="utf-8")
+    summary = run_expert_sweep(cfg, copy_dir)
+    assert summary.ran == ["0000-s0", "0000-s1", "0001-s1"]
+    assert (copy_dir / "results.csv").read_bytes() == (folder / "results.csv").read_bytes()
 
 
 def test_changed_policies_rerun_every_cell(

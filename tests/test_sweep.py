@@ -237,3 +237,34 @@ def test_bad_backend_and_jobs(tmp_path: Path) -> None:
         run_sweep(cfg, tmp_path, jobs=0)
     with pytest.raises(ConfigError, match="--address applies to --backend ray"):
         run_sweep(cfg, tmp_path, address="auto")
+
+
+@pytest.mark.parametrize(
+    ("content", "what"),
+    [("{}", "no 'row'"), ("[]", "a JSON array, not an object"), ('{"row": 3}', "'row' is a JSON number"),
+     ("{", "unreadable cell result")],
+)  # fmt: skip
+def test_a_damaged_cell_file_is_one_line_naming_it(
+    serial: Path, tmp_path: Path, content: str, what: str
+) -> None:
+    """A cell file someone emptied or edited: the resumed sweep names the file and says
+    what to do (it was a KeyError traceback)."""
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(serial, out)
+    cell = sorted((out / "cells").glob("*.json"))[3]
+    cell.write_text(content, encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        run_sweep(parse_config(SWEEP), out, jobs=1)
+    assert str(cell) in str(err.value) and what in str(err.value)
+    assert str(err.value).endswith("delete it to rerun")
+    config = tmp_path / "exp.toml"
+    config.write_text(_toml(SWEEP))
+    res = CliRunner().invoke(app, ["sweep", str(config), "--out", str(out), "--quiet",
+                                   "--no-report"])  # fmt: skip
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert what in res.output
+    cell.unlink()  # deleted, the cell reruns and the rows are the serial run's
+    run_sweep(parse_config(SWEEP), out, jobs=1)
+    assert _same(_rows(out), _rows(serial))

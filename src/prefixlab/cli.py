@@ -8,7 +8,6 @@ import inspect
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,6 +27,7 @@ from prefixlab import (
 from prefixlab.analysis import trace_stats
 from prefixlab.cli_common import (
     BlockTokensOpt,
+    CapacityBytesOpt,
     FormatOpt,
     QuietOpt,
     TraceArg,
@@ -42,7 +42,9 @@ from prefixlab.cli_common import (
     warn,
     with_loader_options,
 )
+from prefixlab.cli_entry import root
 from prefixlab.errors import ConfigError, PrefixlabError
+from prefixlab.io import temp_beside
 from prefixlab.policies.base import describe, parameters, registered
 from prefixlab.runner.hybrid import HybridConfig, HybridResult, replay_hybrid
 from prefixlab.runner.replay import (
@@ -66,6 +68,9 @@ app = typer.Typer(
 )
 
 
+app.callback()(root)  # --version
+
+
 class PerRequestFiles:
     """Per-request CSVs (index,hit_tokens,input_tokens), one per policy: ``path`` itself
     for one policy, ``<stem>.<policy><suffix>`` beside it for several. Rows are written as
@@ -85,12 +90,11 @@ class PerRequestFiles:
         for target in self.targets:
             if target.is_dir():
                 raise ConfigError(f"--per-request: {target} is a folder, not a file")
-        self._tmps: list[str] = []
+        self._tmps: list[Path] = []
         self._files: list[Any] = []
         try:
             for target in self.targets:
-                fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
-                                           suffix=".tmp")  # fmt: skip
+                fd, tmp = temp_beside(target)  # the umask's mode
                 self._tmps.append(tmp)
                 fh = os.fdopen(fd, "w", newline="")
                 self._files.append((fh, csv.writer(fh)))
@@ -124,7 +128,7 @@ class PerRequestFiles:
         for fh, _ in self._files:
             fh.close()
         for tmp in self._tmps:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
         self._tmps = []
 
 
@@ -170,9 +174,7 @@ def replay_cmd(
     fmt: FormatOpt = "native",
     block_tokens: BlockTokensOpt = None,
     capacity_blocks: Annotated[int | None, typer.Option(help="Cache capacity in blocks.")] = None,
-    capacity_bytes: Annotated[
-        int | None, typer.Option(help="Cache capacity in bytes (needs --model).")
-    ] = None,
+    capacity_bytes: CapacityBytesOpt = None,
     model: Annotated[str | None, typer.Option(help="Model preset for byte sizes.")] = None,
     structure: Annotated[
         str,

@@ -100,6 +100,30 @@ FormatOpt = Annotated[
 ]
 BlockTokensOpt = Annotated[int | None, typer.Option(help="Tokens per block (token-form traces).")]
 LimitOpt = Annotated[int | None, typer.Option(help="Keep at most this many requests.")]
+
+
+def parse_size(text: str) -> int:
+    """A size in bytes as the command line gives it: a number of bytes, or one with a unit
+    (``8GB`` = 8e9, ``8GiB`` = 8 * 2**30), as experiment configs take capacities."""
+    from prefixlab.experiments.config import parse_bytes
+
+    t = text.strip()
+    size = int(t) if t.isdigit() else parse_bytes(t)
+    if size is None or size <= 0:
+        raise typer.BadParameter(
+            f"{text!r} is not a size: give bytes (8000000000) or a number with a unit "
+            "(8GB, 8GiB, 512MiB)"
+        )
+    return size
+
+
+CapacityBytesOpt = Annotated[
+    int | None,
+    typer.Option(
+        parser=parse_size, metavar="SIZE",
+        help="Cache capacity in bytes, or with a unit: 8GB, 8GiB (needs --model).",
+    ),
+]  # fmt: skip
 SampleOpt = Annotated[
     float | None, typer.Option(help="Keep this fraction of sessions (whole sessions, seeded).")
 ]

@@ -15,6 +15,7 @@ from rich.table import Table
 from prefixlab.cli_common import (
     Advance,
     BlockTokensOpt,
+    CapacityBytesOpt,
     FormatOpt,
     QuietOpt,
     TraceArg,
@@ -58,9 +59,7 @@ def simulate_cmd(
         ),
     ] = None,
     capacity_blocks: Annotated[int | None, typer.Option(help="KV pool size in blocks.")] = None,
-    capacity_bytes: Annotated[
-        int | None, typer.Option(help="KV pool size in bytes (needs --model).")
-    ] = None,
+    capacity_bytes: CapacityBytesOpt = None,
     structure: Annotated[
         str,
         typer.Option(

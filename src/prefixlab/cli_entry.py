@@ -10,7 +10,9 @@ against the real commands.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 #: the application's help line (the real app's ``help``)
 HELP = "Simulate and compare cache policies for LLM serving."
@@ -44,17 +46,44 @@ COMMANDS: dict[str, str] = {
 }
 
 
+#: the one option of the root command
+VERSION_HELP = "Print prefixlab's version and exit."
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from prefixlab import __version__
+
+        print(f"prefixlab {__version__}")
+        raise SystemExit(0)
+
+
+def root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help=VERSION_HELP),
+    ] = False,
+) -> None:
+    """The root command's options (the real app's callback too)."""
+
+
 def listing() -> Any:
     """The root command group with placeholder commands: it prints the real app's help."""
-    from typer.core import TyperCommand, TyperGroup
+    import typer.main
 
-    commands = [TyperCommand(name, help=text) for name, text in COMMANDS.items()]
-    return TyperGroup(name="prefixlab", commands=commands, help=HELP, no_args_is_help=True)
+    light = typer.Typer(no_args_is_help=True, add_completion=False, help=HELP)
+    light.callback()(root)
+    for name, text in COMMANDS.items():
+        light.command(name, help=text)(root)
+    return typer.main.get_command(light)
 
 
 def main() -> None:
-    if sys.argv[1:] in ([], ["--help"]):
+    args = sys.argv[1:]
+    if args in ([], ["--help"]):
         listing()()
+    if args == ["--version"]:  # as the real app prints it, without importing it
+        _print_version(True)
     from prefixlab.cli import app
 
     app()

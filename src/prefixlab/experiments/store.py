@@ -23,27 +23,54 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from prefixlab.errors import ConfigError
 from prefixlab.experiments.config import ExperimentConfig
 from prefixlab.experiments.run import COLUMNS, Cell, CellResult
+from prefixlab.io import atomic_write, write_table
 
 TABLES = ("results", "breakdown", "cdf", "requests")
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write a temp file beside ``path`` (ordinary permissions), then rename it over."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+#: what a prefix-cache cell file holds (:func:`read_cell` checks it)
+CELL_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "row": dict,
+    "breakdown": list,
+    "cdf": list,
+    "wall_s": (int, float),
+    "worker": str,
+}
+
+
+def read_cell(path: Path, fields: Mapping[str, type | tuple[type, ...]]) -> dict[str, Any]:
+    """A finished cell's JSON file, checked to hold ``fields`` (name -> type): anything
+    else (unreadable, not JSON, a field missing or of another type) is a ConfigError
+    naming the file and what is wrong, with the way out (delete it: the cell reruns)."""
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: unreadable cell result ({exc}); delete it to rerun") from None
+    if not isinstance(doc, dict):
+        what = f"a JSON {_json_kind(doc)}, not an object"
+        raise ConfigError(f"{path}: not a cell result ({what}); delete it to rerun")
+    for key, kind in fields.items():
+        if key not in doc:
+            what = f"no {key!r}"
+        elif not isinstance(doc[key], kind) or isinstance(doc[key], bool):
+            what = f"{key!r} is a JSON {_json_kind(doc[key])}"
+        else:
+            continue
+        raise ConfigError(f"{path}: not a cell result ({what}); delete it to rerun")
+    return doc
+
+
+def _json_kind(value: object) -> str:
+    kinds = ((bool, "boolean"), (int, "number"), (float, "number"), (str, "string"),
+             (list, "array"), (dict, "object"))  # fmt: skip
+    return next((name for t, name in kinds if isinstance(value, t)), "null")
 
 
 def environment() -> dict[str, Any]:
@@ -76,9 +103,9 @@ class ResultsStore:
         self.cells_dir.mkdir(parents=True, exist_ok=True)
         for stale in self.cells_dir.glob(".*.tmp"):  # left by a killed run: never a result
             stale.unlink(missing_ok=True)
-        _atomic_write(self.folder / "config.resolved.json", (cfg.to_json() + "\n").encode())
+        atomic_write(self.folder / "config.resolved.json", (cfg.to_json() + "\n").encode())
         env = json.dumps(environment(), indent=2, sort_keys=True) + "\n"
-        _atomic_write(self.folder / "environment.json", env.encode())
+        atomic_write(self.folder / "environment.json", env.encode())
 
     def done(self, detail: bool = False) -> set[str]:
         """Ids of the finished cells (with ``detail``: those that also kept per-request rows,
@@ -94,31 +121,19 @@ class ResultsStore:
         """Write a finished cell: its detail first, then the JSON that marks it done."""
         if result.requests is not None:
             import pyarrow as pa
-            import pyarrow.parquet as pq
 
-            table = pa.table(result.requests)
             path = self.cells_dir / f"{result.cell_id}.requests.parquet"
-            tmp = path.with_name(f".{path.name}.tmp")
-            pq.write_table(table, tmp)
-            os.replace(tmp, path)
+            write_table(pa.table(result.requests), path)
         doc = {"row": result.row, "breakdown": result.breakdown, "cdf": result.cdf,
                "wall_s": result.wall_s, "worker": result.worker}  # fmt: skip
-        _atomic_write(self.cells_dir / f"{result.cell_id}.json", json.dumps(doc).encode())
+        atomic_write(self.cells_dir / f"{result.cell_id}.json", json.dumps(doc).encode())
 
     def load_cell(self, cell_id: str) -> dict[str, Any]:
-        path = self.cells_dir / f"{cell_id}.json"
-        try:
-            doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(
-                f"{path}: unreadable cell result ({exc}); delete it to rerun"
-            ) from None
-        return doc
+        return read_cell(self.cells_dir / f"{cell_id}.json", CELL_FIELDS)
 
     def consolidate(self, cells: Iterable[Cell]) -> dict[str, Path]:
         """Write the tidy tables from the cell files, in plan order."""
         import pyarrow as pa
-        import pyarrow.csv as pacsv
         import pyarrow.parquet as pq
 
         rows: list[dict[str, Any]] = []
@@ -148,32 +163,18 @@ class ResultsStore:
                 (self.folder / f"{name}.csv").unlink(missing_ok=True)
                 continue
             table = pa.Table.from_pylist(recs)
-            _write_parquet(table, path)
-            _write_csv(table, self.folder / f"{name}.csv", pacsv)
+            write_table(table, path)
+            write_table(table, self.folder / f"{name}.csv")
             written[name] = path
         req_path = self.folder / "requests.parquet"
         if detail:
-            _write_parquet(pa.concat_tables(detail, promote_options="permissive"), req_path)
+            write_table(pa.concat_tables(detail, promote_options="permissive"), req_path)
             written["requests"] = req_path
         else:
             req_path.unlink(missing_ok=True)
         tpath = self.folder / "timings.csv"
-        _write_csv(pa.Table.from_pylist(timings), tpath, pacsv)
+        write_table(pa.Table.from_pylist(timings), tpath)
         return written
-
-
-def _write_parquet(table: Any, path: Path) -> None:
-    import pyarrow.parquet as pq
-
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
-
-
-def _write_csv(table: Any, path: Path, pacsv: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    pacsv.write_csv(table, tmp)
-    os.replace(tmp, path)
 
 
 def find_results(path: str | Path) -> Path:

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from prefixlab.errors import ConfigError
-from prefixlab.report.html import _atomic_write, page
+from prefixlab.io import atomic_write
+from prefixlab.report.html import page
 from prefixlab.report.plots import FigureSpec, _finish, _style, evenly
 from prefixlab.report.plots import _figure as _panels
 
@@ -221,5 +222,5 @@ def build_expert_report(folder: str | Path, out: str | Path | None = None) -> Pa
     target = Path(out) if out is not None else res.folder / "report.html"
     target.parent.mkdir(parents=True, exist_ok=True)
     page = render_expert_report(res, make_expert_figures(res))
-    _atomic_write(target, page.encode("utf-8"))
+    atomic_write(target, page)
     return target

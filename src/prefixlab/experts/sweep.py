@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from prefixlab.errors import ConfigError
-from prefixlab.experiments.store import _atomic_write, _write_csv, _write_parquet, environment
+from prefixlab.experiments.store import environment, read_cell
 from prefixlab.experts.config import ExpertSweepConfig, Scalar, resolve_capacities
+from prefixlab.io import atomic_write, write_table
 
 #: columns of results.parquet, in order (variant parameters come after ``variant``)
 COLUMNS = ["variant", "seed", "num_layers", "num_experts", "capacity_spec", "capacity", "policy",
@@ -120,6 +121,15 @@ class ExpertSweepSummary:
 Progress = Callable[[int, int, ExpertCell | None], None]
 
 
+#: what an expert cell file holds
+CELL_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "rows": list,
+    "fingerprint": str,
+    "wall_s": (int, float),
+    "worker": str,
+}
+
+
 def _done(cfg: ExpertSweepConfig, folder: Path, cells: list[ExpertCell]) -> set[str]:
     """Cells already stored for this exact config (a changed config reruns them)."""
     out = set()
@@ -127,10 +137,10 @@ def _done(cfg: ExpertSweepConfig, folder: Path, cells: list[ExpertCell]) -> set[
         path = folder / "cells" / f"{cell.cell_id}.json"
         if path.is_file():
             try:
-                doc = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError):
+                doc = read_cell(path, CELL_FIELDS)
+            except ConfigError:  # unreadable or not a cell: it reruns, and is overwritten
                 continue
-            if doc.get("fingerprint") == _fingerprint(cfg, cell):
+            if doc["fingerprint"] == _fingerprint(cfg, cell):
                 out.add(cell.cell_id)
     return out
 
@@ -153,14 +163,14 @@ def run_expert_sweep(
     todo = [c for c in cells if c.cell_id not in done]
     summary = ExpertSweepSummary(out, cells, skipped=sorted(done))
     (out / "cells").mkdir(parents=True, exist_ok=True)
-    _atomic_write(out / "config.resolved.json", (cfg.to_json() + "\n").encode())
+    atomic_write(out / "config.resolved.json", (cfg.to_json() + "\n").encode())
     env = json.dumps(environment(), indent=2, sort_keys=True) + "\n"
-    _atomic_write(out / "environment.json", env.encode())
+    atomic_write(out / "environment.json", env.encode())
     if progress is not None:
         progress(0, len(todo), None)
 
     def finished(cell: ExpertCell, doc: dict[str, Any]) -> None:
-        _atomic_write(out / "cells" / f"{cell.cell_id}.json", json.dumps(doc).encode())
+        atomic_write(out / "cells" / f"{cell.cell_id}.json", json.dumps(doc).encode())
         summary.ran.append(cell.cell_id)
         if progress is not None:
             progress(len(summary.ran), len(todo), cell)
@@ -181,18 +191,11 @@ def run_expert_sweep(
 def consolidate(cfg: ExpertSweepConfig, folder: Path, cells: list[ExpertCell]) -> dict[str, Path]:
     """Write results.parquet/csv and timings.csv from the cell files, in plan order."""
     import pyarrow as pa
-    import pyarrow.csv as pacsv
 
     rows: list[dict[str, Any]] = []
     timings: list[dict[str, Any]] = []
     for cell in cells:
-        path = folder / "cells" / f"{cell.cell_id}.json"
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(
-                f"{path}: unreadable cell result ({exc}); delete it to rerun"
-            ) from None
+        doc = read_cell(folder / "cells" / f"{cell.cell_id}.json", CELL_FIELDS)
         rows += doc["rows"]
         timings.append({"cell_id": cell.cell_id, "label": cell.label(),
                         "wall_s": doc["wall_s"], "worker": doc["worker"]})  # fmt: skip
@@ -202,9 +205,9 @@ def consolidate(cfg: ExpertSweepConfig, folder: Path, cells: list[ExpertCell]) -
             "k >= the number of layers); add a capacity of at least num_layers or another policy"
         )
     table = pa.Table.from_pylist(rows)
-    _write_parquet(table, folder / "results.parquet")
-    _write_csv(table, folder / "results.csv", pacsv)
-    _write_csv(pa.Table.from_pylist(timings), folder / "timings.csv", pacsv)
+    write_table(table, folder / "results.parquet")
+    write_table(table, folder / "results.csv")
+    write_table(pa.Table.from_pylist(timings), folder / "timings.csv")
     return {"results": folder / "results.parquet"}
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable
@@ -27,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
+from prefixlab.io import atomic_open_binary
 from prefixlab.learn.features import Features
 from prefixlab.policies.base import parse_spec
 
@@ -257,12 +257,5 @@ def _save_atomic(path: Path, vecs: F32) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"embedding cache {path.parent}: {exc.strerror or exc}") from None
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".embed-", suffix=".npy")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, vecs, allow_pickle=False)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep a shared cache from other users
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open_binary(path) as f:  # the umask's mode: a shared cache stays readable
+        np.save(f, vecs, allow_pickle=False)

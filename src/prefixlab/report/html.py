@@ -12,13 +12,13 @@ import base64
 import csv
 import json
 import math
-import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
+from prefixlab.io import atomic_write
 from prefixlab.report.plots import FigureSpec, Results, load_results, make_figures
 
 _CSS = """
@@ -199,18 +199,6 @@ def page(
     return "\n".join(parts) + "\n"
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    # open() rather than mkstemp: the page gets the umask's mode (mkstemp's is 0600)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with tmp.open("wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def build_report(folder: str | Path, out: str | Path | None = None) -> Path:
     """Write the report of a results folder (default ``FOLDER/report.html``); its path."""
     from prefixlab.experts.sweep import is_experts_folder
@@ -222,7 +210,7 @@ def build_report(folder: str | Path, out: str | Path | None = None) -> Path:
     res = load_results(folder)
     target = Path(out) if out is not None else res.folder / "report.html"
     target.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(target, render(res, make_figures(res)).encode("utf-8"))
+    atomic_write(target, render(res, make_figures(res)))
     return target
 
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from prefixlab.errors import ConfigError
+from prefixlab.io import atomic_write
 from prefixlab.registry import Registry
 
 if TYPE_CHECKING:
@@ -172,17 +172,6 @@ def to_markdown(rows: Sequence[Row]) -> str:
 def claim_rows(claims: Sequence[Claim]) -> list[Row]:
     return [{"what": c.what, "where": c.where, "paper": c.paper, "ours": c.ours,
              "verdict": c.verdict, "why": c.why} for c in claims]  # fmt: skip
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write a temp file beside ``path``, then rename it over (no half-written file)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def figure_png(draw: Callable[[Figure, list[Row]], None], rows: list[Row]) -> bytes:

@@ -216,16 +216,23 @@ def _open(
             raise ConfigError(f"option {key!r} does not apply to the {fmt} format; {takes}")
     kept = 0
     index = -1
-    for item in LOADERS[fmt](Path(path), **kwargs):
-        if isinstance(item, Header):
-            yield item
-            continue
-        index += 1
-        if opts.keep(index, item):
-            yield item
-            kept += 1
-            if opts.limit is not None and kept >= opts.limit:
-                return
+    try:
+        for item in LOADERS[fmt](Path(path), **kwargs):
+            if isinstance(item, Header):
+                yield item
+                continue
+            index += 1
+            if opts.keep(index, item):
+                yield item
+                kept += 1
+                if opts.limit is not None and kept >= opts.limit:
+                    return
+    except OSError as exc:  # the trace itself cannot be read: one line, not a traceback
+        if exc.filename is None or Path(exc.filename) != Path(path):
+            raise
+        why = (f"a folder, not a file (the {fmt} format reads one file)"
+               if Path(path).is_dir() else f"cannot read it ({exc.strerror or exc})")  # fmt: skip
+        raise TraceFormatError(str(path), None, None, why) from None
 
 
 def load_trace(

@@ -7,12 +7,11 @@ for hash-form traces: it gives the block size the ids cover). Then one request p
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from prefixlab.io import atomic_open
 from prefixlab.workload.loaders.base import (
     FieldReader,
     Header,
@@ -146,13 +145,7 @@ def write_native(trace: Trace, path: str | Path) -> None:
     header: dict[str, Any] = {"prefixlab_trace": FORMAT_VERSION}
     if trace.block_tokens is not None:
         header["block_tokens"] = trace.block_tokens
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(header) + "\n")
-            for r in trace:
-                fh.write(json.dumps(_request_dict(r), separators=(",", ":")) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path) as fh:
+        fh.write(json.dumps(header) + "\n")
+        for r in trace:
+            fh.write(json.dumps(_request_dict(r), separators=(",", ":")) + "\n")

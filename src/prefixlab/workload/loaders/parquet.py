@@ -11,8 +11,6 @@ Arrow list arrays without a copy per row) and atomic; reading streams row groups
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from prefixlab.errors import ConfigError, TraceFormatError
+from prefixlab.io import atomic_path
 from prefixlab.workload.loaders.base import Header, register_loader
 from prefixlab.workload.trace import Request, Trace
 
@@ -74,14 +73,8 @@ def write_parquet(trace: Trace, path: str | Path) -> None:
         cols["hashed_tokens"] = pa.array(trace.hashed_tokens, pa.int64())
         meta["block_tokens"] = str(trace.block_tokens)
     table = pa.table(cols).replace_schema_metadata(meta)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(table, tmp, row_group_size=ROW_GROUP)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _ragged(column: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
