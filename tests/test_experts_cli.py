@@ -38,7 +38,8 @@ from prefixlab.experts.report import (
 )
 from prefixlab.experts.simulate import simulate
 from prefixlab.experts.sweep import is_experts_folder, plan, run_expert_sweep
-from prefixlab.experts.trace import ExpertTrace, load_expert_trace
+from prefixlab.experts.trace import ExpertTrace
+from prefixlab.experts.trace_io import load_expert_trace, load_trace, save_trace
 
 runner = CliRunner()
 
@@ -747,7 +748,7 @@ policies = ["lru", "marking"]
 
 def test_experts_sweep_command_on_a_file_trace(tmp_path: Path) -> None:
     trace_path = tmp_path / "t.npz"
-    generate("zipf", num_layers=3, num_experts=4, num_tokens=40, seed=7).save(trace_path)
+    save_trace(generate("zipf", num_layers=3, num_experts=4, num_tokens=40, seed=7), trace_path)
     config = tmp_path / "file.toml"
     config.write_text(SWEEP_TOML.format(trace=trace_path), encoding="utf-8")
     folder = tmp_path / "out"
@@ -760,7 +761,7 @@ def test_experts_sweep_command_on_a_file_trace(tmp_path: Path) -> None:
         (s, spec, k, p) for s in (0, 1) for spec, k in (("3", 3), ("0.5nl", 6))
         for p in ("lru", "marking")
     ]  # fmt: skip
-    trace = ExpertTrace.load(trace_path)
+    trace = load_trace(trace_path)
     for r in rows:
         assert r["variant"] == "trace"
         res = simulate(trace, capacity=r["capacity"], policy=r["policy"], seed=r["seed"])

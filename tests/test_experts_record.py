@@ -329,7 +329,7 @@ def test_write_rows_and_record_file(mixtral_dir: Path, tmp_path: Path) -> None:
     rows = record.record_routing(model, [list(b"hi"), list(b"expert caching")], max_new_tokens=2)
     assert [RoutingRow(**x) for x in lines] == rows
     # the trace loader reads the file back: top-2 routing becomes 2 rounds per token
-    from prefixlab.experts.trace import load_expert_trace
+    from prefixlab.experts.trace_io import load_expert_trace
 
     trace = load_expert_trace(out)
     assert (trace.num_layers, trace.num_experts, trace.num_tokens) == (3, 4, num_tokens)

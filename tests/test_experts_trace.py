@@ -24,13 +24,9 @@ from prefixlab.experts.generators import (
     zipf_layout,
     zipf_popularity,
 )
-from prefixlab.experts.trace import (
-    ExpertTrace,
-    load_expert_trace,
-    load_routing_jsonl,
-    routing_rows,
-    write_routing_jsonl,
-)
+from prefixlab.experts.routing_jsonl import load_routing_jsonl, write_routing_jsonl
+from prefixlab.experts.trace import ExpertTrace
+from prefixlab.experts.trace_io import load_expert_trace, load_trace, save_trace
 
 # 2 tokens, 2 layers, top-2, lines out of order (n inferred as 4).
 HAND = [
@@ -253,8 +249,8 @@ def _gated(tr: ExpertTrace) -> ExpertTrace:
 def test_save_load_round_trip_is_exact(tmp_path: Path, name: str) -> None:
     tr = generate("zipf", num_layers=3, num_experts=40, num_tokens=50, top_k=3, r=0.3, seed=4)
     for original in (tr, _gated(tr)):
-        original.save(tmp_path / name)
-        back = ExpertTrace.load(tmp_path / name)
+        save_trace(original, tmp_path / name)
+        back = load_trace(tmp_path / name)
         assert (back.num_layers, back.num_experts) == (3, 40)  # n from the header, not max + 1
         assert back.equals(original), back.meta  # meta too: the header carries it as it was
         assert load_expert_trace(tmp_path / name).equals(original)
@@ -270,8 +266,8 @@ def test_a_loaded_routing_file_saves_and_loads_back_equal(tmp_path: Path) -> Non
 
 def test_gzip_output_is_byte_identical_across_runs(tmp_path: Path) -> None:
     tr = generate("uniform", num_layers=2, num_experts=4, num_tokens=5)
-    tr.save(tmp_path / "a.jsonl.gz")
-    tr.save(tmp_path / "b.jsonl.gz")
+    save_trace(tr, tmp_path / "a.jsonl.gz")
+    save_trace(tr, tmp_path / "b.jsonl.gz")
     assert (tmp_path / "a.jsonl.gz").read_bytes() == (tmp_path / "b.jsonl.gz").read_bytes()
 
 
@@ -298,10 +294,10 @@ def test_rows_writer_with_header(tmp_path: Path) -> None:
 def test_bad_npz_files_raise_trace_format_errors(tmp_path: Path) -> None:
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
     with pytest.raises(TraceFormatError, match=r"not a prefixlab expert trace \(\.npz\)"):
-        ExpertTrace.load(tmp_path / "junk.npz")
+        load_trace(tmp_path / "junk.npz")
     np.savez(tmp_path / "other.npz", x=np.arange(3))
     with pytest.raises(TraceFormatError) as err:
-        ExpertTrace.load(tmp_path / "other.npz")
+        load_trace(tmp_path / "other.npz")
     assert err.value.field == "format"
 
 
@@ -310,7 +306,7 @@ def test_load_expert_trace_sources(tmp_path: Path) -> None:
     assert tr.num_requests == 40 and tr.meta["generator"] == "zipf"
     assert load_expert_trace(tr.meta["spec"]).equals(tr)  # the spec reproduces the trace
     assert load_expert_trace("gen:zipf:num_layers=2,num_tokens=10,top_k=2", top_k=1).top_k == 1
-    tr.save(tmp_path / "t.npz")
+    save_trace(tr, tmp_path / "t.npz")
     assert load_expert_trace(tmp_path / "t.npz").equals(tr)
     with pytest.raises(ConfigError, match="num_experts=4, not 5"):
         load_expert_trace(tmp_path / "t.npz", num_experts=5)
@@ -357,22 +353,30 @@ def test_written_rows_load_back_as_the_naive_page_sequence(case: tuple) -> None:
 # ------------------------------------------------------ module split and re-exported names
 
 
-def test_old_names_still_import_from_trace_and_are_the_moved_objects() -> None:
-    for name in ("EXPERT_KEYS", "GATE_KEYS", "JSONL_FORMAT", "load_routing_jsonl"):
-        assert getattr(trace, name) is getattr(routing_jsonl, name)
-    assert trace.routing_rows is routing_jsonl.routing_rows is routing_rows
-    assert trace.write_routing_jsonl is routing_jsonl.write_routing_jsonl
-    assert trace.load_expert_trace is trace_io.load_expert_trace
-    assert trace.NPZ_FORMAT == trace_io.NPZ_FORMAT == "prefixlab-expert-trace"
-    with pytest.raises(AttributeError, match="no_such_name"):
-        trace.no_such_name  # noqa: B018
+def test_the_format_names_are_the_package_s_and_trace_imports_no_format() -> None:
+    """The formats' names come from their modules, and through ``prefixlab.experts``; the
+    trace module no longer re-exports them (its lazy re-export tied the three modules into
+    an import cycle, issue 19)."""
+    import prefixlab.experts as experts
+
+    assert experts.load_routing_jsonl is routing_jsonl.load_routing_jsonl
+    assert experts.write_routing_jsonl is routing_jsonl.write_routing_jsonl is write_routing_jsonl
+    assert experts.load_expert_trace is trace_io.load_expert_trace is load_expert_trace
+    assert experts.save_trace is trace_io.save_trace and experts.load_trace is trace_io.load_trace
+    assert trace_io.NPZ_FORMAT == "prefixlab-expert-trace"
+    for name in ("EXPERT_KEYS", "load_routing_jsonl", "NPZ_FORMAT", "load_expert_trace"):
+        assert not hasattr(trace, name), name
+    source = Path(trace.__file__).read_text(encoding="utf-8")
+    assert "routing_jsonl import" not in source and "trace_io import" not in source
 
 
 # ---------------------------------------------------- damaged files give TraceFormatError
 
 
 def _good_bytes(tmp_path: Path, name: str) -> bytes:
-    generate("uniform", num_layers=2, num_experts=4, num_tokens=200, seed=1).save(tmp_path / name)
+    save_trace(
+        generate("uniform", num_layers=2, num_experts=4, num_tokens=200, seed=1), tmp_path / name
+    )
     return (tmp_path / name).read_bytes()
 
 
@@ -401,7 +405,7 @@ def test_damaged_npz_is_a_trace_format_error(tmp_path: Path, case: str) -> None:
 
 def test_npz_with_wrong_arrays_names_the_field(tmp_path: Path) -> None:
     tr = generate("uniform", num_layers=2, num_experts=4, num_tokens=3)
-    tr.save(tmp_path / "t.npz")
+    save_trace(tr, tmp_path / "t.npz")
     arrays = dict(np.load(tmp_path / "t.npz"))
     for key, value in [
         ("num_layers", np.array([2, 2])),
@@ -413,7 +417,7 @@ def test_npz_with_wrong_arrays_names_the_field(tmp_path: Path) -> None:
     ]:
         np.savez(tmp_path / "w.npz", **{**arrays, key: value})
         with pytest.raises(TraceFormatError) as err:
-            ExpertTrace.load(tmp_path / "w.npz")
+            load_trace(tmp_path / "w.npz")
         assert err.value.field == key
 
 

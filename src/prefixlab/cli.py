@@ -42,7 +42,7 @@ from prefixlab.cli_common import (
     warn,
     with_loader_options,
 )
-from prefixlab.cli_entry import root
+from prefixlab.cli_root import root
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.io import temp_beside
 from prefixlab.policies.base import describe, parameters, registered

@@ -10,9 +10,9 @@ against the real commands.
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from typing import Any
 
-import typer
+from prefixlab.cli_root import print_version, root
 
 #: the application's help line (the real app's ``help``)
 HELP = "Simulate and compare cache policies for LLM serving."
@@ -46,27 +46,6 @@ COMMANDS: dict[str, str] = {
 }
 
 
-#: the one option of the root command
-VERSION_HELP = "Print prefixlab's version and exit."
-
-
-def _print_version(value: bool) -> None:
-    if value:
-        from prefixlab import __version__
-
-        print(f"prefixlab {__version__}")
-        raise SystemExit(0)
-
-
-def root(
-    version: Annotated[
-        bool,
-        typer.Option("--version", callback=_print_version, is_eager=True, help=VERSION_HELP),
-    ] = False,
-) -> None:
-    """The root command's options (the real app's callback too)."""
-
-
 def listing() -> Any:
     """The root command group with placeholder commands: it prints the real app's help."""
     import typer.main
@@ -83,7 +62,7 @@ def main() -> None:
     if args in ([], ["--help"]):
         listing()()
     if args == ["--version"]:  # as the real app prints it, without importing it
-        _print_version(True)
+        print_version(True)
     from prefixlab.cli import app
 
     app()

@@ -27,7 +27,7 @@ TopKOpt = Annotated[
 
 
 def _load(trace: str, top_k: int | None) -> Any:
-    from prefixlab.experts.trace import load_expert_trace
+    from prefixlab.experts.trace_io import load_expert_trace
 
     return load_expert_trace(trace, top_k=top_k)
 
@@ -57,13 +57,14 @@ def generate_cmd(
 
 
 def _save(trace: Any, out: Path) -> None:
-    from prefixlab.experts.trace import write_routing_jsonl
+    from prefixlab.experts.routing_jsonl import write_routing_jsonl
+    from prefixlab.experts.trace_io import save_trace
 
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.name.endswith((".jsonl", ".jsonl.gz")):
         write_routing_jsonl(trace, out)
     else:
-        trace.save(out)
+        save_trace(trace, out)
 
 
 def _print_summary(trace: Any, path: Path | str) -> None:

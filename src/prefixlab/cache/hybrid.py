@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -43,11 +43,34 @@ import numpy.typing as npt
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.model.spec import ModelSpec
 
-if TYPE_CHECKING:
-    from prefixlab.policies.hybrid import HybridPolicy
-
 I64 = npt.NDArray[np.int64]
 ADMISSIONS = ("none", "all-blocks", "judicious")
+
+
+class HybridCachePolicy(Protocol):
+    """What the cache asks of its policy (:class:`prefixlab.policies.hybrid.HybridPolicy`
+    is the built-in base): how it admits (which checkpoints exist, how an insertion is
+    sized) and, told of every hit, insertion, change and removal, which nodes to evict."""
+
+    @property
+    def admission(self) -> str: ...
+
+    block_tokens: int
+    partial_blocks: bool
+    sizing: str
+    chunk_tokens: int
+    branch: str
+
+    def bind_cache(self, cache: HybridCache) -> None: ...
+    def touched(self, m: HybridMatch) -> None: ...
+    def inserted(self, m: HybridMatch) -> None: ...
+    def changed(self, nd: Node) -> None: ...
+    def gone(self, nd: Node) -> None: ...
+    def free(self, need: int) -> int:
+        """Evict until ``need`` bytes are free if it can; returns the bytes freed."""
+        ...
+
+
 LOCKS = ("path", "none")
 
 
@@ -108,7 +131,7 @@ class HybridCache:
         self,
         capacity_bytes: int,
         model: ModelSpec,
-        policy: HybridPolicy,
+        policy: HybridCachePolicy,
         locks: str = "path",
     ) -> None:
         if isinstance(capacity_bytes, bool) or not isinstance(capacity_bytes, int):

@@ -16,19 +16,15 @@ imported on its own.
 from prefixlab.experts.checks import check_result
 from prefixlab.experts.generators import EXPERT_GENERATORS, generate
 from prefixlab.experts.policies import make_policy, registered
+from prefixlab.experts.routing_jsonl import load_routing_jsonl, write_routing_jsonl
 from prefixlab.experts.simulate import (
     ExpertResult,
     fault_ratio_to_opt,
     simulate,
     sweep_capacities,
 )
-from prefixlab.experts.trace import (
-    ExpertTrace,
-    TraceSummary,
-    load_expert_trace,
-    load_routing_jsonl,
-    write_routing_jsonl,
-)
+from prefixlab.experts.trace import ExpertTrace, TraceSummary
+from prefixlab.experts.trace_io import load_expert_trace, load_trace, save_trace
 
 __all__ = [
     "EXPERT_GENERATORS",
@@ -40,8 +36,10 @@ __all__ = [
     "generate",
     "load_expert_trace",
     "load_routing_jsonl",
+    "load_trace",
     "make_policy",
     "registered",
+    "save_trace",
     "simulate",
     "sweep_capacities",
     "write_routing_jsonl",

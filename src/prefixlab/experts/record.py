@@ -317,7 +317,7 @@ def record_file(
         TraceFormatError: a malformed JSONL prompts file.
     """
     from prefixlab.experts.prompts import load_tokenizer, read_prompts, tokenize_prompts
-    from prefixlab.experts.trace import write_routing_jsonl
+    from prefixlab.experts.routing_jsonl import write_routing_jsonl
 
     prompts = read_prompts(prompts_path)
     _check_options(max_new_tokens, batch_size, top_k)

@@ -89,7 +89,7 @@ def _fingerprint(cfg: ExpertSweepConfig, cell: ExpertCell) -> str:
 def run_cell(cfg: ExpertSweepConfig, cell: ExpertCell) -> dict[str, Any]:
     """Generate (or read) the cell's trace and simulate every capacity and policy."""
     from prefixlab.experts.simulate import sweep_capacities
-    from prefixlab.experts.trace import load_expert_trace
+    from prefixlab.experts.trace_io import load_expert_trace
 
     start = time.perf_counter()
     trace = load_expert_trace(cell.spec)

@@ -12,51 +12,24 @@ experts gives k rounds (round r holds the r-th choice of every layer)::
 
 Files live elsewhere: :mod:`prefixlab.experts.trace_io` reads and writes ``.npz`` (native) and
 runs ``gen:KIND:k=v,...`` specs (:func:`load_expert_trace`); :mod:`prefixlab.experts.routing_jsonl`
-reads and writes routing JSONL. Their public names are re-exported here, imported on first use
-because both modules import :class:`ExpertTrace` from this one.
+reads and writes routing JSONL (both import :class:`ExpertTrace` from this module, which
+imports neither); :mod:`prefixlab.experts` gathers their public names.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
 
-if TYPE_CHECKING:
-    from prefixlab.experts.routing_jsonl import (
-        EXPERT_KEYS,
-        GATE_KEYS,
-        JSONL_FORMAT,
-        load_routing_jsonl,
-        routing_rows,
-        write_routing_jsonl,
-    )
-    from prefixlab.experts.trace_io import NPZ_FORMAT, load_expert_trace
-
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
-__all__ = [
-    "EXPERT_KEYS",
-    "F64",
-    "GATE_KEYS",
-    "I64",
-    "JSONL_FORMAT",
-    "NPZ_FORMAT",
-    "ExpertTrace",
-    "TraceSummary",
-    "load_expert_trace",
-    "load_routing_jsonl",
-    "routing_rows",
-    "write_routing_jsonl",
-]
+__all__ = ["F64", "I64", "ExpertTrace", "TraceSummary"]
 
 #: Page ids are int64: ``num_layers * num_experts`` must stay below this.
 _PAGE_LIMIT = 2**63
@@ -230,24 +203,6 @@ class ExpertTrace:
             layer_entropy_bits=tuple(float(x) for x in entropy),
         )
 
-    def save(self, path: str | Path) -> None:
-        """Write ``.npz`` (native) or ``.jsonl`` / ``.jsonl.gz`` (routing format)."""
-        from prefixlab.experts.trace_io import save_trace
-
-        save_trace(self, path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> ExpertTrace:
-        """Read a trace written by :meth:`save` (or any routing JSONL file).
-
-        Raises:
-            ConfigError: the file is missing or its name is not ``.npz`` / ``.jsonl[.gz]``.
-            TraceFormatError: the content is not a trace (empty, truncated, malformed).
-        """
-        from prefixlab.experts.trace_io import load_trace
-
-        return load_trace(path)
-
 
 @dataclass(frozen=True, slots=True)
 class TraceSummary:
@@ -279,24 +234,3 @@ class TraceSummary:
             "mean_entropy_bits": self.mean_entropy_bits,
             "max_entropy_bits": math.log2(self.num_experts),
         }
-
-
-# Names that moved to the format modules, still importable from here (PEP 562). Imported on
-# first use: importing them at the top would be circular, as they import ExpertTrace.
-_MOVED_TO = {
-    "EXPERT_KEYS": "routing_jsonl",
-    "GATE_KEYS": "routing_jsonl",
-    "JSONL_FORMAT": "routing_jsonl",
-    "load_routing_jsonl": "routing_jsonl",
-    "routing_rows": "routing_jsonl",
-    "write_routing_jsonl": "routing_jsonl",
-    "NPZ_FORMAT": "trace_io",
-    "load_expert_trace": "trace_io",
-}
-
-
-def __getattr__(name: str) -> object:
-    module = _MOVED_TO.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"prefixlab.experts.{module}"), name)

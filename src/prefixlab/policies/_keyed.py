@@ -25,6 +25,7 @@ import numpy.typing as npt
 from prefixlab._jit import jit
 from prefixlab.errors import ConfigError
 from prefixlab.policies.base import I64, EntryView, EvictionPolicy
+from prefixlab.workload.trace import BlockLayout
 
 F64 = npt.NDArray[np.float64]
 COLUMNS = ("last_access", "hits", "depth", "created", "next_use", "primary")
@@ -136,6 +137,35 @@ def heap_pop(hk: Any, he: Any, pos: Any, hn: Any) -> int:
 
 
 # ----------------------------------------------------------------------------- keys
+def occurrences(layout: BlockLayout) -> tuple[I64, I64]:
+    """Every key's lookups, vectorised: ``occ_req[occ_start[k]:occ_start[k + 1]]`` are the
+    requests whose lookup range holds key k, ascending (one stable sort by key)."""
+    num_keys = max(layout.num_distinct_keys, 1)
+    counts = layout.num_lookup_blocks
+    total = int(counts.sum())
+    starts = layout.key_offsets[:-1]
+    # Position of every lookup block in layout.keys: its request's start plus its index.
+    first = np.cumsum(counts) - counts
+    idx = np.arange(total, dtype=np.int64) + np.repeat(starts - first, counts)
+    keys = layout.keys[idx]
+    reqs = np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
+    occ_start = np.zeros(num_keys + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys, minlength=num_keys), out=occ_start[1:])
+    return occ_start, _by_key(keys, reqs, occ_start)
+
+
+@jit()
+def _by_key(keys: I64, reqs: I64, occ_start: I64) -> I64:
+    """reqs grouped by key, in their order within a key (a counting sort: linear)."""
+    fill = occ_start[:-1].copy()
+    out = np.empty(keys.shape[0], np.int64)
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        out[fill[k]] = reqs[i]
+        fill[k] += 1
+    return out
+
+
 @jit(nrt=False)
 def next_use(occ_start: Any, occ_req: Any, key: int, after: int) -> float:
     """The first request after ``after`` whose lookup range holds ``key`` (inf: never)."""
@@ -263,8 +293,6 @@ class KeyedPolicy(EvictionPolicy):
     def prepare(self, future: Any) -> None:
         """Ranking by ``next_use``: every key's lookups, from the trace's block layout."""
         if any(c == "next_use" for c, _ in self.sort_key):
-            from prefixlab.policies.opt import occurrences
-
             self.occ_start, self.occ_req = occurrences(future)
 
     def bind(self, view: EntryView) -> None:

@@ -30,35 +30,6 @@ from prefixlab.workload.trace import BlockLayout
 NEVER = float("inf")
 
 
-def occurrences(layout: BlockLayout) -> tuple[I64, I64]:
-    """Every key's lookups, vectorised: ``occ_req[occ_start[k]:occ_start[k + 1]]`` are the
-    requests whose lookup range holds key k, ascending (one stable sort by key)."""
-    num_keys = max(layout.num_distinct_keys, 1)
-    counts = layout.num_lookup_blocks
-    total = int(counts.sum())
-    starts = layout.key_offsets[:-1]
-    # Position of every lookup block in layout.keys: its request's start plus its index.
-    first = np.cumsum(counts) - counts
-    idx = np.arange(total, dtype=np.int64) + np.repeat(starts - first, counts)
-    keys = layout.keys[idx]
-    reqs = np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
-    occ_start = np.zeros(num_keys + 1, dtype=np.int64)
-    np.cumsum(np.bincount(keys, minlength=num_keys), out=occ_start[1:])
-    return occ_start, _by_key(keys, reqs, occ_start)
-
-
-@jit()
-def _by_key(keys: I64, reqs: I64, occ_start: I64) -> I64:
-    """reqs grouped by key, in their order within a key (a counting sort: linear)."""
-    fill = occ_start[:-1].copy()
-    out = np.empty(keys.shape[0], np.int64)
-    for i in range(keys.shape[0]):
-        k = keys[i]
-        out[fill[k]] = reqs[i]
-        fill[k] += 1
-    return out
-
-
 def next_use_at(layout: BlockLayout) -> npt.NDArray[np.float64]:
     """For every key position of the layout (request r, block j), the first request after r
     that looks that key up (inf: never): one backward pass over the requests."""

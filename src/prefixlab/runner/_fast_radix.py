@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab._jit import jit
-from prefixlab._keytable import kslot, more_slots, sweep_slots
+from prefixlab._keytable import kcell, kslot, more_slots, sweep_slots
 from prefixlab.policies._arrays import (
     ABASE,
     ACCESS,
@@ -120,7 +120,7 @@ def _pol(code: int, h: int, e: int, x: int, P: Any, ist: Any, fst: Any) -> int:
             qfree[e] = 0
     elif code == KEYED:
         if h == H_EVICTABLE or (h in (H_ACCESS, H_UPDATE) and hpos[e] >= 0):
-            nu = nnu[e] if nnu.shape[0] else np.nan  # a stream's next use (see new_tree)
+            nu = nnu[nkey[e]] if nnu.shape[0] else np.nan  # a stream's note (see new_tree)
             entry_key(cols, signs, e, la, nhits, depth, created, primary, nkey, occ_start,
                       occ_req, after[0], k, nu)  # fmt: skip
             if h == H_EVICTABLE:
@@ -185,19 +185,19 @@ def new_tree(capacity: int, slots: int = 0, next_uses: bool = False) -> tuple[An
     other half at least the capacity is free), then what a streamed replay adds:
 
     * ``slots`` > 0 (raw 64-bit keys, for a policy that keeps state by key: ARC, S3-FIFO,
-      LeCaR): a table of the keys in use -> their slot, the number the policy is given
-      for a key (the node's ``key``, a missed key); ``skey`` (slot -> key), ``sfree`` (a
-      stack of st[NSLOTS] free slots). A key takes a slot when it misses or a node starts
-      with it, and gives it back (:func:`sweep`, between chunks) once no node starts with
-      it and the policy's state names it nowhere;
-    * ``next_uses`` (a keyed policy ranking by next use, OPT): beside each pool key the
-      next use of that key as last noted (``pnu``: the first request after the last one
-      that walked it which looks it up), and the chunk's next use of every key position
-      (``nup``, which :class:`RadixPrepared` hands in). A request's walk notes every key it
-      passes, so a node's first key's note is its next use after the current request
-      whenever the policy ranks it: a key in the tree is looked up again only by a request
-      whose walk passes it (a key names its prefix). The policy reads it per node (P's
-      ``nnu``), where the whole replay searches the trace's occurrence lists.
+      LeCaR, OPT): a table of the keys in use -> their slot, the number the policy is
+      given for a key (the node's ``key``, a missed key); ``skey`` (slot -> key),
+      ``sfree`` (a stack of st[NSLOTS] free slots). A key takes a slot when it misses, a
+      node starts with it or (``next_uses``) a request holds it, and gives it back
+      (:func:`sweep`, between chunks) once nothing uses it;
+    * ``next_uses`` (a keyed policy ranking by next use, OPT): each slot's note (``note``,
+      also P's ``nnu``): the next use of its key after the last request that held it, from
+      the chunk's next use of every key position (``nup``, which :class:`RadixPrepared`
+      hands in; every request notes all its keys before its walk). That is the key's
+      first lookup after the current request whenever the policy ranks a node starting
+      with it: a request that looks the key up in between would have noted it. A key in
+      the tree keeps its slot (its note) wherever it lies in an edge, since a split can
+      make it a node's first; the whole replay searches the trace's occurrence lists.
 
     Otherwise those are one-cell placeholders (so every tree has the same types)."""
     size = capacity + 2  # every node holds >= 1 page, plus the root
@@ -219,7 +219,7 @@ def new_tree(capacity: int, slots: int = 0, next_uses: bool = False) -> tuple[An
         np.empty(2 * half, np.int64),
         np.full((cells, 2), -1, np.int64), np.zeros(max(slots, 1), np.int64),
         np.arange(slots - 1, -1, -1).astype(np.int64),
-        np.zeros(2 * half if next_uses else 0, np.float64), np.zeros(0, np.float64),
+        np.zeros(max(slots, 1) if next_uses else 0, np.float64), np.zeros(0, np.float64),
     )  # fmt: skip
 
 
@@ -242,8 +242,22 @@ def sweep(
     parent, nkey = T[0], P[16]
     held = np.zeros(T[16].shape[0], np.bool_)
     held[nkey[parent >= 0]] = True  # the live nodes' (the root has no parent)
+    if T[18].shape[0]:  # every key in the tree keeps its note
+        _hold_tree_keys(T, held)
     return int(sweep_slots(T[15], T[17], T[13], NSLOTS, held, ist, ghost_rows, clear_rows,
                            keep_rows))  # fmt: skip
+
+
+@jit(nrt=False)
+def _hold_tree_keys(T: Any, held: Any) -> None:
+    """Mark the slot of every key the tree holds."""
+    parent, estart, elen, pool, ktab = T[0], T[1], T[2], T[14], T[15]
+    for node in range(1, parent.shape[0]):
+        if parent[node] >= 0:
+            for p in range(estart[node], estart[node] + elen[node]):
+                slot = ktab[kcell(ktab, pool[p]), 1]
+                if slot >= 0:  # (each has one: its request noted it)
+                    held[slot] = True
 
 
 def add_slots(T: tuple[Any, ...], num_slots: int) -> tuple[Any, ...]:
@@ -251,7 +265,10 @@ def add_slots(T: tuple[Any, ...], num_slots: int) -> tuple[Any, ...]:
     if num_slots <= T[16].shape[0]:
         return T
     ktab, skey, sfree = more_slots(T[15], T[16], T[17], T[13], NSLOTS, num_slots)
-    return (*T[:15], ktab, skey, sfree, *T[18:])
+    note = T[18]
+    if note.shape[0]:
+        note = np.concatenate((note, np.zeros(num_slots - note.shape[0], np.float64)))
+    return (*T[:15], ktab, skey, sfree, note, *T[19:])
 
 
 @jit(nrt=False)
@@ -259,8 +276,7 @@ def _pool_put(keys: Any, a: int, n: int, T: Any) -> int:
     """Copy keys[a:a + n] into the key pool; returns where they start. When the current
     half has no room, every live edge is first copied to the start of the other half (a
     node is live while it has a parent; the root holds no keys)."""
-    parent, estart, elen, st, pool, pnu, nup = T[0], T[1], T[2], T[13], T[14], T[18], T[19]
-    notes = pnu.shape[0] > 0  # next uses go with their keys
+    parent, estart, elen, st, pool = T[0], T[1], T[2], T[13], T[14]
     if st[PTOP] + n > st[PEND]:
         half = pool.shape[0] // 2
         first = st[PEND] > half  # the copies go to the first half
@@ -270,18 +286,12 @@ def _pool_put(keys: Any, a: int, n: int, T: Any) -> int:
                 es, el = estart[node], elen[node]
                 for j in range(el):
                     pool[top + j] = pool[es + j]
-                if notes:
-                    for j in range(el):
-                        pnu[top + j] = pnu[es + j]
                 estart[node] = top
                 top += el
         st[PTOP], st[PEND] = top, (half if first else 2 * half)
     at = st[PTOP]
     for j in range(n):
         pool[at + j] = keys[a + j]
-    if notes:
-        for j in range(n):
-            pnu[at + j] = nup[a + j]
     st[PTOP] = at + n
     return int(at)
 
@@ -301,7 +311,7 @@ def _kernel(
     an atomic reference count update per array)."""
     after, acode, aux = P[19], P[26], P[28]
     ist, fst = P[24], P[25]
-    st = T[13]
+    st, note, nup = T[13], T[18], T[19]
     out[1] = -1
     for i_r in range(key_offsets.shape[0] - 1):
         r = r0 + i_r
@@ -309,6 +319,9 @@ def _kernel(
         k0 = key_offsets[i_r]
         nk = key_offsets[i_r + 1] - k0
         nl = num_lookup[i_r]
+        if note.shape[0]:  # a stream's next uses (see new_tree)
+            for j in range(nk):
+                note[_slot(keys[k0 + j], T)] = nup[k0 + j]
         if code == ARRAY:  # the request and its time (the arrival), room for allocations
             ist, fst = reserve(acode, ist, fst, 2 * nk + 2)
             ist[SC, REQ] = r
@@ -489,8 +502,6 @@ def _new_node(par: int, es: int, el: int, T: Any, P: Any) -> int:
     parent[node] = par
     first = T[14][es]
     nkey[node] = _slot(first, T)
-    if P[30].shape[0]:
-        P[30][node] = T[18][es]
     depth[node] = depth[par] + el if par != ROOT else el
     st[CLOCK] += 1
     created[node] = st[CLOCK]
@@ -513,8 +524,8 @@ def rx_walk(keys: Any, k0: int, n: int, T: Any, code: int, P: Any, ist: Any, fst
     the root; see :func:`rx_commit`)."""
     parent, estart, elen, ref, nchild = T[0], T[1], T[2], T[3], T[4]
     tp, tk, tv, path, lowers, uppers, st = T[6], T[7], T[8], T[10], T[11], T[12], T[13]
-    pool, pnu, nup = T[14], T[18], T[19]
-    la, nhits, created, nkey, nnu = P[11], P[12], P[14], P[16], P[30]
+    pool = T[14]
+    la, nhits, created, nkey = P[11], P[12], P[14], P[16]
     node = path[npath - 1] if npath else ROOT
     nsplit = 0
     while i < n:
@@ -527,10 +538,6 @@ def rx_walk(keys: Any, k0: int, n: int, T: Any, code: int, P: Any, ist: Any, fst
         m = 1
         while m < span and pool[es + m] == keys[k0 + i + m]:
             m += 1
-        if nnu.shape[0]:  # note the next uses of the keys walked (see new_tree)
-            for j in range(m):
-                pnu[es + j] = nup[k0 + i + j]
-            nnu[child] = pnu[es]
         if m < el:  # split child after m pages: a new upper node takes the first m
             lower = child
             child = _new_node(parent[lower], es, m, T, P)
@@ -541,8 +548,6 @@ def rx_walk(keys: Any, k0: int, n: int, T: Any, code: int, P: Any, ist: Any, fst
             estart[lower] = es + m
             elen[lower] = el - m
             nkey[lower] = _slot(pool[es + m], T)
-            if nnu.shape[0]:
-                nnu[lower] = pnu[es + m]
             parent[lower] = child
             s = pair_find(tp, tk, tv, child, pool[es + m])
             tp[s], tk[s], tv[s] = child, pool[es + m], lower
@@ -624,7 +629,7 @@ def radix_policy_args(
         view.last_access, view.hits, view.depth, view.created, view.is_primary, view.key,
         occ_start, occ_req, np.zeros(1, np.int64), np.zeros(1, np.int64),
         link, flag, sst, st[0], st[1], acode, rng, aux, np.empty(3, np.float64),
-        np.full(size if next_uses else 0, np.inf),
+        np.zeros(0, np.float64),  # nnu: a streamed tree's notes (RadixPrepared binds them)
     )  # fmt: skip
 
 
@@ -646,10 +651,13 @@ class RadixPrepared:
         code = radix_code(policy)
         if code < 0:
             raise ValueError(f"policy '{policy.spec()}' has no compiled radix kernel")
+        if next_uses and slots <= 0:
+            raise ValueError("a tree that notes next uses needs key slots")
         self.policy, self.code, self.capacity = policy, code, capacity
         self.block_tokens = block_tokens
         self.P = radix_policy_args(policy, capacity, max(num_keys, slots), next_uses)
         self.T = new_tree(capacity, slots, next_uses)
+        self.P = (*self.P[:30], self.T[18])  # the policy reads the tree's notes
         self.nu_pos = np.zeros(0, np.float64)
 
     @property
@@ -685,7 +693,9 @@ class RadixPrepared:
         slots = int(self.T[16].shape[0])
         grown = max(slots + num_keys - free, slots + slots // 2)
         self.T = add_slots(self.T, grown)
-        self._set_state(grow_state((self.P[24], self.P[25]), self.capacity + 2, grown))
+        self.P = (*self.P[:30], self.T[18])
+        if self.code == ARRAY:
+            self._set_state(grow_state((self.P[24], self.P[25]), self.capacity + 2, grown))
 
     def run(
         self, keys: I64, key_offsets: I64, num_lookup: I64, lookup_end: I64, held: I64,

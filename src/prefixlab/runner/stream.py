@@ -48,10 +48,10 @@ keys to slots, and frees (between chunks, when free slots run short) those no no
 with and no ghost list names, nor ARC's pending T2 mark (a missed key keeps it until a
 node starting with it is inserted, as the whole replay's key ids keep it). OPT (or a keyed
 policy ranking by ``next_use``) ranks a node by its first key's next use: the same
-next-use pass as on the block structure, and the tree notes, beside each key it holds,
-the next use of that key as the last request that walked it gave it (see
+next-use pass as on the block structure, and the tree notes each key's next use, by
+slot, as every request that holds the key gives it (see
 :func:`prefixlab.runner._fast_radix.new_tree` for why that is the next use after the
-current request whenever a node is ranked).
+current request whenever a node is ranked, whatever parents a trace gives an id).
 
 Not streamed (the whole trace is loaded): LPC with a trained predictor (it embeds each
 prompt with its conversation's earlier turns, and its batched embeddings and MLP pass
@@ -325,7 +325,10 @@ def _step(
             if prep.code == _fast.ARRAY:
                 _make_slots(prep, int(keys.shape[0]))
         elif prep.T[16].shape[0] > 1:  # a raw-key tree's slots
-            prep.make_slots(int(keys.shape[0]), _GHOST_ROWS, _CLEAR_ROWS, _KEEP_ROWS)
+            if prep.code == R_ARRAY:
+                prep.make_slots(int(keys.shape[0]), _GHOST_ROWS, _CLEAR_ROWS, _KEEP_ROWS)
+            else:  # next uses: the policy keeps nothing by key
+                prep.make_slots(int(keys.shape[0]), _NO_ROWS, _NO_ROWS, _NO_ROWS)
         _chunk(run, keys, layout, seen.num_requests, config)
 
     if pool is None:
@@ -374,7 +377,8 @@ def _start(pol: EvictionPolicy, config: ReplayConfig, block_tokens: int) -> _Run
     capacity = config.capacity_blocks
     if config.structure == "radix":
         ghosts = radix_code(pol) == R_ARRAY and not _streams(pol)  # state by key: slots
-        slots = 2 * capacity + FIRST_SPARE_SLOTS if ghosts else 0
+        by_key = ghosts or wants_next_use(pol)  # (next uses: a note per key)
+        slots = 2 * capacity + FIRST_SPARE_SLOTS if by_key else 0
         return _Run(RadixPrepared(pol, capacity, 1, block_tokens, slots, wants_next_use(pol)))
     array = _fast.kernel_code(pol) == _fast.ARRAY
     slots = 2 * capacity + FIRST_SPARE_SLOTS if array else capacity
@@ -478,6 +482,7 @@ _CLEAR_ROWS = np.array([K0, K1], np.int64)
 #: that is not its new leaf's first keeps it until a node starting with it is inserted
 #: (the whole replay's key ids keep it so too)
 _KEEP_ROWS = np.array([K0], np.int64)
+_NO_ROWS = np.zeros(0, np.int64)
 
 
 def _make_slots(prep: _fast.Prepared, num_keys: int) -> None:
