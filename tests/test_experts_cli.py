@@ -857,3 +857,18 @@ def test_record_command_writes_a_routing_trace(
     args = ["--model", str(empty), "--prompts", str(prompts), "-o", str(tmp_path / "x.jsonl")]
     result = _invoke("experts", "record", *args, "--tokenizer", "bytes")
     _assert_one_line_error(result, "could not load model")
+
+
+def test_an_expert_sweep_into_a_folder_being_written_is_refused(
+    zipf_sweep: tuple[ExpertSweepConfig, Path], tmp_path: Path
+) -> None:
+    """The expert sweep takes the same folder lock as the prefix-cache sweep (flock: a
+    second open of the lock file conflicts even within one process)."""
+    from prefixlab.io import folder_lock
+
+    cfg, folder = zipf_sweep
+    copy_dir = tmp_path / "copy"
+    shutil.copytree(folder, copy_dir)
+    with folder_lock(copy_dir), pytest.raises(ConfigError, match="another sweep is writing"):
+        run_expert_sweep(cfg, copy_dir)
+    assert run_expert_sweep(cfg, copy_dir).skipped == CELL_IDS  # free again: it resumes

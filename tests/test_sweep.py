@@ -268,3 +268,33 @@ def test_a_damaged_cell_file_is_one_line_naming_it(
     cell.unlink()  # deleted, the cell reruns and the rows are the serial run's
     run_sweep(parse_config(SWEEP), out, jobs=1)
     assert _same(_rows(out), _rows(serial))
+
+
+def test_a_folder_another_sweep_is_writing_is_refused(tmp_path: Path) -> None:
+    """Two sweeps into one folder both ran every cell (issue 19): now the second stops at
+    once, naming the first's pid, here a real other process holding the folder's lock;
+    once that process is gone (killed: the kernel drops its lock), the sweep runs."""
+    out = tmp_path / "out"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom prefixlab.io import folder_lock\n"
+         f"with folder_lock({str(out)!r}):\n    print('held', flush=True)\n    time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        small = parse_config({**SWEEP, "policies": ["lru"], "seeds": [0]})
+        with pytest.raises(
+            ConfigError, match=rf"another sweep is writing this folder \(pid {holder.pid}\)"
+        ):
+            run_sweep(small, out, jobs=1)
+        assert not (out / "cells").exists()  # nothing was written
+        config = tmp_path / "exp.toml"
+        config.write_text(_toml({**SWEEP, "policies": ["lru"], "seeds": [0]}))
+        res = CliRunner().invoke(app, ["sweep", str(config), "--out", str(out), "--quiet",
+                                       "--no-report"])  # fmt: skip
+        assert res.exit_code == 2 and "another sweep is writing this folder" in res.output
+    finally:
+        holder.kill()
+        holder.wait()
+    summary = run_sweep(small, out, jobs=1)
+    assert len(summary.ran) == 4 and (out / "results.parquet").is_file()

@@ -152,6 +152,7 @@ def compile_all() -> None:
         where = cache_dir()
         _prune(where.parent, keep=4)
         numba.config.CACHE_DIR = str(where)  # type: ignore[attr-defined]
+        serialize_cache_writes()
     for lazy in _PENDING:
         lazy.target = _compile_one(lazy.__wrapped__, lazy.options)
     for name, mod in list(sys.modules.items()):
@@ -162,6 +163,39 @@ def compile_all() -> None:
             if isinstance(value, _Lazy) and value.target is not None:
                 g[attr] = value.target
     _PENDING.clear()
+
+
+def serialize_cache_writes() -> None:
+    """Make numba's cache writes safe for processes compiling at once (test workers, a
+    sweep's pool, two commands started together).
+
+    numba saves a compilation by reading its function's index file, picking the first
+    data file name the index does not list, and writing both, with no lock. Two processes
+    saving different signatures of one function at once both pick ``.1.nbc``: the index
+    keeps one entry, the data file the other's code, and a later load returns the wrong
+    signature's code (a TypingError, "Invalid use of ... Known signatures", in every
+    caller; CI met it). Each save now holds an exclusive ``flock`` on a lock file beside
+    the index, so the read-modify-write is whole. Loads need none: files are replaced
+    whole, and an entry whose data is not there yet loads as a miss (a compile)."""
+    try:
+        import fcntl
+    except ImportError:  # (not POSIX: numba's own behaviour)
+        return
+    from numba.core import caching
+
+    cls: Any = caching.IndexDataCacheFile
+    if getattr(cls, "_prefixlab_serialized", False):
+        return
+    save = cls.save
+
+    def locked_save(self: Any, key: Any, data: Any) -> None:
+        with open(self._index_path + ".lock", "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file closes
+            save(self, key, data)
+
+    locked_save.__wrapped__ = save  # type: ignore[attr-defined]
+    cls.save = locked_save
+    cls._prefixlab_serialized = True
 
 
 class _PythonMode:

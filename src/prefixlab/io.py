@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
+from prefixlab.errors import ConfigError
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -103,3 +105,30 @@ def write_table(table: pa.Table, path: str | Path) -> None:
             import pyarrow.parquet as pq
 
             pq.write_table(table, tmp)
+
+
+@contextmanager
+def folder_lock(folder: str | Path) -> Iterator[None]:
+    """Hold ``folder``'s lock (a ``.lock`` file in it, created with the folder if need be)
+    while the block runs, so that two sweeps never write one results folder: a second one
+    fails at once with a ConfigError naming the holder's pid. The lock is the kernel's
+    (``flock``): it goes with the process however that ends, ``kill -9`` included."""
+    import fcntl
+
+    where = Path(folder)
+    where.mkdir(parents=True, exist_ok=True)
+    fd = os.open(where / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise ConfigError(
+                f"{where}: another sweep is writing this folder (pid {holder}); wait for it "
+                "to finish, or give another --out"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # (releases the lock)

@@ -23,6 +23,7 @@ from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.experiments.config import ExperimentConfig
 from prefixlab.experiments.run import Cell, CellResult, check_cells, plan, run_cell
 from prefixlab.experiments.store import ResultsStore
+from prefixlab.io import folder_lock
 
 BACKENDS = ("local", "ray")
 
@@ -72,6 +73,20 @@ def run_sweep(
         raise ConfigError(f"--jobs must be a positive integer, got {jobs!r}")
     if address is not None and backend != "ray":
         raise ConfigError("--address applies to --backend ray")
+    with folder_lock(folder):  # one sweep at a time writes a folder
+        return _run_sweep(cfg, folder, jobs, backend, address, detail, progress, stop_after)
+
+
+def _run_sweep(
+    cfg: ExperimentConfig,
+    folder: str | Path,
+    jobs: int,
+    backend: str,
+    address: str | None,
+    detail: bool,
+    progress: Progress | None,
+    stop_after: int | None,
+) -> SweepSummary:
     start = time.perf_counter()
     cells = plan(cfg)
     store = ResultsStore(folder)

@@ -28,7 +28,7 @@ from typing import Any
 from prefixlab.errors import ConfigError
 from prefixlab.experiments.store import environment, read_cell
 from prefixlab.experts.config import ExpertSweepConfig, Scalar, resolve_capacities
-from prefixlab.io import atomic_write, write_table
+from prefixlab.io import atomic_write, folder_lock, write_table
 
 #: columns of results.parquet, in order (variant parameters come after ``variant``)
 COLUMNS = ["variant", "seed", "num_layers", "num_experts", "capacity_spec", "capacity", "policy",
@@ -156,8 +156,14 @@ def run_expert_sweep(
     """
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ConfigError(f"--jobs must be a positive integer, got {jobs!r}")
+    with folder_lock(folder):  # one sweep at a time writes a folder
+        return _run_expert_sweep(cfg, Path(folder), jobs, progress)
+
+
+def _run_expert_sweep(
+    cfg: ExpertSweepConfig, out: Path, jobs: int, progress: Progress | None
+) -> ExpertSweepSummary:
     start = time.perf_counter()
-    out = Path(folder)
     cells = plan(cfg)
     done = _done(cfg, out, cells)
     todo = [c for c in cells if c.cell_id not in done]
