@@ -138,7 +138,12 @@ def test_whole_file_read_reports_its_progress(
 
     rows = [
         json.dumps(
-            {"timestamp": i, "input_length": 600, "output_length": 3, "hash_ids": [i, i + 1]}
+            {
+                "timestamp": i,
+                "input_length": 600,
+                "output_length": 3,
+                "hash_ids": [2 * i, 2 * i + 1],
+            }
         )
         for i in range(3000)
     ]

@@ -85,6 +85,25 @@ def test_a_cell_equals_a_direct_replay(serial: Path) -> None:
     assert res.metrics["num_evictions"] == row["num_evictions"]
 
 
+def test_capacities_are_stored_as_bytes(serial: Path) -> None:
+    """With a model, every cell stores the KV bytes its cache holds, whatever the unit the
+    capacity was given in; without one, -1 (the serial sweep has no model)."""
+    from prefixlab.model.spec import get_model
+
+    assert {r["capacity_bytes"] for r in _rows(serial)} == {-1}
+    per_block = get_model("llama-3.1-8b").kv_bytes_per_block(16)
+    assert per_block == 16 * 2 * 32 * 8 * 128 * 2  # tokens x K,V x layers x heads x dim x fp16
+    capacities = ["2GB", "2GiB", 600, "0.9ws"]
+    cache = {"block_tokens": 16, "capacities": capacities}
+    model = {"name": "llama-3.1-8b"}
+    cfg = parse_config({**SWEEP, "policies": ["lru"], "seeds": [0], "model": model, "cache": cache})
+    rows = [run_cell(cfg, cell).row for cell in plan(cfg)]
+    blocks = [2 * 10**9 // per_block, 2**31 // per_block, 600]
+    assert [r["capacity_blocks"] for r in rows[:3]] == blocks
+    for r in rows:
+        assert r["capacity_bytes"] == r["capacity_blocks"] * per_block
+
+
 def test_lecar_gets_the_cell_seed(serial: Path) -> None:
     cfg = parse_config(SWEEP)
     cell = next(c for c in plan(cfg) if c.policy == "lecar" and c.seed == 1)

@@ -6,6 +6,7 @@ import functools
 import inspect
 import sys
 import typing
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
@@ -18,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.model import capacity_blocks_for_bytes
 from prefixlab.policies.base import EvictionPolicy, make_policy, parse_spec
+from prefixlab.workload.idcheck import IdConflictWarning
 from prefixlab.workload.loaders.base import LOADERS
 from prefixlab.workload.trace import Trace
 
@@ -138,6 +140,15 @@ ArrivalOpt = Annotated[
     str | None,
     typer.Option(help="Arrival model for text formats, e.g. lpc:lambda_chat=100 or sessions."),
 ]
+IdConflictsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--id-conflicts",
+        metavar="error|warn",
+        help="A hash id under another parent than before: refuse the trace (error, the "
+        "default) or load it and warn with their count (warn).",
+    ),
+]
 LoadOpt = Annotated[
     list[str] | None,
     typer.Option("--load-opt", help="Other loader option key=value (repeatable), e.g. side=b."),
@@ -153,6 +164,7 @@ def load_kwargs(
     tokenizer: str | None,
     arrival: str | None,
     load_opt: list[str] | None,
+    id_conflicts: str | None = None,
 ) -> dict[str, Any]:
     """Loader keywords from the shared options; only those the user gave."""
     kw: dict[str, Any] = {}
@@ -163,6 +175,7 @@ def load_kwargs(
         ("end_s", end_s),
         ("tokenizer", tokenizer),
         ("arrival", arrival),
+        ("id_conflicts", id_conflicts),
     ):
         if value is not None:
             kw[key] = value
@@ -215,6 +228,7 @@ _LOADER_OPTIONS: dict[str, tuple[Any, Any]] = {
     "tokenizer": (TokenizerOpt, None),
     "arrival": (ArrivalOpt, None),
     "load_opt": (LoadOpt, None),
+    "id_conflicts": (IdConflictsOpt, None),
 }
 
 
@@ -244,11 +258,19 @@ def with_loader_options(fn: Callable[..., None]) -> Callable[..., None]:
         except PrefixlabError as exc:
             fail(str(exc))
             return
-        fn(*args, load=load, **kwargs)
+        with warnings.catch_warnings():
+            # a trace loaded with --id-conflicts warn: one warning line, with the count
+            warnings.simplefilter("always", IdConflictWarning)
+            warnings.showwarning = _show_id_conflicts
+            fn(*args, load=load, **kwargs)
 
     command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
     return command
+
+
+def _show_id_conflicts(message: Warning | str, *args: Any, **kwargs: Any) -> None:
+    warn(str(message))
 
 
 def make_policies(specs: list[str], structure: str) -> list[EvictionPolicy]:

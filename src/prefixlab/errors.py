@@ -14,11 +14,23 @@ class TraceFormatError(PrefixlabError):
     the input without reading the simulator's code.
     """
 
-    def __init__(self, path: str, line: int | None, field: str | None, message: str) -> None:
+    def __init__(
+        self,
+        path: str,
+        line: int | None,
+        field: str | None,
+        message: str,
+        row: int | None = None,
+    ) -> None:
         self.path = path
         self.line = line
+        self.row = row
         self.field = field
+        #: the rule broken, without the place (the same words for every format)
+        self.reason = message
         where = f"{path}:{line}" if line else path
+        if row is not None:  # a columnar file (Parquet) has rows, 0-based, not lines
+            where = f"{path}: row {row}"
         what = f"field '{field}': {message}" if field else message
         super().__init__(f"{where}: {what}")
 

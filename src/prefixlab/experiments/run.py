@@ -200,6 +200,16 @@ def capacity_blocks(cfg: ExperimentConfig, cell: Cell, trace: Trace) -> tuple[in
     return blocks, ws
 
 
+def kv_bytes(blocks: int, block_tokens: int, model: str | None) -> int:
+    """The bytes a cache of ``blocks`` blocks holds (the model's KV bytes per block times
+    the blocks, whatever unit the capacity was given in); -1 without a model to say."""
+    if model is None:
+        return -1
+    from prefixlab.model.spec import get_model
+
+    return blocks * get_model(model).kv_bytes_per_block(block_tokens)
+
+
 # ------------------------------------------------------------------ one cell
 def run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool = False) -> CellResult:
     """Run one cell; ConfigError / CapacityError name the cell."""
@@ -293,7 +303,7 @@ def _run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool, start: float) -> 
         capacity=str(cell.capacity), capacity_index=cell.capacity_index,
         capacity_blocks=blocks, policy=cell.policy, policy_index=cell.policy_index,
         seed=cell.seed, runner=r.kind, structure=cfg.cache.structure, block_tokens=bt,
-        capacity_bytes=-1,
+        capacity_bytes=kv_bytes(blocks, bt, cfg.model.name),
         workload=cfg.workload.source, working_set_blocks=ws,
         capacity_fraction_ws=blocks / ws if ws else nan, timing="",
         num_preemptions=0, num_steps=0,

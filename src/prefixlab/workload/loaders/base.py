@@ -14,6 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from prefixlab.errors import ConfigError, PrefixlabError, TraceFormatError
+from prefixlab.workload.idcheck import (
+    IdConflictMode,
+    ParentCheck,
+    id_conflict_mode,
+    settle,
+    trace_keys,
+)
 from prefixlab.workload.trace import Request, Trace, TraceBuilder
 
 
@@ -63,6 +70,7 @@ def iter_chunks(
     start_s: float | None = None,
     end_s: float | None = None,
     chunk_requests: int | None = None,
+    id_conflicts: str = "error",
     **kwargs: Any,
 ) -> Iterator[tuple[Trace, int]] | None:
     """The file (or folder) as chunks of consecutive kept requests, each with the bytes read
@@ -74,18 +82,39 @@ def iter_chunks(
     per chunk, built as
     :func:`load_trace` builds a whole trace. Raises :class:`NotStreamable` (the caller then
     loads the file whole, which names the problem or sorts) on anything the whole load
-    would refuse, and when the loader asks for sorting and arrivals decrease."""
+    would refuse, and when the loader asks for sorting and arrivals decrease.
+
+    Hash ids are checked against every id before them (:mod:`~prefixlab.workload.idcheck`):
+    with ``id_conflicts="error"`` an id under another parent raises ``NotStreamable`` (the
+    whole load names it); with ``"warn"`` a warning with their count follows the last chunk."""
     if not Path(path).exists():
         return None
+    mode = id_conflict_mode(id_conflicts)
     opts = LoadOptions(limit, sample, sample_seed, start_s, end_s)
     opts.validate()
     reader = CHUNK_LOADERS.get(fmt)
+    chunks: Iterator[tuple[Trace, int]] | None = None
     if reader is not None and not kwargs and Path(path).is_file() and sample is None:
         from prefixlab._jit import COMPILED
 
         if COMPILED:
-            return reader(Path(path), opts)
-    return _chunked(path, fmt, opts, kwargs, chunk_requests or CHUNK_REQUESTS)
+            chunks = reader(Path(path), opts)
+    if chunks is None:
+        chunks = _chunked(path, fmt, opts, kwargs, chunk_requests or CHUNK_REQUESTS)
+    return _id_checked(chunks, str(path), mode)
+
+
+def _id_checked(
+    chunks: Iterator[tuple[Trace, int]], path: str, mode: IdConflictMode
+) -> Iterator[tuple[Trace, int]]:
+    check = ParentCheck()
+    for chunk, nbytes in chunks:
+        if chunk.hash_ids is not None:
+            check.add(*trace_keys(chunk))
+            if mode == "error" and check.conflicts is not None:
+                raise NotStreamable("a hash id under another parent")
+        yield chunk, nbytes
+    settle(check, path, mode)
 
 
 def _chunked(
@@ -244,14 +273,26 @@ def load_trace(
     sample_seed: int = 0,
     start_s: float | None = None,
     end_s: float | None = None,
+    id_conflicts: str = "error",
     **kwargs: Any,
 ) -> Trace:
     """Load a trace file with the loader registered as ``fmt``, keeping what the options say.
 
     The file is streamed into compact columns; it never has to fit in memory as text.
     Extra keyword arguments go to the loader (e.g. ``tokenizer=`` for text formats).
+    A hash-form trace whose ids change parents between requests is refused
+    (``id_conflicts="error"``) or loaded with an :class:`IdConflictWarning` (``"warn"``).
     """
-    opts = LoadOptions(limit, sample, sample_seed, start_s, end_s)
+    mode = id_conflict_mode(id_conflicts)
+    trace = _load(path, fmt, LoadOptions(limit, sample, sample_seed, start_s, end_s), kwargs)
+    if trace.hash_ids is not None:
+        check = ParentCheck()
+        check.add(*trace_keys(trace))
+        settle(check, str(path), mode)
+    return trace
+
+
+def _load(path: str | Path, fmt: str, opts: LoadOptions, kwargs: dict[str, Any]) -> Trace:
     fast = FAST_LOADERS.get(fmt)
     if fast is not None and not kwargs and Path(path).is_file():
         opts.validate()

@@ -20,6 +20,13 @@ import numpy as np
 from prefixlab.errors import ConfigError, TraceFormatError
 from prefixlab.io import atomic_path
 from prefixlab.workload.loaders.base import Header, register_loader
+from prefixlab.workload.loaders.rules import (
+    RowReader,
+    check_order,
+    known_fields,
+    read_request,
+    unknown_fields,
+)
 from prefixlab.workload.trace import Request, Trace
 
 FORMAT_VERSION = 1
@@ -77,15 +84,6 @@ def write_parquet(trace: Trace, path: str | Path) -> None:
         pq.write_table(table, tmp, row_group_size=ROW_GROUP)
 
 
-def _ragged(column: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """values, offsets (rebased to 0) and validity of an Arrow list column chunk."""
-    arr = column.combine_chunks() if hasattr(column, "combine_chunks") else column
-    offs = np.asarray(arr.offsets, dtype=np.int64)
-    values = np.asarray(arr.values)
-    valid = ~np.asarray(arr.is_null(), dtype=bool)
-    return values, offs, valid
-
-
 @register_loader("parquet")
 def load_parquet(path: Path) -> Iterator[Request | Header]:
     """Stream a prefixlab Parquet trace, one row group at a time."""
@@ -102,64 +100,32 @@ def load_parquet(path: Path) -> Iterator[Request | Header]:
             str(path), None, "prefixlab_trace", "not a prefixlab trace (schema metadata missing)"
         )
     names = set(pf.schema_arrow.names)
-    for required in ("arrival_s", "input_length", "output_length"):
-        if required not in names:
-            raise TraceFormatError(str(path), None, required, "column missing")
+    unknown = unknown_fields(names)
+    if unknown is not None:
+        raise TraceFormatError(str(path), None, unknown, f"unknown column; {known_fields()}")
     hash_form = "hash_ids" in names
     if hash_form == ("input_tokens" in names):
         raise TraceFormatError(
-            str(path), 0, "input_tokens", "need exactly one of input_tokens, hash_ids"
+            str(path), None, "input_tokens", "need exactly one of input_tokens, hash_ids"
         )
-    block_tokens = int(meta["block_tokens"]) if hash_form else None
+    block_tokens = _block_tokens(path, meta) if hash_form else None
     yield Header(block_tokens)
     row = 0
+    previous: Request | None = None
     for batch in pf.iter_batches(batch_size=ROW_GROUP):
-        cols = {name: batch.column(name) for name in batch.schema.names}
-        n = batch.num_rows
+        for values in batch.to_pylist():
+            f = RowReader(path, row, values)
+            req = read_request(f, block_tokens)
+            check_order(f, req, previous)
+            previous = req
+            row += 1
+            yield req
 
-        def opt(name: str, cols: dict[str, Any] = cols, n: int = n) -> list[Any]:
-            return cols[name].to_pylist() if name in cols else [None] * n
 
-        arrival, inp, out = (
-            np.asarray(cols[c].to_numpy(zero_copy_only=False), dtype=np.float64)
-            for c in ("arrival_s", "input_length", "output_length")
-        )
-        turn = opt("turn")
-        think = opt("think_s")
-        sessions, tasks, texts, replies, extras = (
-            opt("session_id"), opt("task"), opt("prompt_text"), opt("reply_text"), opt("extra_key")
-        )  # fmt: skip
-        hashed = opt("hashed_tokens")
-        content = _ragged(cols["hash_ids" if hash_form else "input_tokens"])
-        output = _ragged(cols["output_tokens"]) if "output_tokens" in cols else None
-        for name, col in (("arrival_s", arrival), ("input_length", inp), ("output_length", out)):
-            bad = np.flatnonzero(~(np.isfinite(col) & (col >= 0)))
-            if bad.size:
-                r = int(bad[0])
-                raise TraceFormatError(
-                    str(path), None, name, f"row {row + r}: must be a number >= 0, got {col[r]}"
-                )
-        for i in range(n):
-            kw: dict[str, Any] = {}
-            ids = content[0][content[1][i] : content[1][i + 1]]
-            if hash_form:
-                kw["hash_ids"] = ids
-                kw["hashed_tokens"] = hashed[i]
-            else:
-                kw["input_tokens"] = ids
-                if output is not None and output[2][i]:
-                    kw["output_tokens"] = output[0][output[1][i] : output[1][i + 1]]
-            yield Request(
-                arrival_s=float(arrival[i]),
-                input_length=int(inp[i]),
-                output_length=int(out[i]),  # checked finite and >= 0 above
-                session_id=sessions[i],
-                turn=int(turn[i] or 0),
-                task=tasks[i],
-                prompt_text=texts[i],
-                reply_text=replies[i],
-                extra_key=extras[i],
-                think_s=think[i],
-                **kw,
-            )
-        row += n
+def _block_tokens(path: Path, meta: dict[str, str]) -> int:
+    """The block size a hash-form file's ids cover, from its schema metadata."""
+    raw = meta.get("block_tokens")
+    if raw is None or not raw.isdigit() or int(raw) <= 0:
+        why = "missing" if raw is None else f"must be a positive integer, got {raw!r}"
+        raise TraceFormatError(str(path), None, "block_tokens", f"schema metadata {why}")
+    return int(raw)
