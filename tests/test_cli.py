@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from prefixlab.cli import app
 from prefixlab.policies import registered
+from tests.tables import table_rows
 
 runner = CliRunner()
 GEN = "gen:sessions:num_sessions=30,seed=5"
@@ -76,9 +77,7 @@ def test_replay_table_output() -> None:
         "replay", GEN, "--block-tokens", "16", "--capacity-blocks", "600", "-p", "lru", "-p", "opt"
     )
     assert code == 0
-    lines = stdout.splitlines()
-    assert any(line.startswith("│ lru ") for line in lines)
-    assert any(line.startswith("│ opt ") for line in lines)
+    assert [row[0] for row in table_rows(stdout)] == ["lru", "opt"]
     assert "token hit" in stdout and "trace: sessions-chat-seed5" in stdout
 
 
@@ -209,3 +208,26 @@ def test_version() -> None:
     from importlib.metadata import version
 
     assert version("prefixlab") == __version__  # the package's metadata says the same
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), SystemError("set on top of it")])
+def test_ctrl_c_in_any_command_is_one_line_and_exit_130(
+    monkeypatch: pytest.MonkeyPatch, error: BaseException
+) -> None:
+    """Every command: Ctrl-C (or the SystemError numba raises over it) prints one line and
+    exits 130, not click's "Aborted!" (exit 1) or a traceback."""
+    import prefixlab.cli as cli_mod
+
+    def stop(*args: object, **kwargs: object) -> None:
+        if isinstance(error, KeyboardInterrupt):
+            raise error
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise error  # noqa: B904 - as numba chains it: the interrupt is its context
+
+    monkeypatch.setattr(cli_mod, "load_shown", stop)
+    result = runner.invoke(app, ["trace", "stats", "gen:sessions", "--block-tokens", "16"])
+    assert result.exit_code == 130, result.output
+    assert "interrupted: stopped before the end" in result.output
+    assert "Traceback" not in result.output and "Aborted" not in result.output

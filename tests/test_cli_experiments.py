@@ -21,6 +21,8 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from prefixlab.cli import app
+from prefixlab.cli_common import secs
+from tests.tables import table
 
 runner = CliRunner()
 
@@ -78,22 +80,6 @@ def _same(a: Any, b: Any) -> bool:
     return json.dumps(a) == json.dumps(b)
 
 
-def _table_rows(text: str) -> list[list[str]]:
-    """The body rows of a rich table (header rows use heavy bars, so they are left out)."""
-    return [
-        [cell.strip() for cell in line.strip().strip("│").split("│")]
-        for line in text.splitlines()
-        if line.startswith("│")
-    ]
-
-
-def _table(text: str) -> list[dict[str, str]]:
-    """The body rows of a rich table keyed by their column headings (one-line headings)."""
-    (head,) = [line for line in text.splitlines() if line.startswith("┃")]
-    names = [cell.strip() for cell in head.strip().strip("┃").split("┃")]
-    return [dict(zip(names, row, strict=True)) for row in _table_rows(text)]
-
-
 def _csv_rows(text: str) -> list[list[str]]:
     return list(csv.reader(io.StringIO(text)))
 
@@ -135,10 +121,10 @@ def engine_run(parent: Path) -> tuple[Path, str]:
 # ------------------------------------------------------------------ compare (replay)
 def test_compare_table_has_every_policy_and_capacity(replay_run: tuple[Path, str]) -> None:
     folder, output = replay_run
-    body = _table(output)
+    body = table(output)
     assert {(r["capacity"], r["policy"]) for r in body} == CELLS
     # no model, no engine: no FLOPs or latency columns
-    assert list(body[0]) == ["capacity", "blocks", "policy", "token hit", "request hit"]
+    assert list(body[0]) == ["capacity", "blocks", "policy", "token hit", "req hit"]
     assert "4 cells: 4 run, 0 already done" in output
     assert f"results: {folder}/results.parquet" in output
     # the printed ratios are the stored ones, rounded
@@ -147,7 +133,7 @@ def test_compare_table_has_every_policy_and_capacity(replay_run: tuple[Path, str
         row = stored[(shown["capacity"], shown["policy"])]
         assert shown["blocks"] == f"{row['capacity_blocks']:,}"
         assert shown["token hit"] == f"{row['token_hit_ratio']:.4f}"
-        assert shown["request hit"] == f"{row['request_hit_ratio']:.4f}"
+        assert shown["req hit"] == f"{row['request_hit_ratio']:.4f}"
 
 
 def test_compare_writes_four_rows_in_plan_order(replay_run: tuple[Path, str]) -> None:
@@ -217,13 +203,15 @@ def test_compare_table_is_the_mean_over_seeds(tmp_path: Path) -> None:
     result = _invoke("compare", GEN, "-p", "lru", "-c", "3000", "--block-tokens", "16",
                      "--seed", "0", "--seed", "1", "--out", str(out))  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert "compare (mean of 2 seeds)" in result.output
+    assert "compare (mean and sd of 2 seeds)" in result.output
     rows = _rows(out)
     assert [r["seed"] for r in rows] == [0, 1]
     assert rows[0]["token_hit_ratio"] != rows[1]["token_hit_ratio"]  # two different traces
-    (shown,) = _table(result.output)
+    (shown,) = table(result.output)
     mean = (rows[0]["token_hit_ratio"] + rows[1]["token_hit_ratio"]) / 2
     assert shown["token hit"] == f"{mean:.4f}"
+    sd = abs(rows[0]["token_hit_ratio"] - rows[1]["token_hit_ratio"]) / 2**0.5  # two seeds
+    assert shown["± sd"] == f"{sd:.4f}"
 
 
 # ------------------------------------------------------------------ compare (engine)
@@ -231,11 +219,11 @@ def test_engine_compare_fills_latency_and_flops(engine_run: tuple[Path, str]) ->
     folder, output = engine_run
     rows = _rows(folder)
     stored = {(r["capacity"], r["policy"]): r for r in rows}
-    for shown in _table(output):
+    for shown in table(output):
         row = stored[(shown["capacity"], shown["policy"])]
         assert shown["FLOPs saved"] == f"{row['flops_saved_ratio']:.1%}"
-        assert shown["mean TTFT (s)"] == f"{row['mean_ttft_s']:.4f}"
-        assert shown["P95 TTFT"] == f"{row['p95_ttft_s']:.4f}"
+        assert shown["TTFT mean s"] == secs(row["mean_ttft_s"])
+        assert shown["TTFT P95 s"] == secs(row["p95_ttft_s"])
     assert len(rows) == 4 and {r["runner"] for r in rows} == {"engine"}
     for r in rows:
         assert r["timing"]
@@ -346,7 +334,7 @@ def test_results_list_shows_every_results_folder(
 ) -> None:
     result = _invoke("results", "list", str(parent))
     assert result.exit_code == 0, result.output
-    body = _table(result.output)
+    body = table(result.output)
     assert sorted(body, key=lambda r: r["folder"]) == [
         {"folder": str(folder), "experiment": "compare", "runner": kind, "rows": "4",
          "policies": "lru, fifo", "capacities": "0.5ws, 3000", "seeds": "1"}
@@ -382,7 +370,7 @@ def test_results_show_table_of_cdf(engine_run: tuple[Path, str]) -> None:
     result = _invoke("results", "show", str(folder), "--table", "cdf", "--where", "quantile=1.0")
     assert result.exit_code == 0, result.output
     assert "cdf (4 rows shown)" in " ".join(result.output.split())  # the title may wrap
-    body = _table(result.output)
+    body = table(result.output)
     assert {(r["capacity"], r["policy"]) for r in body} == CELLS
     assert {r["quantile"] for r in body} == {"1"}
     # quantile 1 is the slowest request of the cell (shown to 6 significant digits)
@@ -525,7 +513,7 @@ def test_vary_table_has_a_workload_column(vary_run: tuple[Path, Result]) -> None
     assert "workload" in result.output
     assert "2 cells: 0 run, 2 already done" in result.output
     rows = {r["variant"]: r for r in _rows(out)}
-    assert [(r["workload"], r["policy"], r["token hit"]) for r in _table(result.output)] == [
+    assert [(r["workload"], r["policy"], r["token hit"]) for r in table(result.output)] == [
         (v, "lru", f"{rows[v]['token_hit_ratio']:.4f}") for v in ("p=0.2", "p=0.8")
     ]
 

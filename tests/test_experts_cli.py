@@ -40,6 +40,7 @@ from prefixlab.experts.simulate import simulate
 from prefixlab.experts.sweep import is_experts_folder, plan, run_expert_sweep
 from prefixlab.experts.trace import ExpertTrace
 from prefixlab.experts.trace_io import load_expert_trace, load_trace, save_trace
+from tests.tables import table_rows
 
 runner = CliRunner()
 
@@ -92,14 +93,6 @@ def _config(**changes: Any) -> dict[str, Any]:
                 d[section][k] = v
     d.update(changes)
     return d
-
-
-def _table_rows(text: str) -> list[list[str]]:
-    return [
-        [cell.strip() for cell in line.strip().strip("│").split("│")]
-        for line in text.splitlines()
-        if line.startswith("│")
-    ]
 
 
 _TRACES: dict[tuple[float, int], ExpertTrace] = {}
@@ -583,7 +576,7 @@ def test_generate_writes_npz_and_jsonl_that_load_back(tmp_path: Path) -> None:
     for name in ("g.npz", "g.jsonl"):
         result = _invoke("experts", "generate", "zipf", *params, "-o", str(tmp_path / name))
         assert result.exit_code == 0, result.output
-        shown = {row[0]: row[1] for row in _table_rows(result.stdout)}
+        shown = {row[0]: row[1] for row in table_rows(result.stdout)}
         assert shown["num_requests"] == "180" and shown["top_k"] == "2"
         back = load_expert_trace(tmp_path / name)
         if name.endswith(".npz"):
@@ -609,10 +602,10 @@ def test_info_summarises_a_trace() -> None:
     spec = "gen:zipf:num_layers=3,num_experts=5,num_tokens=30,top_k=2"
     result = _invoke("experts", "info", spec)
     assert result.exit_code == 0, result.output
-    shown = {row[0]: row[1] for row in _table_rows(result.stdout)}
+    shown = {row[0]: row[1] for row in table_rows(result.stdout)}
     assert (shown["num_layers"], shown["num_experts"], shown["num_requests"]) == ("3", "5", "180")
     result = _invoke("experts", "info", spec, "--top-k", "1")
-    assert {row[0]: row[1] for row in _table_rows(result.stdout)}["num_requests"] == "90"
+    assert {row[0]: row[1] for row in table_rows(result.stdout)}["num_requests"] == "90"
 
 
 SIM_SPEC = "gen:zipf:num_layers=3,num_experts=4,num_tokens=60,seed=2"
@@ -661,7 +654,7 @@ def test_simulate_table_shows_the_same_numbers() -> None:
     assert result.exit_code == 0, result.output
     trace = load_expert_trace(SIM_SPEC)
     lru, opt = (simulate(trace, capacity=6, policy=p).num_faults for p in ("lru", "opt"))
-    body = _table_rows(result.stdout)
+    body = table_rows(result.stdout)
     assert [row[:3] for row in body] == [["lru", "6", str(lru)], ["opt", "6", str(opt)]]
     assert body[0][5] == f"{lru / opt:.3f}" and body[1][5] == "1.000"
     assert "3 layers x 4 experts, 180 requests" in result.stdout
@@ -728,7 +721,7 @@ def test_policies_lists_every_registered_policy() -> None:
 
     result = _invoke("experts", "policies")
     assert result.exit_code == 0, result.output
-    body = _table_rows(result.stdout)
+    body = table_rows(result.stdout)
     assert sorted(row[0] for row in body) == EXPERT_POLICIES == sorted(registered())
     assert all(row[1] for row in body)
 
@@ -767,7 +760,7 @@ def test_experts_sweep_command_on_a_file_trace(tmp_path: Path) -> None:
         res = simulate(trace, capacity=r["capacity"], policy=r["policy"], seed=r["seed"])
         assert r["num_faults"] == res.num_faults
     # the printed table: faults / OPT per variant and capacity entry, mean over seeds
-    table = {(row[0], row[1]): row[2:] for row in _table_rows(result.stdout)}
+    table = {(row[0], row[1]): row[2:] for row in table_rows(result.stdout)}
     lru6 = [r["fault_ratio_to_opt"] for r in rows if r["capacity"] == 6 and r["policy"] == "lru"]
     assert table["trace", "0.5nl"][0] == f"{sum(lru6) / 2:.3f}"
     # a second run reuses both cells, and writes the report this time

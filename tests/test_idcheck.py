@@ -121,7 +121,8 @@ def test_a_load_refuses_or_warns(tmp_path: Path) -> None:
     with pytest.warns(IdConflictWarning, match="1 use of a hash id") as caught:
         tr = load_trace(p, "mooncake", id_conflicts="warn")
     assert len(tr) == 2 and caught[0].message.conflicts.count == 1  # type: ignore[union-attr]
-    with pytest.raises(Exception, match="id_conflicts must be one of error, warn, got 'skip'"):
+    assert len(load_trace(p, "mooncake", id_conflicts="ignore")) == 2
+    with pytest.raises(Exception, match="must be one of error, warn, ignore, got 'skip'"):
         id_conflict_mode("skip")
 
 

@@ -307,7 +307,7 @@ def test_cli_json_and_plots(tmp_path: Path) -> None:
 def test_cli_tables() -> None:
     res = CliRunner().invoke(app, ["analyze", "reuse", MIX, "--block-tokens", "16"])
     assert res.exit_code == 0, res.output
-    for text in ("intra-session", "prefill reused", "128+", "log-normal", "infinite cache"):
+    for text in ("intra session", "prefill reused", "128+", "log-normal", "infinite cache"):
         assert text in res.stdout
 
 

@@ -161,23 +161,29 @@ def test_a_changed_config_reruns_only_new_cells(serial: Path, tmp_path: Path) ->
     assert not {c.cell_id for c in plan(other)} & {c.cell_id for c in plan(cfg)}
 
 
-def test_killed_sweep_resumes_only_missing_cells(serial: Path, tmp_path: Path) -> None:
-    """SIGKILL a real `prefixlab sweep` halfway; the rerun runs only what is missing."""
-    config = tmp_path / "exp.json.toml"
+def _sweep_until(tmp_path: Path, out: Path, jobs: str, cells: int) -> subprocess.Popen[str]:
+    """A real `prefixlab sweep` of SWEEP into ``out``, once it has saved ``cells`` cells; in
+    a session of its own (its process group gets the signal a terminal would send)."""
+    config = tmp_path / "exp.toml"
     config.write_text(_toml(SWEEP))
-    out = tmp_path / "out"
     cmd = [sys.executable, "-m", "prefixlab", "sweep", str(config), "--out", str(out),
-           "--jobs", "1", "--quiet", "--no-report"]  # fmt: skip
+           "--jobs", jobs, "--quiet", "--no-report"]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)  # fmt: skip
-    cells = out / "cells"
+                            start_new_session=True, text=True)  # fmt: skip
+    saved = out / "cells"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
-        if cells.is_dir() and len(list(cells.glob("*.json"))) >= 6:
-            break
+        if saved.is_dir() and len(list(saved.glob("*.json"))) >= cells:
+            return proc
         time.sleep(0.01)
-    if proc.poll() is not None:
-        pytest.fail(f"the sweep ended before it could be killed: {proc.stderr.read()!r}")
+    assert proc.stderr is not None
+    pytest.fail(f"the sweep ended before it could be stopped: {proc.stderr.read()!r}")
+
+
+def test_killed_sweep_resumes_only_missing_cells(serial: Path, tmp_path: Path) -> None:
+    """SIGKILL a real `prefixlab sweep` halfway; the rerun runs only what is missing."""
+    out = tmp_path / "out"
+    proc = _sweep_until(tmp_path, out, jobs="1", cells=6)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     done_before = ResultsStore(out).done()
@@ -187,7 +193,24 @@ def test_killed_sweep_resumes_only_missing_cells(serial: Path, tmp_path: Path) -
     assert set(summary.skipped) == done_before
     assert len(summary.ran) == 24 - len(done_before)
     assert _same(_rows(out), _rows(serial))
-    assert not list(cells.glob(".*.tmp"))  # no half-written cell was taken as done
+    assert not list((out / "cells").glob(".*.tmp"))  # no half-written cell was taken as done
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ctrl_c_says_what_is_saved_and_how_to_resume(tmp_path: Path, jobs: str) -> None:
+    """SIGINT (Ctrl-C) a real `prefixlab sweep`: one line with the saved cells and the way
+    to resume, exit 130, no traceback; the rerun runs only the missing cells."""
+    out = tmp_path / "out"
+    proc = _sweep_until(tmp_path, out, jobs=jobs, cells=3)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    saved = len(ResultsStore(out).done())
+    assert f"interrupted: {saved:,} finished cells are saved in {out}" in stderr
+    assert "run the same command again to resume" in stderr
+    assert "Traceback" not in stderr and "Aborted" not in stderr
+    summary = run_sweep(parse_config(SWEEP), out, jobs=1)
+    assert len(summary.skipped) == saved and len(summary.ran) == 24 - saved
 
 
 def _toml(data: dict[str, Any]) -> str:

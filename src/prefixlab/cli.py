@@ -28,6 +28,7 @@ from prefixlab.analysis import trace_stats
 from prefixlab.cli_common import (
     BlockTokensOpt,
     CapacityBytesOpt,
+    FitTable,
     FormatOpt,
     QuietOpt,
     TraceArg,
@@ -35,6 +36,7 @@ from prefixlab.cli_common import (
     console,
     each_policy,
     fail,
+    guard_interrupts,
     load_shown,
     make_policies,
     progress_bar,
@@ -145,16 +147,21 @@ def _write_per_request(path: Path, results: Sequence[ReplayResult | HybridResult
 
 
 def _result_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title="prefix cache replay", show_lines=False)
-    cols = [
-        ("policy", "policy", "{}"),
-        ("structure", "structure", "{}"),
-        ("capacity_blocks", "capacity (blocks)", "{:,}"),
+    """The replay table; the structure goes to the title when every row shares it."""
+    structures = sorted({row["structure"] for row in rows})
+    one = len(structures) == 1
+    title = f"prefix cache replay ({structures[0]} structure)" if one else "prefix cache replay"
+    table = FitTable(title=title, show_lines=False)
+    cols = [("policy", "policy", "{}")]
+    if not one:
+        cols.append(("structure", "structure", "{}"))
+    cols += [
+        ("capacity_blocks", "blocks", "{:,}"),
         ("token_hit_ratio", "token hit", "{:.4f}"),
-        ("request_hit_ratio", "request hit", "{:.4f}"),
+        ("request_hit_ratio", "req hit", "{:.4f}"),
         ("block_hit_ratio", "block hit", "{:.4f}"),
-        ("num_evictions", "evictions", "{:,}"),
-        ("elapsed_s", "time (s)", "{:.2f}"),
+        ("num_evictions", "evicted", "{:,}"),
+        ("elapsed_s", "time s", "{:.2f}"),
         ("blocks_per_s", "blocks/s", "{:,.0f}"),
     ]
     for _, title, _ in cols:
@@ -340,7 +347,7 @@ def _print_replay(
 
 def _hybrid_table(rows: list[dict[str, Any]]) -> Table:
     gb = rows[0]["capacity_bytes"] / 1e9
-    table = Table(title=f"hybrid cache replay ({rows[0]['model']}, {gb:,.1f} GB)")
+    table = FitTable(title=f"hybrid cache replay ({rows[0]['model']}, {gb:,.1f} GB)")
     cols = [("policy", "policy", "{}"), ("token_hit_ratio", "token hit", "{:.4f}"),
             ("request_hit_ratio", "request hit", "{:.4f}"),
             ("flops_saved_ratio", "FLOPs saved", "{:.1%}"),
@@ -425,7 +432,7 @@ def policies_cmd(
     if as_json:
         sys.stdout.write(json.dumps(entries, indent=2) + "\n")
         return
-    table = Table(title="registered policies")
+    table = FitTable(title="registered policies")
     for col in ("name", "structures", "parameters", "description"):
         table.add_column(col)
     for e in entries:
@@ -459,7 +466,7 @@ def trace_stats_cmd(
     if as_json:
         sys.stdout.write(json.dumps(stats, indent=2) + "\n")
         return
-    table = Table(title=f"trace {stats['name']}", show_header=False)
+    table = FitTable(title=f"trace {stats['name']}", show_header=False)
     table.add_column("statistic")
     table.add_column("value", justify="right")
     for key, value in stats.items():
@@ -577,6 +584,7 @@ cli_lpc.register(app)
 cli_analyze.register(app)
 cli_experts.register(app)
 cli_reproduce.register(app)
+guard_interrupts(app)
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ from rich.table import Table
 from prefixlab.analysis.reuse import ALL, POSITION_LABELS, ReuseAnalysis, analyze_reuse
 from prefixlab.cli_common import (
     BlockTokensOpt,
+    FitTable,
     FormatOpt,
     TraceArg,
     block_tokens_of,
@@ -39,9 +40,9 @@ def _num(value: float | None, fmt: str = "{:.3f}") -> str:
 
 
 def _attribution_table(a: ReuseAnalysis) -> Table:
-    table = Table(title="reuses by where the reused block came from (most recent holder)")
-    for col in ("task", "lookup blocks", "reuses", "reused", "intra-session", "inter-session",
-                "intra-task", "inter-task"):  # fmt: skip
+    table = FitTable(title="reuses by where the reused block came from (most recent holder)")
+    for col in ("task", "lookup blocks", "reuses", "reused", "intra session", "inter session",
+                "intra task", "inter task"):  # fmt: skip
         table.add_column(col, justify="left" if col == "task" else "right")
     for task in a.groups():
         at = a.attribution[task]
@@ -54,7 +55,7 @@ def _attribution_table(a: ReuseAnalysis) -> Table:
 
 
 def _phase_table(a: ReuseAnalysis) -> Table:
-    table = Table(title="stored blocks reused later, by phase")
+    table = FitTable(title="stored blocks reused later, by phase")
     for col in ("task", "prefill stored", "prefill reused", "decode stored", "decode reused"):
         table.add_column(col, justify="left" if col == "task" else "right")
     for task in a.groups():
@@ -66,18 +67,20 @@ def _phase_table(a: ReuseAnalysis) -> Table:
 
 
 def _position_table(a: ReuseAnalysis) -> Table:
-    table = Table(title="reuse probability of stored prefill blocks by block position")
-    table.add_column("task")
-    for label in POSITION_LABELS:
-        table.add_column(label, justify="right")
-    for task in a.groups():
-        pos = a.position[task]
-        table.add_row(task, *(_pct(p) for p in pos.probability), end_section=task == ALL)
+    """One row per block position bucket, one column per task (positions outnumber the
+    tasks of a trace, and an 80-column terminal holds few columns)."""
+    table = FitTable(title="reuse probability of stored prefill blocks by block position")
+    table.add_column("position")
+    tasks = list(a.groups())
+    for task in tasks:
+        table.add_column(task, justify="right")
+    for i, label in enumerate(POSITION_LABELS):
+        table.add_row(label, *(_pct(a.position[task].probability[i]) for task in tasks))
     return table
 
 
 def _gaps_table(a: ReuseAnalysis) -> Table:
-    table = Table(title="inter-turn gaps (arrival to arrival) and their log-normal fit")
+    table = FitTable(title="inter-turn gaps (arrival to arrival) and their log-normal fit")
     for col in ("task", "gaps", "zero", "mu", "sigma", "median (s)", "p90 (s)",
                 "fit median (s)", "fit p90 (s)", "KS"):  # fmt: skip
         table.add_column(col, justify="left" if col == "task" else "right")

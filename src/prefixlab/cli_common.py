@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
+import os
 import sys
 import typing
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
+from rich import box
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Column, Table
+from rich.text import Text
 
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.model import capacity_blocks_for_bytes
@@ -27,8 +35,93 @@ err = Console(stderr=True)
 
 
 def console() -> Console:
-    # Wide enough for the result table when piped (rich assumes 80 columns off a terminal).
-    return Console() if sys.stdout.isatty() else Console(width=140)
+    """Standard output: the terminal's width; piped, ``COLUMNS`` when set, else 140 columns
+    (rich assumes 80 off a terminal). Text lines are not wrapped (a path stays whole, to
+    copy); tables fit the width."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
+        return Console(soft_wrap=True)
+    return Console(width=140, soft_wrap=True)
+
+
+class FitTable(Table):
+    """A table made for an 80-column terminal: no outer frame, and no column narrower than
+    its widest word, so a number or a name is never cut ("200,0..."). When the table is
+    wider than the terminal, the columns of single words (numbers, names) take exactly
+    their widest cell (their headers wrap), and the columns of sentences share the rest,
+    each at least its widest word."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("box", box.SIMPLE_HEAD)
+        kwargs.setdefault("show_edge", False)
+        kwargs.setdefault("pad_edge", False)
+        kwargs.setdefault("padding", (0, 1, 0, 0))  # columns two spaces apart
+        super().__init__(*args, **kwargs)
+        #: per column: its widest cell, and whether every cell is a single word
+        self._natural: list[int] = []
+        self._single: list[bool] = []
+
+    def add_column(self, header: Any = "", *args: Any, **kwargs: Any) -> None:
+        super().add_column(header, *args, **kwargs)
+        self._natural.append(0)
+        self._single.append(True)
+        _widen(self.columns[-1], header)
+
+    def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+        super().add_row(*renderables, **kwargs)
+        for i, (column, cell) in enumerate(zip(self.columns, renderables, strict=False)):
+            _widen(column, cell)
+            if isinstance(cell, str):
+                plain = Text.from_markup(cell).plain.strip()
+                self._natural[i] = max(self._natural[i], cell_len(plain))
+                self._single[i] = self._single[i] and " " not in plain
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if self._width(console, options) > options.max_width:
+            self._fit(console, options)
+        yield from super().__rich_console__(console, options)
+
+    def _width(self, console: Console, options: ConsoleOptions) -> int:
+        """The table's width with no limit (its columns' fixed widths, where set)."""
+        return Measurement.get(console, options.update_width(1 << 16), self).maximum
+
+    def _fit(self, console: Console, options: ConsoleOptions) -> None:
+        """Fixed widths for every column that fit the terminal, if the widest words do."""
+        cols = self.columns
+        lows = [c.min_width or 0 for c in cols]
+        highs = [max(n, low) for n, low in zip(self._natural, lows, strict=True)]
+        for column, low, high, one in zip(cols, lows, highs, self._single, strict=True):
+            column.width = high if one else low
+        spare = options.max_width - self._width(console, options)
+        if spare < 0:  # even the widest words do not fit: rich's own squeeze
+            for column in cols:
+                column.width = None
+            return
+        wrap = [i for i, one in enumerate(self._single) if not one]
+        want = sum(highs[i] - lows[i] for i in wrap) or 1
+        for i in wrap:
+            cols[i].width = lows[i] + min(highs[i] - lows[i], spare * (highs[i] - lows[i]) // want)
+
+
+def secs(value: float) -> str:
+    """Seconds in at most six characters, four significant digits up to 999 s: 0.785, 2.23,
+    21.3, 213, 1,234 (a latency table then fits 80 columns); "-" for NaN or None."""
+    if value is None or math.isnan(value):
+        return "-"
+    if value < 1:
+        return f"{value:.3f}"
+    if value < 10:
+        return f"{value:.2f}"
+    if value < 100:
+        return f"{value:.1f}"
+    return f"{value:,.0f}"
+
+
+def _widen(column: Column, cell: Any) -> None:
+    """No narrower than the cell's widest word (a str cell; rich markup allowed)."""
+    if isinstance(cell, str):
+        plain = Text.from_markup(cell).plain
+        widest = max((cell_len(word) for word in plain.split()), default=0)
+        column.min_width = max(column.min_width or 0, widest)
 
 
 #: advance(done, total, description): where a long loop reports how far it is
@@ -144,9 +237,10 @@ IdConflictsOpt = Annotated[
     str | None,
     typer.Option(
         "--id-conflicts",
-        metavar="error|warn",
+        metavar="error|warn|ignore",
         help="A hash id under another parent than before: refuse the trace (error, the "
-        "default) or load it and warn with their count (warn).",
+        "default), load it and warn with their count (warn), or do not check (ignore: no "
+        "table of ids, a streamed replay's memory stays flat).",
     ),
 ]
 LoadOpt = Annotated[
@@ -266,6 +360,75 @@ def with_loader_options(fn: Callable[..., None]) -> Callable[..., None]:
 
     command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
+    return command
+
+
+#: exit status of a command stopped by Ctrl-C (128 + SIGINT, as shells report it)
+INTERRUPTED = 130
+
+
+def interrupted(message: str) -> typer.Exit:
+    """Say what a Ctrl-C left behind, on stderr; raise the result (exit 130)."""
+    err.print(f"[bold yellow]interrupted:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    return typer.Exit(INTERRUPTED)
+
+
+def from_interrupt(exc: BaseException) -> bool:
+    """Ctrl-C, or an error it caused: a ``KeyboardInterrupt`` raised while numba ran a
+    compiled function's Python callback surfaces as a ``SystemError`` set on top of it."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+@contextmanager
+def resumable(folder: Path) -> Iterator[None]:
+    """Within the block (a sweep into ``folder``), Ctrl-C says how many cells are saved and
+    how to resume, and exits 130."""
+    try:
+        yield
+    except BaseException as exc:
+        if not from_interrupt(exc):
+            raise
+        saved = len(list((folder / "cells").glob("*.json")))
+        cells = "1 finished cell is" if saved == 1 else f"{saved:,} finished cells are"
+        raise interrupted(
+            f"{cells} saved in {folder}; run the same command again to resume (finished "
+            "cells are kept, only the others run)"
+        ) from None
+
+
+def guard_interrupts(group: typer.Typer) -> None:
+    """Every command of ``group`` and its subgroups: Ctrl-C prints one line, not a
+    traceback or click's "Aborted!", and exits 130. A command that saves as it goes
+    (a sweep) says more, with :func:`resumable`, before this is reached."""
+    for info in group.registered_commands:
+        if info.callback is not None and not hasattr(info.callback, "__guarded__"):
+            info.callback = _guarded(info.callback)
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            guard_interrupts(sub.typer_instance)
+
+
+def _guarded(fn: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(fn)
+    def command(*args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except BaseException as exc:
+            if not from_interrupt(exc):
+                raise
+            raise interrupted(
+                "stopped before the end; no file of this run is half-written (each is "
+                "written whole, or not at all): run it again"
+            ) from None
+
+    command.__guarded__ = True  # type: ignore[attr-defined]
     return command
 
 

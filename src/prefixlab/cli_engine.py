@@ -16,6 +16,7 @@ from prefixlab.cli_common import (
     Advance,
     BlockTokensOpt,
     CapacityBytesOpt,
+    FitTable,
     FormatOpt,
     QuietOpt,
     TraceArg,
@@ -26,6 +27,7 @@ from prefixlab.cli_common import (
     make_policies,
     progress_bar,
     resolve_capacity_blocks,
+    secs,
     warn,
     with_loader_options,
 )
@@ -170,43 +172,42 @@ def _nan_to_none(value: Any) -> Any:
     return value
 
 
-def _fmt(value: Any, pattern: str) -> str:
-    if isinstance(value, float) and math.isnan(value):
-        return "-"
-    return pattern.format(value)
-
-
 def _table(rows: list[dict[str, Any]]) -> Table:
-    cols = [
-        ("policy", "policy", "{}"),
-        ("token_hit_ratio", "token hit", "{:.4f}"),
-        ("mean_ttft_s", "mean TTFT (s)", "{:.4f}"),
-        ("p95_ttft_s", "P95 TTFT", "{:.4f}"),
-        ("mean_qttft_s", "mean QTTFT", "{:.4f}"),
-        ("p95_qttft_s", "P95 QTTFT", "{:.4f}"),
-        ("mean_tpot_s", "mean TPOT", "{:.4f}"),
-        ("throughput_tokens_per_s", "out tok/s", "{:,.0f}"),
-        ("makespan_s", "makespan (s)", "{:,.1f}"),
-        ("num_preemptions", "preempt", "{:,}"),
+    """One row per policy; latencies in seconds (:func:`secs`), an 80-column terminal wide."""
+    cols: list[tuple[str, str, Callable[[Any], str]]] = [
+        ("policy", "policy", str),
+        ("token_hit_ratio", "token hit", "{:.4f}".format),
+        ("mean_ttft_s", "TTFT mean", secs),
+        ("p95_ttft_s", "TTFT P95", secs),
+        ("mean_qttft_s", "QTTFT mean", secs),
+        ("p95_qttft_s", "QTTFT P95", secs),
+        ("mean_tpot_s", "TPOT mean", secs),
+        ("throughput_tokens_per_s", "out tok/s", "{:,.0f}".format),
+        ("makespan_s", "makespan", secs),
+        ("num_preemptions", "preempt", "{:,}".format),
     ]
-    table = Table(title="serving simulation")
+    table = FitTable(title="serving simulation (seconds)")
     for _, title, _ in cols:
         table.add_column(title, justify="left" if title == "policy" else "right")
     for row in rows:
-        table.add_row(*(_fmt(row[k], f) for k, _, f in cols))
+        table.add_row(*(_cell(row[k], f) for k, _, f in cols))
     return table
 
 
+def _cell(value: Any, fmt: Callable[[Any], str]) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return fmt(value)
+
+
 def _task_table(row: dict[str, Any]) -> Table:
-    table = Table(title=f"{row['policy']}: by task")
-    for title in ("task", "requests", "token hit", "mean TTFT", "P95 TTFT", "mean QTTFT"):
+    table = FitTable(title=f"{row['policy']}: by task (seconds)")
+    for title in ("task", "requests", "token hit", "TTFT mean", "TTFT P95", "QTTFT mean"):
         table.add_column(title, justify="left" if title == "task" else "right")
     for task, m in row["by_task"].items():
-        table.add_row(
-            task, f"{m['num_requests']:,}", _fmt(m["token_hit_ratio"], "{:.4f}"),
-            _fmt(m["mean_ttft_s"], "{:.4f}"), _fmt(m["p95_ttft_s"], "{:.4f}"),
-            _fmt(m["mean_qttft_s"], "{:.4f}"),
-        )  # fmt: skip
+        hit = _cell(m["token_hit_ratio"], "{:.4f}".format)
+        lat = (secs(m["mean_ttft_s"]), secs(m["p95_ttft_s"]), secs(m["mean_qttft_s"]))
+        table.add_row(task, f"{m['num_requests']:,}", hit, *lat)
     return table
 
 

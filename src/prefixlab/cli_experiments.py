@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import statistics
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
@@ -16,12 +17,15 @@ from rich.table import Table
 
 from prefixlab.cli_common import (
     BlockTokensOpt,
+    FitTable,
     FormatOpt,
     TraceArg,
     console,
     err,
     fail,
     progress_bar,
+    resumable,
+    secs,
     with_loader_options,
 )
 from prefixlab.errors import ConfigError, PrefixlabError
@@ -80,7 +84,7 @@ def _execute(
     """Run, then print the table; ``flags``: errors name compare's flags, not config keys."""
     folder = out if out is not None else Path("results") / cfg.name
     try:
-        with cell_progress(quiet) as progress:
+        with resumable(folder), cell_progress(quiet) as progress:
             summary = run_sweep(cfg, folder, jobs=jobs, backend=backend, address=address,
                                 detail=detail, progress=progress)  # fmt: skip
         report_path = _report(folder) if report else None
@@ -117,8 +121,22 @@ def _mean(values: list[float]) -> float:
     return sum(vals) / len(vals) if vals else math.nan
 
 
+def _sd(values: list[float]) -> float:
+    """The sample standard deviation over seeds (NaN for fewer than two)."""
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    if len(vals) < 2:
+        return math.nan
+    return statistics.stdev(vals)
+
+
+#: columns the summary averages over seeds (and gives the spread of, ``_sd``)
+SUMMARY_MEANS = ("token_hit_ratio", "request_hit_ratio", "flops_saved_ratio", "mean_ttft_s",
+                 "p95_ttft_s", "mean_qttft_s")  # fmt: skip
+
+
 def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean over seeds of each (variant, capacity, policy), in plan order."""
+    """Mean and sample standard deviation (``COLUMN_sd``) over seeds of each (variant,
+    capacity, policy), in plan order."""
     groups: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
     for row in rows:
         key = (row["variant"], row["capacity_index"], row["policy_index"])
@@ -129,39 +147,48 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rec = {k: first[k] for k in ("variant", "capacity", "capacity_index", "policy", "runner")}
         rec["capacity_blocks"] = round(_mean([r["capacity_blocks"] for r in group]))
         rec["seeds"] = len(group)
-        for col in ("token_hit_ratio", "request_hit_ratio", "flops_saved_ratio", "mean_ttft_s",
-                    "p95_ttft_s", "mean_qttft_s"):  # fmt: skip
+        for col in SUMMARY_MEANS:
             rec[col] = _mean([r[col] for r in group])
+            rec[f"{col}_sd"] = _sd([r[col] for r in group])
         out.append(rec)
     return out
 
 
-def _fmt(value: Any, pattern: str) -> str:
+def _summary_cell(value: Any, fmt: Callable[[Any], str]) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    return pattern.format(value)
+    return fmt(value)
+
+
+def _summary_columns(rows: list[dict[str, Any]]) -> list[tuple[str, str, Callable[[Any], str]]]:
+    """(key, header, format) of the summary's columns: those the rows have values for."""
+    ratio = "{:.4f}".format
+    cols: list[tuple[str, str, Callable[[Any], str]]] = []
+    if any(r["variant"] for r in rows):
+        cols.append(("variant", "workload", str))
+    cols.append(("capacity", "capacity", str))
+    if any(r["capacity_blocks"] >= 0 for r in rows):  # the hybrid cache has bytes only
+        cols.append(("capacity_blocks", "blocks", "{:,}".format))
+    cols += [("policy", "policy", str), ("token_hit_ratio", "token hit", ratio)]
+    if max(r["seeds"] for r in rows) > 1:
+        cols.append(("token_hit_ratio_sd", "± sd", ratio))
+    cols.append(("request_hit_ratio", "req hit", ratio))
+    if any(not math.isnan(r["flops_saved_ratio"]) for r in rows):
+        cols.append(("flops_saved_ratio", "FLOPs saved", "{:.1%}".format))
+    if any(r["runner"] == "engine" for r in rows):
+        cols += [("mean_ttft_s", "TTFT mean s", secs), ("p95_ttft_s", "TTFT P95 s", secs),
+                 ("mean_qttft_s", "QTTFT mean s", secs)]  # fmt: skip
+    return cols
 
 
 def summary_table(folder: Path, title: str) -> Table:
-    """The answer: hit ratios, FLOPs saved and (engine) latency per capacity and policy."""
+    """The answer: hit ratios, FLOPs saved and (engine) latency per capacity and policy,
+    with the spread of the token hit ratio over seeds."""
     rows = summary_rows(read_table(folder).to_pylist())
-    engine = any(r["runner"] == "engine" for r in rows)
-    flops = any(not math.isnan(r["flops_saved_ratio"]) for r in rows)
-    variants = any(r["variant"] for r in rows)
-    cols: list[tuple[str, str, str]] = [("variant", "workload", "{}")] if variants else []
-    cols += [("capacity", "capacity", "{}")]
-    if any(r["capacity_blocks"] >= 0 for r in rows):  # the hybrid cache has bytes only
-        cols.append(("capacity_blocks", "blocks", "{:,}"))
-    cols += [("policy", "policy", "{}"), ("token_hit_ratio", "token hit", "{:.4f}"),
-             ("request_hit_ratio", "request hit", "{:.4f}")]  # fmt: skip
-    if flops:
-        cols.append(("flops_saved_ratio", "FLOPs saved", "{:.1%}"))
-    if engine:
-        cols += [("mean_ttft_s", "mean TTFT (s)", "{:.4f}"), ("p95_ttft_s", "P95 TTFT", "{:.4f}"),
-                 ("mean_qttft_s", "mean QTTFT", "{:.4f}")]  # fmt: skip
+    cols = _summary_columns(rows)
     seeds = max(r["seeds"] for r in rows)
-    note = f" (mean of {seeds} seeds)" if seeds > 1 else ""
-    table = Table(title=f"{title}{note}")
+    note = f" (mean and sd of {seeds} seeds)" if seeds > 1 else ""
+    table = FitTable(title=f"{title}{note}")
     for _, head, _ in cols:
         table.add_column(head, justify="left" if head in ("policy", "workload") else "right")
     best: dict[tuple[str, int], float] = {}
@@ -174,7 +201,7 @@ def summary_table(folder: Path, title: str) -> Table:
         if last is not None and key != last:
             table.add_section()
         last = key
-        cells = [_fmt(r[k], f) for k, _, f in cols]
+        cells = [_summary_cell(r[k], f) for k, _, f in cols]
         if r["token_hit_ratio"] == best[key]:
             i = [k for k, _, _ in cols].index("token_hit_ratio")
             cells[i] = f"[bold green]{cells[i]}[/]"
@@ -313,7 +340,7 @@ def results_list_cmd(
     if not found:
         fail(f"{folder}: no results folders (run `prefixlab sweep` or `compare`)")
         return
-    table = Table(title=f"results under {folder}")
+    table = FitTable(title=f"results under {folder}")
     for head in ("folder", "experiment", "runner", "rows", "policies", "capacities", "seeds"):
         table.add_column(head, justify="right" if head in ("rows", "seeds") else "left")
     for path in found:
@@ -364,6 +391,8 @@ def results_show_cmd(
         fail(str(exc))
         return
     rows = rows[:limit]
+    if not columns:  # the default set, less the columns with nothing to show
+        cols = [c for c in cols if any(_cell(r[c]) not in ("", "-") for r in rows)] or cols
     if csv:
         import csv as _csv
         import sys
@@ -373,7 +402,7 @@ def results_show_cmd(
         for r in rows:
             w.writerow([r[c] for c in cols])
         return
-    out = Table(title=f"{find_results(results)}: {table} ({len(rows)} rows shown)")
+    out = FitTable(title=f"{find_results(results)}: {table} ({len(rows)} rows shown)")
     for c in cols:
         out.add_column(
             c, justify="left" if isinstance(rows[0][c] if rows else "", str) else "right"
@@ -427,7 +456,7 @@ def results_query_cmd(
         w.writerow(names)
         w.writerows(rows)
         return
-    out = Table()
+    out = FitTable()
     for n in names:
         out.add_column(n)
     for r in rows:

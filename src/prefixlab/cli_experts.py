@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from prefixlab.cli_common import QuietOpt, console, fail, progress_bar, warn
+from prefixlab.cli_common import FitTable, QuietOpt, console, fail, progress_bar, resumable, warn
 from prefixlab.errors import PrefixlabError
 
 experts_app = typer.Typer(
@@ -69,7 +68,7 @@ def _save(trace: Any, out: Path) -> None:
 
 def _print_summary(trace: Any, path: Path | str) -> None:
     s = trace.summary().as_dict()
-    table = Table(title=f"expert trace {path}")
+    table = FitTable(title=f"expert trace {path}")
     table.add_column("field")
     table.add_column("value", justify="right")
     for k, v in s.items():
@@ -145,7 +144,7 @@ def simulate_cmd(
         for r in rows:
             print(json.dumps({k: r[k] for k in keys}))
         return
-    table = Table(title=f"expert cache: {tr.num_layers} layers x {tr.num_experts} experts, "
+    table = FitTable(title=f"expert cache: {tr.num_layers} layers x {tr.num_experts} experts, "
                         f"{tr.num_requests:,} requests")  # fmt: skip
     for h in ("policy", "k", "faults", "first-use", "fault rate", "faults / OPT"):
         table.add_column(h, justify="left" if h == "policy" else "right")
@@ -173,7 +172,7 @@ def sweep_cmd(
     try:
         cfg = load_sweep_config(config)
         folder = out if out is not None else Path("results") / cfg.name
-        with progress_bar("cells", quiet) as advance:
+        with resumable(folder), progress_bar("cells", quiet) as advance:
 
             def progress(done: int, total: int, cell: Any) -> None:
                 if advance is not None:
@@ -185,7 +184,7 @@ def sweep_cmd(
     except (PrefixlabError, OSError) as exc:
         fail(str(exc))
         return
-    table = Table(title=f"{cfg.name}: faults / OPT (mean over seeds)")
+    table = FitTable(title=f"{cfg.name}: faults / OPT (mean over seeds)")
     table.add_column("variant")
     table.add_column("k", justify="right")
     for p in res.policies:
@@ -207,7 +206,7 @@ def policies_cmd() -> None:
     """List the expert-cache policies and their parameters."""
     from prefixlab.experts.policies import describe, parameters, registered
 
-    table = Table(title="expert-cache policies")
+    table = FitTable(title="expert-cache policies")
     table.add_column("name")
     table.add_column("parameters")
     table.add_column("summary")

@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from prefixlab.cli_common import console, err, fail
+from prefixlab.cli_common import FitTable, console, err, fail
 from prefixlab.errors import PrefixlabError
 from prefixlab.reproduce import check_scale, get_reproduction, reproductions, write_outcome
 
@@ -35,11 +34,12 @@ def reproduce_cmd(
         if as_json:
             sys.stdout.write(json.dumps(rows, indent=2) + "\n")
             return
-        table = Table(title="reproductions (prefixlab reproduce NAME --scale ci|paper)")
+        table = FitTable(title="reproductions (prefixlab reproduce NAME --scale ci|paper)")
         for col in ("name", "paper", "target", "title"):
             table.add_column(col, overflow="fold")
-        for row in rows:
-            table.add_row(*(row[c] for c in ("name", "paper", "target", "title")))
+        for row in rows:  # the paper's name; its file under ../shared/papers in --json
+            paper = str(row["paper"]).split(" (")[0]
+            table.add_row(row["name"], paper, row["target"], row["title"])
         console().print(table)
         return
     try:
@@ -59,7 +59,7 @@ def reproduce_cmd(
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
         return
     cons = console()
-    claims = Table(title=f"{rep.title}: the paper beside ours ({sc} scale)")
+    claims = FitTable(title=f"{rep.title}: the paper beside ours ({sc} scale)")
     for col in ("what", "where", "paper", "ours", "verdict"):
         claims.add_column(col, overflow="fold")
     for c in outcome.claims:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from prefixlab.experiments.config import ExperimentConfig
 from prefixlab.experiments.run import Cell, CellResult, check_cells, plan, run_cell
 from prefixlab.experiments.store import ResultsStore
 from prefixlab.io import folder_lock
+from prefixlab.procs import process_pool
 
 BACKENDS = ("local", "ray")
 
@@ -133,11 +134,10 @@ def _run_pool(
     detail: bool,
     finished: Callable[[CellResult, Cell], bool],
 ) -> None:
-    import multiprocessing as mp
-
     payload = cfg
-    # spawn: no forked locks from the progress thread; workers keep their trace between cells
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+    # spawned (no forked locks from the progress thread), dying with this process; workers
+    # keep their trace between cells
+    with process_pool(jobs) as pool:
         pending: dict[Future[CellResult], Cell] = {}
         queue = list(reversed(todo))
         while queue and len(pending) < 2 * jobs:

@@ -20,7 +20,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from prefixlab.errors import ConfigError
 from prefixlab.experiments.store import environment, read_cell
 from prefixlab.experts.config import ExpertSweepConfig, Scalar, resolve_capacities
 from prefixlab.io import atomic_write, folder_lock, write_table
+from prefixlab.procs import process_pool
 
 #: columns of results.parquet, in order (variant parameters come after ``variant``)
 COLUMNS = ["variant", "seed", "num_layers", "num_experts", "capacity_spec", "capacity", "policy",
@@ -185,7 +186,7 @@ def _run_expert_sweep(
         for cell in todo:
             finished(cell, run_cell(cfg, cell))
     else:
-        with ProcessPoolExecutor(min(jobs, len(todo))) as pool:
+        with process_pool(min(jobs, len(todo))) as pool:
             futures = {pool.submit(run_cell, cfg, c): c for c in todo}
             for fut in as_completed(futures):
                 finished(futures[fut], fut.result())

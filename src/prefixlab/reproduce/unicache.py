@@ -163,10 +163,10 @@ def run_cells(
     workers = min(os.cpu_count() or 1, len(jobs))
     if not parallel or workers < 2:
         return [_run_job(j) for j in jobs]
-    import multiprocessing
+    from prefixlab.procs import process_pool
 
-    with multiprocessing.get_context("spawn").Pool(workers) as pool:
-        return pool.map(_run_job, jobs, chunksize=1)
+    with process_pool(workers) as pool:
+        return list(pool.map(_run_job, jobs, chunksize=1))
 
 
 def _rank(values: dict[str, float], ours: str, higher_better: bool) -> int:

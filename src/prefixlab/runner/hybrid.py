@@ -337,10 +337,8 @@ def _map_grid(trace: Trace, grid: Sequence[float], pol: Marconi, config: HybridC
     except ImportError:
         pass
     if pol.tune_jobs > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
+        from prefixlab.procs import process_pool
 
-        ctx = mp.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=pol.tune_jobs, mp_context=ctx) as ex:
+        with process_pool(pol.tune_jobs) as ex:
             return list(ex.map(_tune_one, *zip(*args, strict=True)))
     return [_tune_one(*a) for a in args]

@@ -86,7 +86,8 @@ def iter_chunks(
 
     Hash ids are checked against every id before them (:mod:`~prefixlab.workload.idcheck`):
     with ``id_conflicts="error"`` an id under another parent raises ``NotStreamable`` (the
-    whole load names it); with ``"warn"`` a warning with their count follows the last chunk."""
+    whole load names it); with ``"warn"`` a warning with their count follows the last chunk;
+    ``"ignore"`` does not look (memory stays flat)."""
     if not Path(path).exists():
         return None
     mode = id_conflict_mode(id_conflicts)
@@ -101,7 +102,7 @@ def iter_chunks(
             chunks = reader(Path(path), opts)
     if chunks is None:
         chunks = _chunked(path, fmt, opts, kwargs, chunk_requests or CHUNK_REQUESTS)
-    return _id_checked(chunks, str(path), mode)
+    return chunks if mode == "ignore" else _id_checked(chunks, str(path), mode)
 
 
 def _id_checked(
@@ -281,11 +282,12 @@ def load_trace(
     The file is streamed into compact columns; it never has to fit in memory as text.
     Extra keyword arguments go to the loader (e.g. ``tokenizer=`` for text formats).
     A hash-form trace whose ids change parents between requests is refused
-    (``id_conflicts="error"``) or loaded with an :class:`IdConflictWarning` (``"warn"``).
+    (``id_conflicts="error"``), loaded with an :class:`IdConflictWarning` (``"warn"``), or
+    not checked (``"ignore"``).
     """
     mode = id_conflict_mode(id_conflicts)
     trace = _load(path, fmt, LoadOptions(limit, sample, sample_seed, start_s, end_s), kwargs)
-    if trace.hash_ids is not None:
+    if trace.hash_ids is not None and mode != "ignore":
         check = ParentCheck()
         check.add(*trace_keys(trace))
         settle(check, str(path), mode)
