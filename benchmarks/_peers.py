@@ -275,8 +275,9 @@ def _ensure_env(peer: str) -> tuple[str | None, str | None]:
     def importable() -> bool:
         if not os.path.exists(python):
             return False
-        probe = subprocess.run([python, "-c", f"import {module}"], capture_output=True,
-                               text=True, timeout=300)  # fmt: skip
+        probe = subprocess.run(
+            [python, "-c", f"import {module}"], capture_output=True, text=True, timeout=300
+        )
         return probe.returncode == 0
 
     try:
@@ -284,12 +285,17 @@ def _ensure_env(peer: str) -> tuple[str | None, str | None]:
             return python, None
         if not os.path.exists(python):
             base = shutil.which("python3") or sys.executable
-            made = subprocess.run([base, "-m", "venv", venv], capture_output=True, text=True,
-                                  timeout=600)  # fmt: skip
+            made = subprocess.run(
+                [base, "-m", "venv", venv], capture_output=True, text=True, timeout=600
+            )
             if made.returncode != 0:
                 return None, f"python3 -m venv {venv} failed: {made.stderr.strip()[-500:]}"
-        pip = subprocess.run([python, "-m", "pip", "install", "-q", requirement],
-                             capture_output=True, text=True, timeout=1800)  # fmt: skip
+        pip = subprocess.run(
+            [python, "-m", "pip", "install", "-q", requirement],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         if pip.returncode != 0:
             return None, f"pip install {requirement} failed: {pip.stderr.strip()[-500:]}"
         if not importable():
@@ -320,8 +326,12 @@ def _run_peer(peer: str, driver: str, cfg: dict[str, Any]) -> list[dict[str, Any
     if python is None:
         return _failed(peer, policies, error or "unavailable")
     try:
-        out = subprocess.run([python, "-c", driver, json.dumps(cfg)], capture_output=True,
-                             text=True, timeout=TIMEOUT_S)  # fmt: skip
+        out = subprocess.run(
+            [python, "-c", driver, json.dumps(cfg)],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         return _failed(peer, policies, f"{peer} run failed: {exc!r}")
     lines = out.stdout.strip().splitlines()
@@ -334,9 +344,15 @@ def _run_peer(peer: str, driver: str, cfg: dict[str, Any]) -> list[dict[str, Any
         return _failed(peer, policies, f"{peer} run failed: {detail}")
     rows = []
     for raw in payload["rows"]:
-        row = {"peer": peer, "policy": raw.pop("policy"), "seconds": raw.pop("seconds"),
-               "num_accesses": raw.pop("num_accesses"), "hit_ratio": raw.pop("hit_ratio"),
-               "note": _NOTES[peer], "error": raw.pop("error")}  # fmt: skip
+        row = {
+            "peer": peer,
+            "policy": raw.pop("policy"),
+            "seconds": raw.pop("seconds"),
+            "num_accesses": raw.pop("num_accesses"),
+            "hit_ratio": raw.pop("hit_ratio"),
+            "note": _NOTES[peer],
+            "error": raw.pop("error"),
+        }
         row.update(raw)  # extras: seconds_total, token_hit_ratio, hit_ratio_window, ...
         rows.append(row)
     return rows
@@ -383,18 +399,28 @@ def _demo() -> int:
     from prefixlab.workload.trace import to_hash_form
 
     block_tokens = 16
-    tok = generate_sessions(num_sessions=40, session_rate_per_s=0.5, preset="agentic",
-                            mean_turns=8, max_turns=20, system_tokens=2048,
-                            num_system_prompts=8, mean_user_tokens=384,
-                            mean_output_tokens=256, seed=0)  # fmt: skip
+    tok = generate_sessions(
+        num_sessions=40,
+        session_rate_per_s=0.5,
+        preset="agentic",
+        mean_turns=8,
+        max_turns=20,
+        system_tokens=2048,
+        num_system_prompts=8,
+        mean_user_tokens=384,
+        mean_output_tokens=256,
+        seed=0,
+    )
     trace = to_hash_form(tok, block_tokens)
     layout = trace.block_layout()
     capacity = max(2000, int(layout.num_blocks_held.max()))
     with tempfile.TemporaryDirectory(prefix="prefixlab-peers-") as tmp:
         path = os.path.join(tmp, "trace.jsonl")
         write_native(trace, path)
-        print(f"trace: {len(trace)} requests, {layout.num_distinct_keys} distinct full-block "
-              f"keys; capacity {capacity} blocks")  # fmt: skip
+        print(
+            f"trace: {len(trace)} requests, {layout.num_distinct_keys} distinct full-block "
+            f"keys; capacity {capacity} blocks"
+        )
         t = time.perf_counter()
         rows = run_peers(path, capacity, block_tokens, repeat=3)
         print(f"peers ran in {time.perf_counter() - t:.1f}s")

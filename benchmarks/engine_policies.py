@@ -29,8 +29,14 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="a small trace (CI smoke run)")
     args = ap.parse_args()
     n = 600 if args.quick else 3000
-    trace = GENERATORS["mix"].fn(trace=1, num_requests=n, duration_s=600.0 * n / 3000, seed=0,
-                                 system_tokens=0, system_pool="per-task")  # fmt: skip
+    trace = GENERATORS["mix"].fn(
+        trace=1,
+        num_requests=n,
+        duration_s=600.0 * n / 3000,
+        seed=0,
+        system_tokens=0,
+        system_pool="per-task",
+    )
     trace.block_layout(16, None, False, 1)  # hash once, outside the timings
     cfg = EngineConfig(capacity_blocks=6000 * n // 3000, block_tokens=16)
     timing = make_timing("power:a=0.000144543,b=0.992,c=1.034+tpot:s=0.02")
@@ -43,8 +49,10 @@ def main() -> int:
         m = simulate(trace, spec, cfg, timing).metrics
         rate = len(trace) / (time.perf_counter() - t0)
         base = base or rate
-        print(f"{spec:<10}{rate:>12,.0f}{rate / base:>8.2f}{m['token_hit_ratio']:>11.4f}"
-              f"{m['mean_qttft_s']:>11.2f}s")  # fmt: skip
+        print(
+            f"{spec:<10}{rate:>12,.0f}{rate / base:>8.2f}{m['token_hit_ratio']:>11.4f}"
+            f"{m['mean_qttft_s']:>11.2f}s"
+        )
     return 0
 
 

@@ -37,19 +37,55 @@ from prefixlab.model.timing import make_timing
 from prefixlab.runner.engine import EngineConfig, EngineResult, simulate
 from prefixlab.workload.generators import generate_sessions
 
-POLICIES = ["lru", "fifo", "vllm", "lfu", "mru", "sglang-lru", "hashtable", "sieve", "arc",
-            "s3fifo", "lecar", "opt", "wa", "wa-atc25", "unicache", "lpc-oracle",
-            "opt-online", "unicache-opt"]  # fmt: skip
+POLICIES = [
+    "lru",
+    "fifo",
+    "vllm",
+    "lfu",
+    "mru",
+    "sglang-lru",
+    "hashtable",
+    "sieve",
+    "arc",
+    "s3fifo",
+    "lecar",
+    "opt",
+    "wa",
+    "wa-atc25",
+    "unicache",
+    "lpc-oracle",
+    "opt-online",
+    "unicache-opt",
+]
 #: the built-in policies that apply to the radix structure
-RADIX_POLICIES = ["lru", "fifo", "lfu", "mru", "sglang-lru", "hashtable", "sieve", "arc",
-                  "s3fifo", "lecar", "opt", "lpc-oracle", "opt-online"]  # fmt: skip
+RADIX_POLICIES = [
+    "lru",
+    "fifo",
+    "lfu",
+    "mru",
+    "sglang-lru",
+    "hashtable",
+    "sieve",
+    "arc",
+    "s3fifo",
+    "lecar",
+    "opt",
+    "lpc-oracle",
+    "opt-online",
+]
 #: the hybrid structure's systems (Marconi's and its baselines; ``marconi`` tunes alpha)
 HYBRID_POLICIES = ["vanilla", "sglang+", "vllm+", "marconi:alpha=1", "marconi"]
 
 
 def same(a: EngineResult, b: EngineResult) -> bool:
-    arrays = ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "hit_tokens",
-              "num_preemptions")  # fmt: skip
+    arrays = (
+        "arrival_s",
+        "scheduled_s",
+        "first_token_s",
+        "finish_s",
+        "hit_tokens",
+        "num_preemptions",
+    )
     return a.num_steps == b.num_steps and all(
         np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True) for f in arrays
     )
@@ -61,8 +97,11 @@ def main() -> int:
     ap.add_argument("--policies", default=None, help="comma-separated (default: all)")
     ap.add_argument("--structure", default="block", choices=["block", "radix", "hybrid"])
     ap.add_argument("--repeat", type=int, default=1, help="time each path N times, keep the best")
-    ap.add_argument("--timing", default="power:preset=llama-3.1-8b-h100+tpot:s=0.02",
-                    help="timing spec, e.g. roofline (for Llama-3.1-8B on an H100)")  # fmt: skip
+    ap.add_argument(
+        "--timing",
+        default="power:preset=llama-3.1-8b-h100+tpot:s=0.02",
+        help="timing spec, e.g. roofline (for Llama-3.1-8B on an H100)",
+    )
     args = ap.parse_args()
     sessions = 200 if args.quick else 2000
     trace = generate_sessions(
@@ -78,15 +117,22 @@ def main() -> int:
         model = "marconi-hybrid-7b"
         timing = make_timing(["roofline"], model, "h100")
         budget = 320_000 * get_model(model).kv_bytes_per_token
-        cfg = EngineConfig(capacity_blocks=1, block_tokens=16, structure="hybrid", model=model,
-                           capacity_bytes=budget)  # fmt: skip
+        cfg = EngineConfig(
+            capacity_blocks=1,
+            block_tokens=16,
+            structure="hybrid",
+            model=model,
+            capacity_bytes=budget,
+        )
         every = HYBRID_POLICIES
     policies = args.policies.split(",") if args.policies else every
     n = len(trace)
     simulate(trace, every[1], cfg, timing)  # load the compiled kernels
     steps = 0
-    print(f"{'policy':<12}{'reference':>11}{'compiled':>11}{'x ref':>8}{'token hit':>11}"
-          f"{'preempt':>9}  same   (requests/s)")  # fmt: skip
+    print(
+        f"{'policy':<12}{'reference':>11}{'compiled':>11}{'x ref':>8}{'token hit':>11}"
+        f"{'preempt':>9}  same   (requests/s)"
+    )
     for spec in policies:
         t_ref = t_fast = float("inf")
         for _ in range(max(args.repeat, 1)):
@@ -101,12 +147,16 @@ def main() -> int:
             t_ref, t_fast = min(t_ref, t1 - t0), min(t_fast, t3 - t2)
         m = fast.metrics
         steps = fast.num_steps
-        print(f"{spec:<12}{n / t_ref:>11,.0f}{n / t_fast:>11,.0f}{t_ref / t_fast:>8.1f}"
-              f"{m['token_hit_ratio']:>11.4f}{m['num_preemptions']:>9,}  "
-              f"{'yes' if same(ref, fast) else 'NO'}")  # fmt: skip
-    print(f"trace: {n:,} requests in {sessions:,} sessions, "
-          f"{int(trace.input_length.sum()):,} input / {int(trace.output_length.sum()):,} output "
-          f"tokens; {steps:,} engine steps (last policy); {args.structure} structure")  # fmt: skip
+        print(
+            f"{spec:<12}{n / t_ref:>11,.0f}{n / t_fast:>11,.0f}{t_ref / t_fast:>8.1f}"
+            f"{m['token_hit_ratio']:>11.4f}{m['num_preemptions']:>9,}  "
+            f"{'yes' if same(ref, fast) else 'NO'}"
+        )
+    print(
+        f"trace: {n:,} requests in {sessions:,} sessions, "
+        f"{int(trace.input_length.sum()):,} input / {int(trace.output_length.sum()):,} output "
+        f"tokens; {steps:,} engine steps (last policy); {args.structure} structure"
+    )
     return 0
 
 

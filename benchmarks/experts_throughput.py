@@ -27,8 +27,9 @@ def rate(pages: np.ndarray, policy: str, backend: str, repeat: int = 2) -> tuple
     best, faults = float("inf"), 0
     for _ in range(repeat):
         start = time.perf_counter()
-        res = simulate(pages, capacity=200, policy=policy, num_layers=32, num_experts=16,
-                       backend=backend)  # fmt: skip
+        res = simulate(
+            pages, capacity=200, policy=policy, num_layers=32, num_experts=16, backend=backend
+        )
         best = min(best, time.perf_counter() - start)
         faults = res.num_faults
     return len(pages) / best, faults
@@ -40,23 +41,30 @@ def main() -> None:
     args = ap.parse_args()
     tokens = 31_250 if args.quick else 312_500
     start = time.perf_counter()
-    trace = generate("zipf", num_layers=32, num_experts=16, num_tokens=tokens, a=1.0, b=1.0,
-                     r=0.5, seed=0)  # fmt: skip
+    trace = generate(
+        "zipf", num_layers=32, num_experts=16, num_tokens=tokens, a=1.0, b=1.0, r=0.5, seed=0
+    )
     pages = trace.pages
     gen_s = time.perf_counter() - start
     head = pages[: len(pages) // 10]
-    print(f"trace: {len(pages):,} requests (generated in {gen_s:.1f} s); Python path on the "
-          f"first {len(head):,}; k = 200")  # fmt: skip
+    print(
+        f"trace: {len(pages):,} requests (generated in {gen_s:.1f} s); Python path on the "
+        f"first {len(head):,}; k = 200"
+    )
     warm_up()
     base, _ = rate(head, "lru", "python", repeat=4)
     print(f"baseline: Python lru {base:,.0f} requests/s\n")
-    print(f"{'policy':<10} {'numba req/s':>14} {'x base':>8} {'python req/s':>14} {'x base':>8}"
-          f" {'faults':>12}")  # fmt: skip
+    print(
+        f"{'policy':<10} {'numba req/s':>14} {'x base':>8} {'python req/s':>14} {'x base':>8}"
+        f" {'faults':>12}"
+    )
     for name in registered():
         fast, faults = rate(pages, name, "numba")
         slow, _ = rate(head, name, "python")
-        print(f"{name:<10} {fast:>14,.0f} {fast / base:>8.1f} {slow:>14,.0f} {slow / base:>8.2f}"
-              f" {faults:>12,}")  # fmt: skip
+        print(
+            f"{name:<10} {fast:>14,.0f} {fast / base:>8.1f} {slow:>14,.0f} {slow / base:>8.2f}"
+            f" {faults:>12,}"
+        )
 
 
 if __name__ == "__main__":

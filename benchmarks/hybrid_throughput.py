@@ -32,13 +32,19 @@ SYSTEMS = ("sglang+", "vllm+", "marconi:alpha=1", "marconi", "marconi:tune_jobs=
 def workload(quick: bool) -> Trace:
     sessions = 30 if quick else 150
     return GENERATORS["sessions"].fn(
-        num_sessions=sessions, preset="agentic", mean_turns=10, max_turns=40,
-        mean_user_tokens=1500, mean_output_tokens=500, system_tokens=4000,
-    )  # fmt: skip
+        num_sessions=sessions,
+        preset="agentic",
+        mean_turns=10,
+        max_turns=40,
+        mean_user_tokens=1500,
+        mean_output_tokens=500,
+        system_tokens=4000,
+    )
 
 
-def timed(trace: Trace, policy: str, config: HybridConfig,
-          fast: bool) -> tuple[float, HybridResult]:  # fmt: skip
+def timed(
+    trace: Trace, policy: str, config: HybridConfig, fast: bool
+) -> tuple[float, HybridResult]:
     start = time.perf_counter()
     res = replay_hybrid(trace, policy, config, fast=fast)
     return time.perf_counter() - start, res
@@ -51,21 +57,23 @@ def main() -> None:
     trace = workload(args.quick)
     n, tokens = len(trace), int(trace.input_length.sum())
     config = HybridConfig(capacity_bytes=40 * 10**9, model="marconi-hybrid-7b")
-    print(f"trace: {n:,} requests, {tokens / 1e6:.1f} M input tokens; cache 40 GB, "
-          f"{config.model}")  # fmt: skip
+    print(f"trace: {n:,} requests, {tokens / 1e6:.1f} M input tokens; cache 40 GB, {config.model}")
     trace.sequence_tokens()  # computed once per trace, outside every timing
     replay_hybrid(trace.take(np.arange(min(n, 20))), "marconi:alpha=1", config)  # compile
-    print(f"\n{'system':22} {'object req/s':>12} {'compiled req/s':>14} {'ratio':>7} "
-          f"{'token hit':>9} {'evictions':>9} {'same hits':>9}")  # fmt: skip
+    print(
+        f"\n{'system':22} {'object req/s':>12} {'compiled req/s':>14} {'ratio':>7} "
+        f"{'token hit':>9} {'evictions':>9} {'same hits':>9}"
+    )
     bad = []
     for system in SYSTEMS:
         slow_s, slow = timed(trace, system, config, fast=False)
         fast_s, fast = timed(trace, system, config, fast=True)
-        same = (np.array_equal(slow.hit_tokens, fast.hit_tokens)
-                and slow.metrics == fast.metrics)  # fmt: skip
+        same = np.array_equal(slow.hit_tokens, fast.hit_tokens) and slow.metrics == fast.metrics
         m = fast.metrics
-        print(f"{system:22} {n / slow_s:12,.0f} {n / fast_s:14,.0f} {slow_s / fast_s:6.1f}x "
-              f"{m['token_hit_ratio']:9.3f} {m['num_evicted_nodes']:9,} {same!s:>9}")  # fmt: skip
+        print(
+            f"{system:22} {n / slow_s:12,.0f} {n / fast_s:14,.0f} {slow_s / fast_s:6.1f}x "
+            f"{m['token_hit_ratio']:9.3f} {m['num_evicted_nodes']:9,} {same!s:>9}"
+        )
         if not same:
             bad.append(system)
     if bad:

@@ -50,8 +50,12 @@ def write_trace(path: Path, num_requests: int, seed: int = 0) -> None:
             ids = prefix.get(s, []) + list(range(next_id, next_id + int(grow[i])))
             next_id += int(grow[i])
             prefix[s] = ids[:40]
-            row = {"timestamp": int(t), "input_length": len(ids) * 512 - int(trim[i]),
-                   "output_length": int(outs[i]), "hash_ids": ids}  # fmt: skip
+            row = {
+                "timestamp": int(t),
+                "input_length": len(ids) * 512 - int(trim[i]),
+                "output_length": int(outs[i]),
+                "hash_ids": ids,
+            }
             fh.write(json.dumps(row, separators=(",", ":")) + "\n")
 
 
@@ -72,18 +76,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=2_000_000)
     ap.add_argument("--capacity-blocks", type=int, default=20_000)
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--policies", default="lru",
-                    help="comma-separated; each gets a streamed and a --no-stream row (opt "
-                    "streams with its next-use pass)")  # fmt: skip
+    ap.add_argument(
+        "--policies",
+        default="lru",
+        help="comma-separated; each gets a streamed and a --no-stream row (opt "
+        "streams with its next-use pass)",
+    )
     ap.add_argument("--structure", default="block", choices=["block", "radix"])
     args = ap.parse_args(argv)
-    base = [sys.executable, "-m", "prefixlab", "replay", "-f", "mooncake", "--structure",
-            args.structure, "--capacity-blocks", str(args.capacity_blocks)]  # fmt: skip
-    ref = [sys.executable, "-c",
-           "import sys; sys.path.insert(0, sys.argv[1]); "
-           "from vllm_pool_ref import replay_mooncake; replay_mooncake(sys.argv[2], "
-           "int(sys.argv[3]), 512)",
-           str(ROOT / "tests" / "reference")]  # fmt: skip
+    base = [
+        sys.executable,
+        "-m",
+        "prefixlab",
+        "replay",
+        "-f",
+        "mooncake",
+        "--structure",
+        args.structure,
+        "--capacity-blocks",
+        str(args.capacity_blocks),
+    ]
+    ref = [
+        sys.executable,
+        "-c",
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "from vllm_pool_ref import replay_mooncake; replay_mooncake(sys.argv[2], "
+        "int(sys.argv[3]), 512)",
+        str(ROOT / "tests" / "reference"),
+    ]
     print(f"{'requests':>10}  {'command':<42}{'wall s':>8}{'req/s':>12}{'x ref':>7}{'peak MB':>9}")
     names = [x for x in args.policies.split(",") if x]
     with tempfile.TemporaryDirectory() as tmp:
@@ -97,14 +117,20 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append((f"prefixlab replay -p {name} (streamed)", cmd))
                 rows.append((f"prefixlab replay -p {name} --no-stream", [*cmd, "--no-stream"]))
             if "lru" in names:
-                rows.append(("prefixlab replay -p lru --sample 1.0",
-                             [*base, "-p", "lru", p, "--sample", "1.0"]))  # fmt: skip
+                rows.append(
+                    (
+                        "prefixlab replay -p lru --sample 1.0",
+                        [*base, "-p", "lru", p, "--sample", "1.0"],
+                    )
+                )
             ref_wall = 0.0
             for label, cmd in rows:
                 wall, rss = min((run(cmd) for _ in range(args.repeat)), key=lambda x: x[0])
                 ref_wall = ref_wall or wall
-                print(f"{n:>10,}  {label:<42}{wall:>8.2f}{n / wall:>12,.0f}"
-                      f"{ref_wall / wall:>7.2f}{rss:>9,}")  # fmt: skip
+                print(
+                    f"{n:>10,}  {label:<42}{wall:>8.2f}{n / wall:>12,.0f}"
+                    f"{ref_wall / wall:>7.2f}{rss:>9,}"
+                )
     return 0
 
 

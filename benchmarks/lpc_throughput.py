@@ -46,8 +46,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
-    pred, _ = train(GENERATORS["lpc"].fn(num_conversations=300 if args.quick else 1000),
-                    TrainConfig(epochs=3))  # fmt: skip
+    pred, _ = train(
+        GENERATORS["lpc"].fn(num_conversations=300 if args.quick else 1000), TrainConfig(epochs=3)
+    )
     trace = GENERATORS["lpc"].fn(num_conversations=400 if args.quick else 2000, seed=5)
     n = len(trace)
     print(f"{n:,} requests")
@@ -64,8 +65,10 @@ def main() -> None:
     clf.coefs_, clf.intercepts_ = list(pred.weights), list(pred.biases)
     t_np = best_of(lambda: pred.predict_proba(x))
     t_sk = best_of(lambda: clf.predict_proba(x))
-    print(f"{'classifier, numpy forward pass':34} {n / t_np:12,.0f} /s  "
-          f"{t_sk / t_np:.2f}x scikit-learn's predict_proba ({n / t_sk:,.0f} /s)")  # fmt: skip
+    print(
+        f"{'classifier, numpy forward pass':34} {n / t_np:12,.0f} /s  "
+        f"{t_sk / t_np:.2f}x scikit-learn's predict_proba ({n / t_sk:,.0f} /s)"
+    )
 
     base = 0.0
     for spec in ("hashed", "minilm"):
@@ -87,8 +90,10 @@ def main() -> None:
                 emb_mod._CACHE.clear()
                 fresh = get_embedder(spec)
                 t_hit = best_of(lambda f=fresh, d=folder: _hit(f, feats, d))
-            print(f"{'  ' + spec + ' from the disk cache':34} {n / t_hit:12,.0f} /s  "
-                  f"{t / t_hit:,.0f}x embedding again")  # fmt: skip
+            print(
+                f"{'  ' + spec + ' from the disk cache':34} {n / t_hit:12,.0f} /s  "
+                f"{t / t_hit:,.0f}x embedding again"
+            )
 
 
 if __name__ == "__main__":

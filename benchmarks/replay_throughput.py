@@ -77,19 +77,34 @@ def hash_lists(trace: Trace) -> list[list[int]]:
 def write_mooncake(trace: Trace, path: Path) -> None:
     """The trace as Mooncake-style JSONL (timestamp in ms, lengths, hash_ids), no header."""
     with path.open("w", encoding="utf-8") as fh:
-        for t, i, o, h in zip((trace.arrival_s * 1000).round().astype("int64").tolist(),
-                              trace.input_length.tolist(), trace.output_length.tolist(),
-                              hash_lists(trace), strict=True):  # fmt: skip
-            fh.write(json.dumps({"timestamp": t, "input_length": i, "output_length": o,
-                                 "hash_ids": h}, separators=(",", ":")) + "\n")  # fmt: skip
+        for t, i, o, h in zip(
+            (trace.arrival_s * 1000).round().astype("int64").tolist(),
+            trace.input_length.tolist(),
+            trace.output_length.tolist(),
+            hash_lists(trace),
+            strict=True,
+        ):
+            fh.write(
+                json.dumps(
+                    {"timestamp": t, "input_length": i, "output_length": o, "hash_ids": h},
+                    separators=(",", ":"),
+                )
+                + "\n"
+            )
 
 
 def reference_vllm(trace: Trace, capacity_blocks: int, block_tokens: int) -> tuple[float, int]:
     """The pure-Python vLLM BlockPool model over pre-parsed requests: (seconds, hit tokens)."""
     from vllm_pool_ref import BlockPool, serve_request  # tests/reference
 
-    reqs = list(zip(hash_lists(trace), trace.input_length.tolist(),
-                    trace.output_length.tolist(), strict=True))  # fmt: skip
+    reqs = list(
+        zip(
+            hash_lists(trace),
+            trace.input_length.tolist(),
+            trace.output_length.tolist(),
+            strict=True,
+        )
+    )
     pool = BlockPool(capacity_blocks)
     start = time.perf_counter()
     hits = sum(serve_request(pool, h, i, o, block_tokens) for h, i, o in reqs)
@@ -116,8 +131,10 @@ def engine_rows(trace: Trace, names: list[str], capacity: int, repeat: int) -> N
     cfg = EngineConfig(capacity_blocks=capacity, block_tokens=16)
     n = len(trace)
     simulate(trace, "lru", cfg, timing)  # load the compiled kernels
-    print(f"{'structure':<10}{'policy':<26}{'compiled':<9}{'requests/s':>13}{'x ref':>8}"
-          f"{'token hit':>11}  reference requests/s, same results")  # fmt: skip
+    print(
+        f"{'structure':<10}{'policy':<26}{'compiled':<9}{'requests/s':>13}{'x ref':>8}"
+        f"{'token hit':>11}  reference requests/s, same results"
+    )
     for name in names:
         if "block" not in registered()[name.partition(":")[0]].structures:
             continue
@@ -138,9 +155,11 @@ def engine_rows(trace: Trace, names: list[str], capacity: int, repeat: int) -> N
             for f in ("first_token_s", "finish_s", "hit_tokens", "num_preemptions")
         )
         compiled = _fast.engine_code(make_policy(name)) >= 0
-        print(f"{'engine':<10}{name:<26}{'yes' if compiled else 'no':<9}{n / t_fast:>13,.0f}"
-              f"{t_ref / t_fast:>8.2f}{fast.metrics['token_hit_ratio']:>11.4f}  "
-              f"{n / t_ref:,.0f}, {'yes' if same else 'NO'}")  # fmt: skip
+        print(
+            f"{'engine':<10}{name:<26}{'yes' if compiled else 'no':<9}{n / t_fast:>13,.0f}"
+            f"{t_ref / t_fast:>8.2f}{fast.metrics['token_hit_ratio']:>11.4f}  "
+            f"{n / t_ref:,.0f}, {'yes' if same else 'NO'}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     ref_rate = num_blocks / ref_s
     total_in = int(trace.input_length.sum())
     _fast.warm_up()
-    print(f"{'structure':<10}{'policy':<26}{'kernel':<9}{'blocks/s':>13}{'x ref':>8}"
-          f"{'token hit':>11}")  # fmt: skip
+    print(
+        f"{'structure':<10}{'policy':<26}{'kernel':<9}{'blocks/s':>13}{'x ref':>8}{'token hit':>11}"
+    )
     print(
         f"{'block':<10}{'reference (pure Python)':<26}{'-':<9}{ref_rate:>13,.0f}{1.0:>8.2f}"
         f"{ref_hits / total_in:>11.4f}"

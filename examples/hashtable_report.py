@@ -27,29 +27,39 @@ HIT_RATIO = {
     "name": "hashtable-hit-ratio",
     "workload": {
         "source": "gen:random-pool",
-        "params": {"num_requests": 1000, "pool_size": 10, "prompt_tokens": 15,
-                   "output_ids": False},
+        "params": {"num_requests": 1000, "pool_size": 10, "prompt_tokens": 15, "output_ids": False},
         "vary": {"p": P_VALUES},
     },
-    "cache": {"block_tokens": 16, "capacities": [64], "cache_partial": True,
-              "min_recompute_tokens": 0},
+    "cache": {
+        "block_tokens": 16,
+        "capacities": [64],
+        "cache_partial": True,
+        "min_recompute_tokens": 0,
+    },
     "policies": ["hashtable", "lru"],
-}  # fmt: skip
+}
 
 THROUGHPUT = {
     "name": "hashtable-throughput",
     "workload": {
         "source": "gen:random-pool",
-        "params": {"num_requests": 1000, "prompt_tokens": 2048, "output_tokens": 16,
-                   "request_rate_per_s": 1000.0},
+        "params": {
+            "num_requests": 1000,
+            "prompt_tokens": 2048,
+            "output_tokens": 16,
+            "request_rate_per_s": 1000.0,
+        },
         "vary": {"p": [0.1, 0.5, 0.9]},
     },
-    "model": {"name": "llama-3.1-8b", "gpu": "h100",
-              "timing": ["power:preset=llama-3.1-8b-h100", "tpot:s=0.02"]},
+    "model": {
+        "name": "llama-3.1-8b",
+        "gpu": "h100",
+        "timing": ["power:preset=llama-3.1-8b-h100", "tpot:s=0.02"],
+    },
     "cache": {"block_tokens": 16, "capacities": ["0.5A"]},
     "runner": {"kind": "engine"},
     "policies": ["hashtable"],
-}  # fmt: skip
+}
 
 
 def run(config: dict[str, Any], folder: Path) -> list[dict[str, Any]]:
@@ -77,12 +87,16 @@ def main() -> None:
             v = f"p={p}"
             bound = (pooled[v] - 10) / 1000
             ht, lru = by[(v, "hashtable")], by[(v, "lru")]
-            print(f"{p:5.1f} {pooled[v]:7d} {bound:6.3f} {ht['token_hit_ratio']:10.3f} "
-                  f"{lru['token_hit_ratio']:7.3f}")  # fmt: skip
+            print(
+                f"{p:5.1f} {pooled[v]:7d} {bound:6.3f} {ht['token_hit_ratio']:10.3f} "
+                f"{lru['token_hit_ratio']:7.3f}"
+            )
         print()
         print("2. Serving throughput with and without prefix caching (2048-token prompts)")
-        print(f"{'p':>5} {'caching':>8} {'hit':>6} {'makespan s':>11} {'tok/s':>9} "
-              f"{'mean TTFT s':>12} {'speed-up':>9}")  # fmt: skip
+        print(
+            f"{'p':>5} {'caching':>8} {'hit':>6} {'makespan s':>11} {'tok/s':>9} "
+            f"{'mean TTFT s':>12} {'speed-up':>9}"
+        )
         results = {}
         for caching in (True, False):
             cfg = {**THROUGHPUT, "runner": {"kind": "engine", "prefix_caching": caching}}
@@ -93,9 +107,11 @@ def main() -> None:
             for caching in (True, False):
                 r = results[(f"p={p}", caching)]
                 tput = r["total_throughput_tokens_per_s"]
-                print(f"{p:5.1f} {'on' if caching else 'off':>8} {r['token_hit_ratio']:6.3f} "
-                      f"{r['makespan_s']:11.2f} {tput:9,.0f} {r['mean_ttft_s']:12.4f} "
-                      f"{tput / base:8.2f}x")  # fmt: skip
+                print(
+                    f"{p:5.1f} {'on' if caching else 'off':>8} {r['token_hit_ratio']:6.3f} "
+                    f"{r['makespan_s']:11.2f} {tput:9,.0f} {r['mean_ttft_s']:12.4f} "
+                    f"{tput / base:8.2f}x"
+                )
 
 
 if __name__ == "__main__":  # the sweep's worker processes import this file

@@ -294,6 +294,25 @@ def test_partial_block_full_hit_without_recompute() -> None:
         cache.check()
 
 
+def test_miss_event_tokens_for_a_partial_block() -> None:
+    from prefixlab.cache.events import Miss
+
+    misses: list[Miss] = []
+
+    class Log:
+        def on_event(self, event: Event) -> None:
+            if isinstance(event, Miss):
+                misses.append(event)
+
+    t = Trace.from_requests([Request(0.0, 5, 0, input_tokens=[1, 2, 3, 4, 5])])
+    cfg = ReplayConfig(
+        capacity_blocks=8, block_tokens=4, cache_partial=True, min_recompute_tokens=0
+    )
+    replay(t, "lru", cfg, observers=[Log()])
+    assert (misses[0].num_blocks, misses[0].num_tokens) == (2, 5)
+    assert np.sum([m.num_tokens for m in misses]) == 5
+
+
 def start_keys(cache: BlockCache, keys: list[int], extra_blocks: int = 0) -> I64 | None:
     k = arr(*keys)
     m = cache.match(k)

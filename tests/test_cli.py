@@ -37,9 +37,18 @@ def _run(*args: str) -> tuple[int, str, str]:
 def test_replay_json_fields_and_per_request(tmp_path: Path) -> None:
     out = tmp_path / "per.csv"
     code, stdout, _ = _run(
-        "replay", GEN, "--block-tokens", "16", "--capacity-blocks", "600",
-        "-p", "lru", "--json", "--per-request", str(out),
-    )  # fmt: skip
+        "replay",
+        GEN,
+        "--block-tokens",
+        "16",
+        "--capacity-blocks",
+        "600",
+        "-p",
+        "lru",
+        "--json",
+        "--per-request",
+        str(out),
+    )
     assert code == 0
     rows = json.loads(stdout)
     assert len(rows) == 1 and set(rows[0]) >= REQUIRED
@@ -58,9 +67,20 @@ def test_replay_json_fields_and_per_request(tmp_path: Path) -> None:
 def test_replay_several_policies_one_file_each(tmp_path: Path) -> None:
     out = tmp_path / "per.csv"
     code, stdout, _ = _run(
-        "replay", GEN, "--block-tokens", "16", "--capacity-blocks", "600",
-        "-p", "vllm", "-p", "s3fifo:small_ratio=0.2", "--json", "--per-request", str(out),
-    )  # fmt: skip
+        "replay",
+        GEN,
+        "--block-tokens",
+        "16",
+        "--capacity-blocks",
+        "600",
+        "-p",
+        "vllm",
+        "-p",
+        "s3fifo:small_ratio=0.2",
+        "--json",
+        "--per-request",
+        str(out),
+    )
     assert code == 0
     assert [r["policy"] for r in json.loads(stdout)] == [
         "vllm",
@@ -85,9 +105,18 @@ def test_capacity_bytes_with_model() -> None:
     # llama-3.1-8b: 2 * 32 layers * 8 kv heads * 128 dims * 2 B = 131072 B per token;
     # a 16-token block is 2 MiB, so 1 GiB holds 512 blocks.
     code, stdout, _ = _run(
-        "replay", GEN, "--block-tokens", "16", "--capacity-bytes", str(1 << 30),
-        "--model", "llama-3.1-8b", "-p", "lru", "--json",
-    )  # fmt: skip
+        "replay",
+        GEN,
+        "--block-tokens",
+        "16",
+        "--capacity-bytes",
+        str(1 << 30),
+        "--model",
+        "llama-3.1-8b",
+        "-p",
+        "lru",
+        "--json",
+    )
     assert code == 0
     assert json.loads(stdout)[0]["capacity_blocks"] == 512
 
@@ -114,6 +143,33 @@ def test_clear_one_line_errors(args: list[str], message: str) -> None:
     assert "Traceback" not in stderr + stdout
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["gen:sessions:num_sessions=abc"], "num_sessions must be an integer"),
+        (["gen:sessions:seed=-1"], "seed must be >= 0, got -1"),
+        (["gen:sessions:mean_turns=0.5"], "mean_turns must be >= 1, got 0.5"),
+        (["gen:sessions:gap_sigma=-1"], "gap_sigma must be > 0"),
+        (["gen:sessions", "-p", "lecar:seed=1.5"], "seed must be an integer"),
+        (["gen:sessions", "-p", "lecar:learning_rate=nan"], "learning_rate must be positive"),
+        (["gen:sessions", "-p", "s3fifo:move_to_main_threshold=1.5"], "must be an integer"),
+        (["gen:sessions", "--max-free-blocks", "-1"], "max_free_blocks must be >= 0"),
+        (["gen:sessions", "--limit", "5"], "applies to trace files"),
+        (["gen:sessions", "-p", "lru", "-p", "lru"], "a policy is given twice"),
+        (["gen:sessions", "--per-request", "/nonexistent/dir/x.csv"], "does not exist"),
+        (["gen:sessions:bad"], "generator spec"),
+    ],
+)
+def test_more_one_line_errors(args: list[str], message: str) -> None:
+    argv = ["replay", *args, "--block-tokens", "16", "--capacity-blocks", "2000"]
+    if "-p" not in args:
+        argv += ["-p", "lru"]
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == 2, res.output
+    assert message in res.stderr.replace("\n", " ")
+    assert "Traceback" not in res.output
+
+
 def test_token_form_needs_block_tokens() -> None:
     code, _, stderr = _run("replay", GEN, "--capacity-blocks", "100", "-p", "lru")
     assert code == 2 and "--block-tokens" in stderr
@@ -124,9 +180,17 @@ def test_malformed_trace_names_line_and_writes_nothing(tmp_path: Path) -> None:
     trace.write_text('{"input_tokens": [1, 2], "output_length": 1}\n{"input_tokens": [1]}\n')
     out = tmp_path / "per.csv"
     code, _, stderr = _run(
-        "replay", str(trace), "--block-tokens", "16", "--capacity-blocks", "10",
-        "-p", "lru", "--per-request", str(out),
-    )  # fmt: skip
+        "replay",
+        str(trace),
+        "--block-tokens",
+        "16",
+        "--capacity-blocks",
+        "10",
+        "-p",
+        "lru",
+        "--per-request",
+        str(out),
+    )
     assert code == 2
     flat = stderr.replace("\n", "")
     assert f"{trace}:2" in flat and "output_length" in flat and "missing" in flat
@@ -153,13 +217,25 @@ def test_docs_policy_table_is_generated_from_registry() -> None:
 def test_replay_warns_when_min_recompute_leaves_requests_unable_to_hit() -> None:
     # 16-token prompts in 16-token blocks: with one token recomputed no block can be looked up
     gen = "gen:random-pool:num_requests=50,prompt_tokens=16,output_ids=false"
-    code, stdout, stderr = _run("replay", gen, "--block-tokens", "16", "--capacity-blocks", "20",
-                                "-p", "lru", "--json")  # fmt: skip
+    code, stdout, stderr = _run(
+        "replay", gen, "--block-tokens", "16", "--capacity-blocks", "20", "-p", "lru", "--json"
+    )
     assert code == 0 and json.loads(stdout)[0]["num_hit_tokens"] == 0
     flat = stderr.replace("\n", " ")
     assert "50 of 50 requests" in flat and "min_recompute_tokens=1" in flat
-    code, stdout, stderr = _run("replay", gen, "--block-tokens", "16", "--capacity-blocks", "20",
-                                "-p", "lru", "--json", "--min-recompute-tokens", "0")  # fmt: skip
+    code, stdout, stderr = _run(
+        "replay",
+        gen,
+        "--block-tokens",
+        "16",
+        "--capacity-blocks",
+        "20",
+        "-p",
+        "lru",
+        "--json",
+        "--min-recompute-tokens",
+        "0",
+    )
     assert code == 0 and "warning" not in stderr and json.loads(stdout)[0]["num_hit_tokens"] > 0
 
 
@@ -173,8 +249,7 @@ def _without_timing(out: str) -> list[dict[str, object]]:
 @pytest.mark.parametrize("command", ["replay", "simulate"])
 def test_capacity_bytes_take_units_as_configs_do(command: str) -> None:
     """`--capacity-bytes 1GiB` is 2**30 bytes, `1.5GB` 1.5e9 (it took only a number)."""
-    base = [command, GEN, "-p", "lru", "--block-tokens", "16", "--model", "llama-3.2-1b",
-            "--json"]  # fmt: skip
+    base = [command, GEN, "-p", "lru", "--block-tokens", "16", "--model", "llama-3.2-1b", "--json"]
     if command == "simulate":
         base += ["--gpu", "h100"]
     results = []
@@ -191,8 +266,18 @@ def test_capacity_bytes_take_units_as_configs_do(command: str) -> None:
 
 def test_a_folder_given_as_the_trace_is_one_line(tmp_path: Path) -> None:
     for fmt in ("native", "mooncake", "sharegpt"):
-        code, _, err = _run("replay", str(tmp_path), "-f", fmt, "-p", "lru",
-                              "--capacity-blocks", "10", "--block-tokens", "16")  # fmt: skip
+        code, _, err = _run(
+            "replay",
+            str(tmp_path),
+            "-f",
+            fmt,
+            "-p",
+            "lru",
+            "--capacity-blocks",
+            "10",
+            "--block-tokens",
+            "16",
+        )
         assert code == 2, (fmt, err)
         assert (
             err.strip()

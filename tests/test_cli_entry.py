@@ -33,8 +33,7 @@ def test_the_table_is_the_real_commands_in_order() -> None:
 def _run(entry: str, args: list[str]) -> subprocess.CompletedProcess[str]:
     code = f"import sys; sys.argv = ['prefixlab', *{args!r}]; {entry}"
     env = {**os.environ, "COLUMNS": "90", "TERM": "dumb"}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env)  # fmt: skip
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
 
 
 @pytest.mark.parametrize("args", [[], ["--help"]])
@@ -56,13 +55,16 @@ def test_the_help_imports_neither_numpy_nor_the_commands() -> None:
         " and m not in ('prefixlab.cli_entry', 'prefixlab.cli_root') or m == 'prefixlab.cli')\n"
         "print(code, heavy, file=sys.stderr)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "Commands" in proc.stdout and "simulate" in proc.stdout
     assert proc.stderr.strip() == "0 []"
 
 
 def test_a_command_still_runs_through_the_real_app() -> None:
-    proc = subprocess.run([sys.executable, "-m", "prefixlab", "policies", "--json"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "prefixlab", "policies", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert '"name": "lru"' in proc.stdout

@@ -29,8 +29,18 @@ runner = CliRunner()
 GEN = "gen:sessions:num_sessions=6"
 #: 2 policies x 2 capacities: the 4 cells every compare test below reads
 COMPARE = [GEN, "-p", "lru", "-p", "fifo", "-c", "0.5ws", "-c", "3000", "--block-tokens", "16"]
-ENGINE = ["--runner", "engine", "--model", "llama-3.1-8b", "--gpu", "h100",
-          "--timing", "power:preset=llama-3.1-8b-h100", "--timing", "tpot:s=0.02"]  # fmt: skip
+ENGINE = [
+    "--runner",
+    "engine",
+    "--model",
+    "llama-3.1-8b",
+    "--gpu",
+    "h100",
+    "--timing",
+    "power:preset=llama-3.1-8b-h100",
+    "--timing",
+    "tpot:s=0.02",
+]
 CELLS = {("0.5ws", "lru"), ("0.5ws", "fifo"), ("3000", "lru"), ("3000", "fifo")}
 
 #: random-pool: each request reuses one of 10 pooled prompts with probability p, else a fresh
@@ -141,8 +151,11 @@ def test_compare_writes_four_rows_in_plan_order(replay_run: tuple[Path, str]) ->
     rows = _rows(folder)
     assert len(rows) == 4
     assert [(r["capacity"], r["policy"]) for r in rows] == [
-        ("0.5ws", "lru"), ("0.5ws", "fifo"), ("3000", "lru"), ("3000", "fifo"),
-    ]  # fmt: skip
+        ("0.5ws", "lru"),
+        ("0.5ws", "fifo"),
+        ("3000", "lru"),
+        ("3000", "fifo"),
+    ]
     assert {r["experiment"] for r in rows} == {"compare"}
     assert {r["runner"] for r in rows} == {"replay"}
     assert {r["block_tokens"] for r in rows} == {16}
@@ -191,8 +204,19 @@ def test_second_compare_runs_nothing_and_keeps_the_results(
 
 def test_compare_quiet_prints_only_the_folder(tmp_path: Path) -> None:
     out = tmp_path / "q"
-    result = _invoke("compare", GEN, "-p", "lru", "-c", "3000", "--block-tokens", "16",
-                     "--out", str(out), "--quiet")  # fmt: skip
+    result = _invoke(
+        "compare",
+        GEN,
+        "-p",
+        "lru",
+        "-c",
+        "3000",
+        "--block-tokens",
+        "16",
+        "--out",
+        str(out),
+        "--quiet",
+    )
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == [str(out)]
     assert len(_rows(out)) == 1
@@ -200,8 +224,22 @@ def test_compare_quiet_prints_only_the_folder(tmp_path: Path) -> None:
 
 def test_compare_table_is_the_mean_over_seeds(tmp_path: Path) -> None:
     out = tmp_path / "seeds"
-    result = _invoke("compare", GEN, "-p", "lru", "-c", "3000", "--block-tokens", "16",
-                     "--seed", "0", "--seed", "1", "--out", str(out))  # fmt: skip
+    result = _invoke(
+        "compare",
+        GEN,
+        "-p",
+        "lru",
+        "-c",
+        "3000",
+        "--block-tokens",
+        "16",
+        "--seed",
+        "0",
+        "--seed",
+        "1",
+        "--out",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     assert "compare (mean and sd of 2 seeds)" in result.output
     rows = _rows(out)
@@ -281,13 +319,24 @@ def test_engine_detail_requests_add_up_to_the_row(engine_run: tuple[Path, str]) 
         ([GEN, "-p", "lru", "-c", "0.5A"], ["'A'", "needs --model"]),
         ([GEN, "-p", "lru", "-c", "3000", "--runner", "engine"], ["--runner", "needs --timing"]),
         ([GEN, "-p", "lru", "-c", "3000", "--runner", "gpu"], ["--runner", "'gpu' unknown"]),
-        (["gen:sessions:num_sesions=3", "-p", "lru", "-c", "3000"],
-         ["generator 'sessions' has no parameter 'num_sesions'"]),
+        (
+            ["gen:sessions:num_sesions=3", "-p", "lru", "-c", "3000"],
+            ["generator 'sessions' has no parameter 'num_sesions'"],
+        ),
         ([GEN, "-p", "lru", "-p", "lru", "-c", "3000"], ["twice"]),
     ],
-    ids=["policy", "capacity-too-small", "capacity-string", "capacity-zero", "capacity-A",
-         "engine-no-timing", "runner", "generator-param", "duplicate-policy"],
-)  # fmt: skip
+    ids=[
+        "policy",
+        "capacity-too-small",
+        "capacity-string",
+        "capacity-zero",
+        "capacity-A",
+        "engine-no-timing",
+        "runner",
+        "generator-param",
+        "duplicate-policy",
+    ],
+)
 def test_compare_errors_are_one_line(tmp_path: Path, args: list[str], fragments: list[str]) -> None:
     out = tmp_path / "o"
     result = _invoke("compare", *args, "--block-tokens", "16", "--out", str(out))
@@ -300,21 +349,27 @@ def test_compare_errors_are_one_line(tmp_path: Path, args: list[str], fragments:
     ("args", "key", "flag"),
     [
         pytest.param(
-            ["-c", "1"], "cache.capacities", "--capacity", id="capacity-too-small",
+            ["-c", "1"],
+            "cache.capacities",
+            "--capacity",
+            id="capacity-too-small",
         ),
         pytest.param(
-            ["-c", "3000", "--runner", "engine", "--model", "llama-3.1-8b"], "model.gpu",
-            "--gpu", id="engine-without-gpu",
+            ["-c", "3000", "--runner", "engine", "--model", "llama-3.1-8b"],
+            "model.gpu",
+            "--gpu",
+            id="engine-without-gpu",
         ),
         (["-p", "nope", "-c", "3000"], "policies[", "--policy"),
         (["-c", "half"], "cache.capacities", "--capacity"),
     ],
-)  # fmt: skip
+)
 def test_compare_errors_name_flags_not_config_keys(
     tmp_path: Path, args: list[str], key: str, flag: str
 ) -> None:
-    result = _invoke("compare", GEN, "-p", "lru", *args, "--block-tokens", "16",
-                     "--out", str(tmp_path / "o"))  # fmt: skip
+    result = _invoke(
+        "compare", GEN, "-p", "lru", *args, "--block-tokens", "16", "--out", str(tmp_path / "o")
+    )
     out = _assert_one_line_error(result)
     assert key not in out and flag in out
 
@@ -336,10 +391,17 @@ def test_results_list_shows_every_results_folder(
     assert result.exit_code == 0, result.output
     body = table(result.output)
     assert sorted(body, key=lambda r: r["folder"]) == [
-        {"folder": str(folder), "experiment": "compare", "runner": kind, "rows": "4",
-         "policies": "lru, fifo", "capacities": "0.5ws, 3000", "seeds": "1"}
+        {
+            "folder": str(folder),
+            "experiment": "compare",
+            "runner": kind,
+            "rows": "4",
+            "policies": "lru, fifo",
+            "capacities": "0.5ws, 3000",
+            "seeds": "1",
+        }
         for folder, kind in ((engine_run[0], "engine"), (replay_run[0], "replay"))
-    ]  # fmt: skip
+    ]
 
 
 def test_results_list_errors(tmp_path: Path) -> None:
@@ -349,17 +411,34 @@ def test_results_list_errors(tmp_path: Path) -> None:
 
 def test_results_show_csv_filters_rows(replay_run: tuple[Path, str]) -> None:
     folder, _ = replay_run
-    result = _invoke("results", "show", str(folder), "--where", "policy=lru",
-                     "--columns", "policy,capacity,token_hit_ratio", "--csv")  # fmt: skip
+    result = _invoke(
+        "results",
+        "show",
+        str(folder),
+        "--where",
+        "policy=lru",
+        "--columns",
+        "policy,capacity,token_hit_ratio",
+        "--csv",
+    )
     assert result.exit_code == 0, result.output
     lines = _csv_rows(result.output)
     assert lines[0] == ["policy", "capacity", "token_hit_ratio"]
     stored = [r for r in _rows(folder) if r["policy"] == "lru"]
     assert lines[1:] == [["lru", r["capacity"], repr(r["token_hit_ratio"])] for r in stored]
     # filters combine; the results file itself names its folder; --limit caps the rows
-    result = _invoke("results", "show", str(folder / "results.parquet"),
-                     "--where", "policy=fifo", "--where", "capacity_blocks=3000",
-                     "--columns", "policy,capacity", "--csv")  # fmt: skip
+    result = _invoke(
+        "results",
+        "show",
+        str(folder / "results.parquet"),
+        "--where",
+        "policy=fifo",
+        "--where",
+        "capacity_blocks=3000",
+        "--columns",
+        "policy,capacity",
+        "--csv",
+    )
     assert _csv_rows(result.output) == [["policy", "capacity"], ["fifo", "3000"]]
     result = _invoke("results", "show", str(folder), "--limit", "3", "--csv")
     assert len(_csv_rows(result.output)) == 1 + 3
@@ -415,17 +494,21 @@ def test_results_query_counts_and_sums(
     assert _csv_rows(result.output) == [["policy", "n"], ["fifo", "2"], ["lru", "2"]]
     # the requests view exists with --detail and adds up to the results rows
     engine, _ = engine_run
-    sql = ("select r.policy, r.capacity, sum(q.hit_tokens) = r.num_hit_tokens as same "
-           "from requests q join results r using (cell_id) "
-           "group by r.policy, r.capacity, r.num_hit_tokens "
-           "order by r.capacity, r.policy")  # fmt: skip
+    sql = (
+        "select r.policy, r.capacity, sum(q.hit_tokens) = r.num_hit_tokens as same "
+        "from requests q join results r using (cell_id) "
+        "group by r.policy, r.capacity, r.num_hit_tokens "
+        "order by r.capacity, r.policy"
+    )
     result = _invoke("results", "query", str(engine), sql, "--csv")
     assert result.exit_code == 0, result.output
     assert _csv_rows(result.output) == [
         ["policy", "capacity", "same"],
-        ["fifo", "0.5ws", "True"], ["lru", "0.5ws", "True"],
-        ["fifo", "3000", "True"], ["lru", "3000", "True"],
-    ]  # fmt: skip
+        ["fifo", "0.5ws", "True"],
+        ["lru", "0.5ws", "True"],
+        ["fifo", "3000", "True"],
+        ["lru", "3000", "True"],
+    ]
 
 
 @pytest.mark.parametrize(

@@ -23,22 +23,82 @@ GEN = "gen:sessions:num_sessions=8,seed=3"
 TIMED = {"replay", "compare"}
 
 COMMANDS = [
-    ["replay", GEN, "--block-tokens", "16", "--capacity-blocks", "200000", "-p", "lru",
-     "-p", "lecar:seed=1", "-p", "s3fifo", "-p", "opt"],
-    ["replay", GEN, "--block-tokens", "16", "--capacity-blocks", "300", "-p", "lru",
-     "--structure", "radix"],
-    ["replay", GEN, "--block-tokens", "16", "--structure", "hybrid", "--model",
-     "marconi-7b", "--capacity-bytes", "8GB", "-p", "vllm+", "-p", "marconi"],
-    ["simulate", GEN, "--block-tokens", "16", "--capacity-blocks", "20000", "-p", "lru",
-     "-p", "opt", "--model", "llama-3.1-8b", "--gpu", "h100", "--by-task"],
+    [
+        "replay",
+        GEN,
+        "--block-tokens",
+        "16",
+        "--capacity-blocks",
+        "200000",
+        "-p",
+        "lru",
+        "-p",
+        "lecar:seed=1",
+        "-p",
+        "s3fifo",
+        "-p",
+        "opt",
+    ],
+    [
+        "replay",
+        GEN,
+        "--block-tokens",
+        "16",
+        "--capacity-blocks",
+        "300",
+        "-p",
+        "lru",
+        "--structure",
+        "radix",
+    ],
+    [
+        "replay",
+        GEN,
+        "--block-tokens",
+        "16",
+        "--structure",
+        "hybrid",
+        "--model",
+        "marconi-7b",
+        "--capacity-bytes",
+        "8GB",
+        "-p",
+        "vllm+",
+        "-p",
+        "marconi",
+    ],
+    [
+        "simulate",
+        GEN,
+        "--block-tokens",
+        "16",
+        "--capacity-blocks",
+        "20000",
+        "-p",
+        "lru",
+        "-p",
+        "opt",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100",
+        "--by-task",
+    ],
     ["policies"],
     ["trace", "stats", GEN, "--block-tokens", "16"],
     ["analyze", "reuse", GEN, "--block-tokens", "16"],
     ["reproduce"],
     ["experts", "policies"],
-    ["experts", "simulate", "gen:zipf:num_layers=3,num_experts=4,num_tokens=60,seed=2",
-     "-k", "2", "-k", "6"],
-]  # fmt: skip
+    [
+        "experts",
+        "simulate",
+        "gen:zipf:num_layers=3,num_experts=4,num_tokens=60,seed=2",
+        "-k",
+        "2",
+        "-k",
+        "6",
+    ],
+]
 
 
 def _run(args: list[str], columns: int, cwd: Path) -> str:
@@ -79,9 +139,27 @@ def test_the_sweep_summary_fits_with_its_spread(
     """compare over two seeds: the mean and the spread of the token hit ratio, in 80
     columns; the spread is the sample standard deviation of the seeds' rows."""
     out = tmp_path / "cmp"
-    args = ["compare", "gen:sessions:num_sessions=12", "-p", "lru", "-p", "s3fifo",
-            "-c", "0.3ws", "-c", "4000", "--block-tokens", "16", "--out", str(out),
-            "--no-report", "--seed", "0", "--seed", "1"]  # fmt: skip
+    args = [
+        "compare",
+        "gen:sessions:num_sessions=12",
+        "-p",
+        "lru",
+        "-p",
+        "s3fifo",
+        "-c",
+        "0.3ws",
+        "-c",
+        "4000",
+        "--block-tokens",
+        "16",
+        "--out",
+        str(out),
+        "--no-report",
+        "--seed",
+        "0",
+        "--seed",
+        "1",
+    ]
     _check(args, tmp_path, monkeypatch)
     import statistics
 
@@ -92,8 +170,11 @@ def test_the_sweep_summary_fits_with_its_spread(
     assert header[:6] == ["capacity", "blocks", "policy", "token hit", "± sd", "req hit"]
     for cells in body:
         capacity, _, policy, mean, sd = cells[:5]
-        hits = [r["token_hit_ratio"] for r in rows
-                if r["capacity"] == capacity and r["policy"] == policy]  # fmt: skip
+        hits = [
+            r["token_hit_ratio"]
+            for r in rows
+            if r["capacity"] == capacity and r["policy"] == policy
+        ]
         assert len(hits) == 2
         assert mean == f"{statistics.mean(hits):.4f}" and sd == f"{statistics.stdev(hits):.4f}"
     assert "mean and sd of 2 seeds" in _run(args, 300, tmp_path)
@@ -102,6 +183,20 @@ def test_the_sweep_summary_fits_with_its_spread(
 
 @pytest.mark.skipif(not MOONCAKE.is_file(), reason="needs ../shared/data")
 def test_wide_numbers_of_a_real_trace_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    args = ["replay", str(MOONCAKE), "-f", "mooncake", "--limit", "2000",
-            "--capacity-blocks", "2000", "-p", "lru", "-p", "opt", "-p", "lecar:seed=1"]  # fmt: skip
+    args = [
+        "replay",
+        str(MOONCAKE),
+        "-f",
+        "mooncake",
+        "--limit",
+        "2000",
+        "--capacity-blocks",
+        "2000",
+        "-p",
+        "lru",
+        "-p",
+        "opt",
+        "-p",
+        "lecar:seed=1",
+    ]
     _check(args, tmp_path, monkeypatch)

@@ -20,8 +20,12 @@ PAGE = ROOT / "docs" / "experiments.md"
 
 def _commands() -> list[str]:
     blocks = re.findall(r"```bash\n(.*?)```", PAGE.read_text(), flags=re.S)
-    return [line.strip() for block in blocks for line in block.splitlines()
-            if line.strip().startswith("prefixlab ")]  # fmt: skip
+    return [
+        line.strip()
+        for block in blocks
+        for line in block.splitlines()
+        if line.strip().startswith("prefixlab ")
+    ]
 
 
 def test_page_commands_run_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -52,11 +52,24 @@ def _plain(event: Any) -> tuple[Any, ...]:
     return (type(event).__name__, *(v.tolist() if isinstance(v, np.ndarray) else v for v in values))
 
 
-def _req(t: float, inp: list[int], out: int, sid: str | None = None, turn: int = 0,
-         think: float | None = None) -> Request:  # fmt: skip
-    return Request(arrival_s=t, input_length=len(inp), output_length=out, session_id=sid,
-                   turn=turn, input_tokens=inp, output_tokens=list(range(900, 900 + out)),
-                   think_s=think)  # fmt: skip
+def _req(
+    t: float,
+    inp: list[int],
+    out: int,
+    sid: str | None = None,
+    turn: int = 0,
+    think: float | None = None,
+) -> Request:
+    return Request(
+        arrival_s=t,
+        input_length=len(inp),
+        output_length=out,
+        session_id=sid,
+        turn=turn,
+        input_tokens=inp,
+        output_tokens=list(range(900, 900 + out)),
+        think_s=think,
+    )
 
 
 # ------------------------------------------------------------------ event loop
@@ -89,12 +102,22 @@ def test_hand_computed_timeline() -> None:
     in a 13-second step (9 -> 22) and r0 finishes at 22.
     """
     a = list(range(1, 9))
-    trace = Trace.from_requests([
-        _req(0.0, a, 3), _req(8.5, [*a, 20, 21, 22, 23], 2), _req(30.0, [*a, 20, 21, 22, 23], 1),
-    ])  # fmt: skip
+    trace = Trace.from_requests(
+        [
+            _req(0.0, a, 3),
+            _req(8.5, [*a, 20, 21, 22, 23], 2),
+            _req(30.0, [*a, 20, 21, 22, 23], 1),
+        ]
+    )
     log = Log()
-    res = simulate(trace, "lru", EngineConfig(capacity_blocks=64, block_tokens=4), LINEAR,
-                   observers=[log], check_every=1)  # fmt: skip
+    res = simulate(
+        trace,
+        "lru",
+        EngineConfig(capacity_blocks=64, block_tokens=4),
+        LINEAR,
+        observers=[log],
+        check_every=1,
+    )
     assert res.scheduled_s.tolist() == [0.0, 9.0, 30.0]
     assert res.first_token_s.tolist() == [8.0, 14.0, 34.0]
     assert res.finish_s.tolist() == [14.0, 15.0, 34.0]
@@ -107,9 +130,19 @@ def test_hand_computed_timeline() -> None:
     assert m["makespan_s"] == 34.0 and m["throughput_tokens_per_s"] == pytest.approx(6 / 34)
     steps = log.of(StepDone)
     assert [(s.start_s, s.duration_s) for s in steps] == [
-        (0.0, 8.0), (8.0, 1.0), (9.0, 5.0), (14.0, 1.0), (30.0, 4.0)]  # fmt: skip
-    late = simulate(trace, "lru", EngineConfig(capacity_blocks=64, block_tokens=4,
-                    cache_while_running=False), LINEAR, check_every=1)  # fmt: skip
+        (0.0, 8.0),
+        (8.0, 1.0),
+        (9.0, 5.0),
+        (14.0, 1.0),
+        (30.0, 4.0),
+    ]
+    late = simulate(
+        trace,
+        "lru",
+        EngineConfig(capacity_blocks=64, block_tokens=4, cache_while_running=False),
+        LINEAR,
+        check_every=1,
+    )
     assert late.hit_tokens.tolist() == [0, 0, 8]
     assert late.first_token_s.tolist() == [8.0, 22.0, 34.0]
     assert late.finish_s.tolist() == [22.0, 23.0, 34.0]
@@ -124,25 +157,44 @@ def test_no_queueing_matches_replay_and_timing(structure: str, policy: str) -> N
         policy == "sglang-lru" and structure == "block"
     ):
         pytest.skip("policy does not apply to this structure")
-    trace = generate_sessions(num_sessions=25, seed=3, session_rate_per_s=1e-4,
-                              gap_mu=9.0, system_tokens=256, mean_user_tokens=64,
-                              mean_output_tokens=32)  # fmt: skip
+    trace = generate_sessions(
+        num_sessions=25,
+        seed=3,
+        session_rate_per_s=1e-4,
+        gap_mu=9.0,
+        system_tokens=256,
+        mean_user_tokens=64,
+        mean_output_tokens=32,
+    )
     timing = make_timing("power:preset=llama-3.1-8b-h100+tpot:s=0.01")
     cap = 600
     # With arrivals far apart caching while running changes nothing for recency and FIFO
     # orders; S3-FIFO's queues see the prompt's blocks before the decode's evictions, so it
     # matches replay under replay's caching rule.
     early = policy != "s3fifo"
-    res = simulate(trace, policy, EngineConfig(capacity_blocks=cap, structure=structure,
-                   block_tokens=16, max_num_batched_tokens=1 << 20,
-                   cache_while_running=early), timing, check_every=5)  # fmt: skip
-    rep = replay(trace, policy, ReplayConfig(capacity_blocks=cap, structure=structure,
-                 block_tokens=16))  # fmt: skip
+    res = simulate(
+        trace,
+        policy,
+        EngineConfig(
+            capacity_blocks=cap,
+            structure=structure,
+            block_tokens=16,
+            max_num_batched_tokens=1 << 20,
+            cache_while_running=early,
+        ),
+        timing,
+        check_every=5,
+    )
+    rep = replay(
+        trace, policy, ReplayConfig(capacity_blocks=cap, structure=structure, block_tokens=16)
+    )
     assert res.metrics["num_evictions"] > 0  # the capacity binds
     assert np.array_equal(res.hit_tokens, rep.hit_tokens)
     assert res.metrics["token_hit_ratio"] == rep.metrics["token_hit_ratio"]
-    expected = [timing.prefill_s([(int(n - h), int(h))])
-                for n, h in zip(trace.input_length, res.hit_tokens, strict=True)]  # fmt: skip
+    expected = [
+        timing.prefill_s([(int(n - h), int(h))])
+        for n, h in zip(trace.input_length, res.hit_tokens, strict=True)
+    ]
     ttft = res.first_token_s - res.scheduled_s
     assert np.allclose(ttft, expected, rtol=1e-12, atol=1e-9)
     assert np.array_equal(res.scheduled_s, trace.arrival_s)  # nobody waited
@@ -155,11 +207,16 @@ def _fixed_prompts(n: int, rate: float, seed: int, tokens: int = 100) -> Trace:
     blocks = tokens // 16
     ids = np.arange(n * blocks, dtype=np.uint64)  # all distinct: no hits
     return Trace(
-        arrival_s=arrivals, input_length=np.full(n, tokens), output_length=np.ones(n, np.int64),
-        session_id=[None] * n, turn=np.zeros(n, np.int64), task=[None] * n,
+        arrival_s=arrivals,
+        input_length=np.full(n, tokens),
+        output_length=np.ones(n, np.int64),
+        session_id=[None] * n,
+        turn=np.zeros(n, np.int64),
+        task=[None] * n,
         hash_ids=(ids, np.arange(0, n * blocks + 1, blocks, dtype=np.int64)),
-        hashed_tokens=np.full(n, tokens), block_tokens=16,
-    )  # fmt: skip
+        hashed_tokens=np.full(n, tokens),
+        block_tokens=16,
+    )
 
 
 @pytest.mark.parametrize("rho", [0.5, 0.8])
@@ -180,8 +237,14 @@ def test_md1_mean_wait_matches_theory(rho: float) -> None:
 
 # ------------------------------------------------------------------ hits help
 def test_higher_hit_ratio_never_worse_mean_ttft() -> None:
-    trace = generate_sessions(num_sessions=120, seed=5, session_rate_per_s=0.5,
-                              system_tokens=512, mean_user_tokens=128, mean_output_tokens=64)  # fmt: skip
+    trace = generate_sessions(
+        num_sessions=120,
+        seed=5,
+        session_rate_per_s=0.5,
+        system_tokens=512,
+        mean_user_tokens=128,
+        mean_output_tokens=64,
+    )
     timing = make_timing("power:preset=llama-3.2-1b-a100+tpot:s=0.005")
     runs = []
     for cap in (600, 1000, 2000, 4000, 8000):
@@ -197,11 +260,13 @@ def test_higher_hit_ratio_never_worse_mean_ttft() -> None:
 
 # ------------------------------------------------------------------ determinism and events
 def test_deterministic_and_every_event_observed() -> None:
-    trace = generate_sessions(num_sessions=30, seed=2, session_rate_per_s=2.0,
-                              mean_output_tokens=48)  # fmt: skip
+    trace = generate_sessions(
+        num_sessions=30, seed=2, session_rate_per_s=2.0, mean_output_tokens=48
+    )
     timing = make_timing("power:preset=llama-3.2-1b-a100+tpot:s=0.01")
-    cfg = EngineConfig(capacity_blocks=1500, block_tokens=16, max_num_seqs=8,
-                       max_num_batched_tokens=2048)  # fmt: skip
+    cfg = EngineConfig(
+        capacity_blocks=1500, block_tokens=16, max_num_seqs=8, max_num_batched_tokens=2048
+    )
     logs = []
     for _ in range(2):
         log = Log()
@@ -223,11 +288,24 @@ def test_deterministic_and_every_event_observed() -> None:
 def test_preemption_under_memory_pressure_keeps_invariants() -> None:
     """A pool too small for everyone's decode: requests are preempted, recomputed, and all
     finish; the invariant checker runs after every step."""
-    trace = generate_sessions(num_sessions=40, seed=8, session_rate_per_s=20.0, max_turns=3,
-                              system_tokens=64, mean_user_tokens=64, mean_output_tokens=200)  # fmt: skip
+    trace = generate_sessions(
+        num_sessions=40,
+        seed=8,
+        session_rate_per_s=20.0,
+        max_turns=3,
+        system_tokens=64,
+        mean_user_tokens=64,
+        mean_output_tokens=200,
+    )
     log = Log()
-    res = simulate(trace, "lru", EngineConfig(capacity_blocks=120, block_tokens=16),
-                   LINEAR, observers=[log], check_every=1)  # fmt: skip
+    res = simulate(
+        trace,
+        "lru",
+        EngineConfig(capacity_blocks=120, block_tokens=16),
+        LINEAR,
+        observers=[log],
+        check_every=1,
+    )
     assert (
         res.metrics["num_preemptions"] > 0
         and len(log.of(Preempted)) == res.metrics["num_preemptions"]
@@ -242,8 +320,14 @@ def test_preemption_hand_example() -> None:
     when r1 (the later one) cannot grow, it is preempted, r0 runs on, r1 restarts after."""
     trace = Trace.from_requests([_req(0.0, [1, 2, 3, 4], 8), _req(0.0, [5, 6, 7, 8], 8)])
     log = Log()
-    res = simulate(trace, "lru", EngineConfig(capacity_blocks=5, block_tokens=4), LINEAR,
-                   observers=[log], check_every=1)  # fmt: skip
+    res = simulate(
+        trace,
+        "lru",
+        EngineConfig(capacity_blocks=5, block_tokens=4),
+        LINEAR,
+        observers=[log],
+        check_every=1,
+    )
     pre = log.of(Preempted)
     assert [p.request for p in pre] == [1]
     assert res.finish_s[0] < res.finish_s[1]
@@ -262,26 +346,40 @@ def test_capacity_error_names_the_request() -> None:
 def test_chunked_prefill_splits_by_budget() -> None:
     trace = Trace.from_requests([_req(0.0, list(range(1, 251)), 1)])
     log = Log()
-    res = simulate(trace, "lru", EngineConfig(capacity_blocks=100, block_tokens=16,
-                   max_num_batched_tokens=100), LINEAR, observers=[log])  # fmt: skip
+    res = simulate(
+        trace,
+        "lru",
+        EngineConfig(capacity_blocks=100, block_tokens=16, max_num_batched_tokens=100),
+        LINEAR,
+        observers=[log],
+    )
     assert [s.num_prefill_tokens for s in log.of(StepDone)] == [100, 100, 50]
     assert res.first_token_s[0] == 250.0
     # Without chunking a lone long prompt still runs (over budget) rather than starve.
-    res2 = simulate(trace, "lru", EngineConfig(capacity_blocks=100, block_tokens=16,
-                    max_num_batched_tokens=100, chunked_prefill=False), LINEAR)  # fmt: skip
+    res2 = simulate(
+        trace,
+        "lru",
+        EngineConfig(
+            capacity_blocks=100, block_tokens=16, max_num_batched_tokens=100, chunked_prefill=False
+        ),
+        LINEAR,
+    )
     assert res2.first_token_s[0] == 250.0 and res2.metrics["num_steps"] == 1
 
 
 # ------------------------------------------------------------------ closed loop
 def test_closed_loop_next_turn_waits_for_completion_plus_think() -> None:
     a = list(range(1, 9))
-    trace = Trace.from_requests([
-        _req(0.0, a, 2, sid="s", turn=0),
-        _req(1.0, [*a, 900, 901, 30, 31], 1, sid="s", turn=1, think=5.0),
-        _req(2.0, [50, 51], 1),
-    ])  # fmt: skip
-    res = simulate(trace, "lru", EngineConfig(capacity_blocks=64, block_tokens=4,
-                   closed_loop=True), LINEAR)  # fmt: skip
+    trace = Trace.from_requests(
+        [
+            _req(0.0, a, 2, sid="s", turn=0),
+            _req(1.0, [*a, 900, 901, 30, 31], 1, sid="s", turn=1, think=5.0),
+            _req(2.0, [50, 51], 1),
+        ]
+    )
+    res = simulate(
+        trace, "lru", EngineConfig(capacity_blocks=64, block_tokens=4, closed_loop=True), LINEAR
+    )
     # turn 0: prefill 8 -> first token at 8. The sessionless request (open loop) arrived at
     # 2; at 8 one step runs turn 0's decode and its 2-token prefill: 3 s -> both finish at
     # 11. Turn 1 arrives 5 s of thinking later, at 16 (its trace time, 1.0, is ignored).
@@ -301,11 +399,13 @@ def test_gated_turn_arrives_at_its_time_but_not_before_its_predecessor_finishes(
     a = list(range(1, 9))
 
     def trace(t1: float) -> Trace:
-        return Trace.from_requests([
-            _req(0.0, a, 2, sid="s", turn=0),
-            _req(t1, [*a, 900, 901, 30, 31], 1, sid="s", turn=1, think=5.0),
-            _req(2.0, [50, 51], 1),
-        ])  # fmt: skip
+        return Trace.from_requests(
+            [
+                _req(0.0, a, 2, sid="s", turn=0),
+                _req(t1, [*a, 900, 901, 30, 31], 1, sid="s", turn=1, think=5.0),
+                _req(2.0, [50, 51], 1),
+            ]
+        )
 
     cfg = EngineConfig(capacity_blocks=64, block_tokens=4, gated=True)
     early = simulate(trace(1.0), "lru", cfg, LINEAR)
@@ -331,8 +431,9 @@ class Lookahead(LRU):
 
 
 def test_policies_with_lookahead_see_the_waiting_queue() -> None:
-    trace = Trace.from_requests([_req(0.0, list(range(1, 9)), 1)] * 1 +
-                                [_req(0.5, [i, i + 1], 1) for i in range(20, 30)])  # fmt: skip
+    trace = Trace.from_requests(
+        [_req(0.0, list(range(1, 9)), 1)] * 1 + [_req(0.5, [i, i + 1], 1) for i in range(20, 30)]
+    )
     pol = Lookahead()
     simulate(trace, pol, EngineConfig(capacity_blocks=64, block_tokens=4, max_num_seqs=2), LINEAR)
     assert pol.seen and max(pol.seen) == 10  # all ten late arrivals queued behind r0
@@ -342,18 +443,45 @@ def test_policies_with_lookahead_see_the_waiting_queue() -> None:
 
 # ------------------------------------------------------------------ CLI
 def test_simulate_cli_json_fields() -> None:
-    res = CliRunner().invoke(app, [
-        "simulate", "gen:sessions:num_sessions=30,seed=1", "--block-tokens", "16",
-        "--capacity-blocks", "2000", "-p", "lru", "-p", "vllm", "--timing",
-        "power:preset=llama-3.2-1b-a100", "--timing", "tpot:s=0.02", "--max-num-seqs", "16",
-        "--json",
-    ])  # fmt: skip
+    res = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "gen:sessions:num_sessions=30,seed=1",
+            "--block-tokens",
+            "16",
+            "--capacity-blocks",
+            "2000",
+            "-p",
+            "lru",
+            "-p",
+            "vllm",
+            "--timing",
+            "power:preset=llama-3.2-1b-a100",
+            "--timing",
+            "tpot:s=0.02",
+            "--max-num-seqs",
+            "16",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     rows = json.loads(res.stdout)
     assert [r["policy"] for r in rows] == ["lru", "vllm"]
-    for key in ("token_hit_ratio", "mean_ttft_s", "mean_qttft_s", "p50_ttft_s", "p95_ttft_s",
-                "p99_ttft_s", "p50_qttft_s", "p95_qttft_s", "mean_tpot_s",
-                "throughput_tokens_per_s", "makespan_s", "by_task"):  # fmt: skip
+    for key in (
+        "token_hit_ratio",
+        "mean_ttft_s",
+        "mean_qttft_s",
+        "p50_ttft_s",
+        "p95_ttft_s",
+        "p99_ttft_s",
+        "p50_qttft_s",
+        "p95_qttft_s",
+        "mean_tpot_s",
+        "throughput_tokens_per_s",
+        "makespan_s",
+        "by_task",
+    ):
         assert key in rows[0], key
     assert rows[0]["mean_qttft_s"] >= rows[0]["mean_ttft_s"] > 0
 
@@ -369,17 +497,41 @@ def test_simulate_cli_json_fields() -> None:
     ],
 )
 def test_simulate_cli_errors_are_one_line(args: list[str], message: str) -> None:
-    res = CliRunner().invoke(app, ["simulate", "gen:sessions:num_sessions=5", "--block-tokens",
-                                   "16", "--capacity-blocks", "500", "-p", "lru", *args])  # fmt: skip
+    res = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "gen:sessions:num_sessions=5",
+            "--block-tokens",
+            "16",
+            "--capacity-blocks",
+            "500",
+            "-p",
+            "lru",
+            *args,
+        ],
+    )
     assert res.exit_code == 2, res.output
     assert message in res.stderr.replace("\n", " ")
 
 
 def test_radix_engine_preempts_and_keeps_invariants() -> None:
-    trace = generate_sessions(num_sessions=40, seed=8, session_rate_per_s=20.0, max_turns=3,
-                              system_tokens=64, mean_user_tokens=64, mean_output_tokens=200)  # fmt: skip
-    res = simulate(trace, "sglang-lru", EngineConfig(capacity_blocks=120, structure="radix",
-                   block_tokens=16), LINEAR, check_every=1)  # fmt: skip
+    trace = generate_sessions(
+        num_sessions=40,
+        seed=8,
+        session_rate_per_s=20.0,
+        max_turns=3,
+        system_tokens=64,
+        mean_user_tokens=64,
+        mean_output_tokens=200,
+    )
+    res = simulate(
+        trace,
+        "sglang-lru",
+        EngineConfig(capacity_blocks=120, structure="radix", block_tokens=16),
+        LINEAR,
+        check_every=1,
+    )
     assert res.metrics["num_preemptions"] > 0
     assert not np.isnan(res.finish_s).any()
     assert res.metrics["token_hit_ratio"] > 0
@@ -391,10 +543,22 @@ def test_single_token_outputs_have_no_tpot_and_json_has_null() -> None:
     # Both prefill in one 6-second step; an output of 0 tokens finishes at prefill end.
     assert res.first_token_s.tolist() == [6.0, 6.0] and res.finish_s.tolist() == [6.0, 6.0]
     assert np.isnan(res.metrics["mean_tpot_s"])
-    out = CliRunner().invoke(app, [
-        "simulate", "gen:random-pool:num_requests=20,output_tokens=1", "--block-tokens", "4",
-        "--capacity-blocks", "100", "-p", "lru", "--timing", "power:a=1e-3,b=1,c=1", "--json",
-    ])  # fmt: skip
+    out = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "gen:random-pool:num_requests=20,output_tokens=1",
+            "--block-tokens",
+            "4",
+            "--capacity-blocks",
+            "100",
+            "-p",
+            "lru",
+            "--timing",
+            "power:a=1e-3,b=1,c=1",
+            "--json",
+        ],
+    )
     assert out.exit_code == 0, out.output
     assert json.loads(out.stdout)[0]["mean_tpot_s"] is None
 
@@ -407,8 +571,12 @@ def test_a_chunked_prompt_costs_what_one_pass_costs(spec: str) -> None:
     equals the timing model applied to its uncached tokens in one pass."""
     timing = make_timing(spec, "llama-3.1-8b", "h100")
     trace = Trace.from_requests([_req(0.0, list(range(1, 20_001)), 1)])
-    res = simulate(trace, "lru", EngineConfig(capacity_blocks=2000, block_tokens=16,
-                   max_num_batched_tokens=4096), timing)  # fmt: skip
+    res = simulate(
+        trace,
+        "lru",
+        EngineConfig(capacity_blocks=2000, block_tokens=16, max_num_batched_tokens=4096),
+        timing,
+    )
     assert res.metrics["num_steps"] == 5  # 4096 x 4 + 3616
     ttft = res.first_token_s[0] - res.scheduled_s[0]
     assert ttft == pytest.approx(timing.prefill_s([(20_000, 0)]), rel=1e-9)

@@ -28,17 +28,34 @@ class MyOPTOnline(OPTOnline):
     """A subclass may change any hook: it takes the generic path."""
 
 
-POLICIES = ["lru", "fifo", "vllm", "lfu", "mru", "sglang-lru", "hashtable", "sieve", "arc",
-            "s3fifo", "lecar", "opt", "wa", "wa-atc25", "unicache", "lpc-oracle",
-            "opt-online", "unicache-opt"]  # fmt: skip
+POLICIES = [
+    "lru",
+    "fifo",
+    "vllm",
+    "lfu",
+    "mru",
+    "sglang-lru",
+    "hashtable",
+    "sieve",
+    "arc",
+    "s3fifo",
+    "lecar",
+    "opt",
+    "wa",
+    "wa-atc25",
+    "unicache",
+    "lpc-oracle",
+    "opt-online",
+    "unicache-opt",
+]
 TIMING = "power:a=0.000144543,b=0.992,c=1.034+tpot:s=0.02"
-ARRAYS = ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "hit_tokens",
-          "num_preemptions")  # fmt: skip
+ARRAYS = ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "hit_tokens", "num_preemptions")
 
 
 def _mix(n: int = 160) -> Trace:
-    return GENERATORS["mix"].fn(trace=1, num_requests=n, duration_s=n / 5.0, seed=3,
-                                system_tokens=0, system_pool="per-task")  # fmt: skip
+    return GENERATORS["mix"].fn(
+        trace=1, num_requests=n, duration_s=n / 5.0, seed=3, system_tokens=0, system_pool="per-task"
+    )
 
 
 def assert_same(a: EngineResult, b: EngineResult) -> None:
@@ -91,38 +108,51 @@ def test_scheduler_settings(policy: str, name: str) -> None:
 
 
 def test_sessions_with_think_times_closed_loop() -> None:
-    trace = generate_sessions(num_sessions=25, session_rate_per_s=1.0, mean_output_tokens=40,
-                              seed=1)  # fmt: skip
+    trace = generate_sessions(
+        num_sessions=25, session_rate_per_s=1.0, mean_output_tokens=40, seed=1
+    )
     trace.think_s[::2] = np.linspace(0.0, 3.0, trace.think_s[::2].shape[0])  # the rest: gaps
-    for cfg in (EngineConfig(capacity_blocks=3000, block_tokens=16, closed_loop=True),
-                EngineConfig(capacity_blocks=3000, block_tokens=16)):  # fmt: skip
+    for cfg in (
+        EngineConfig(capacity_blocks=3000, block_tokens=16, closed_loop=True),
+        EngineConfig(capacity_blocks=3000, block_tokens=16),
+    ):
         both(trace, "lru", cfg)
 
 
-@pytest.mark.parametrize("timing", ["tpot:s=0.01", "power:preset=llama-3.2-1b-a100",
-                                    "power:a=2e-5,b=0.9,c=1.1+tpot:s=0.03", "table"])  # fmt: skip
+@pytest.mark.parametrize(
+    "timing",
+    [
+        "tpot:s=0.01",
+        "power:preset=llama-3.2-1b-a100",
+        "power:a=2e-5,b=0.9,c=1.1+tpot:s=0.03",
+        "table",
+    ],
+)
 def test_timing_models(timing: str, tmp_path: Path) -> None:
     if timing == "table":
         csv = tmp_path / "t.csv"
         csv.write_text("input_tokens,ttft_s\n100,0.02\n1000,0.09\n4000,0.5\n")
         timing = f"table:path={csv}+tpot:s=0.02"
-    res = both(_mix(120), "lru", EngineConfig(capacity_blocks=900, block_tokens=16,
-                                              max_num_batched_tokens=512), timing)  # fmt: skip
+    res = both(
+        _mix(120),
+        "lru",
+        EngineConfig(capacity_blocks=900, block_tokens=16, max_num_batched_tokens=512),
+        timing,
+    )
     assert res.metrics["makespan_s"] > 0
 
 
 def test_single_row_table(tmp_path: Path) -> None:
     csv = tmp_path / "t.csv"
     csv.write_text("input_tokens,ttft_s\n500,0.05\n")
-    both(_mix(60), "fifo", EngineConfig(capacity_blocks=900, block_tokens=16),
-         f"table:path={csv}")  # fmt: skip
+    both(_mix(60), "fifo", EngineConfig(capacity_blocks=900, block_tokens=16), f"table:path={csv}")
 
 
 @pytest.mark.parametrize("model", ["llama-3.1-8b", "mixtral-8x7b", "jamba-1.5-mini"])
 @pytest.mark.parametrize(
-    "spec", ["roofline", "power:preset=llama-3.1-8b-h100+roofline",
-             "roofline:mfu=0.4,mbu=0.6+tpot:s=0.02"],
-)  # fmt: skip
+    "spec",
+    ["roofline", "power:preset=llama-3.1-8b-h100+roofline", "roofline:mfu=0.4,mbu=0.6+tpot:s=0.02"],
+)
 def test_roofline_runs_compiled_with_the_references_times(model: str, spec: str) -> None:
     """A roofline (alone, pricing the mixed step; as the decode under a power law; as the
     prefill under a TPOT) runs in the compiled engine with the reference's step times to
@@ -179,20 +209,49 @@ def test_observers_take_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # ----------------------------------------------------------------------------- radix
 #: every built-in policy that applies to the radix structure
-RADIX_POLICIES = ["lru", "fifo", "lfu", "mru", "sglang-lru", "hashtable", "sieve", "arc",
-                  "s3fifo", "lecar", "opt", "lpc-oracle", "opt-online"]  # fmt: skip
+RADIX_POLICIES = [
+    "lru",
+    "fifo",
+    "lfu",
+    "mru",
+    "sglang-lru",
+    "hashtable",
+    "sieve",
+    "arc",
+    "s3fifo",
+    "lecar",
+    "opt",
+    "lpc-oracle",
+    "opt-online",
+]
 RADIX = {
     "pressure": EngineConfig(capacity_blocks=700, block_tokens=16, structure="radix"),
-    "spare-pages": EngineConfig(capacity_blocks=700, block_tokens=16, structure="radix",
-                                spare_blocks=1),
-    "whole-prompts": EngineConfig(capacity_blocks=2500, block_tokens=16, structure="radix",
-                                  max_num_seqs=6, chunked_prefill=False),
-    "cache-at-finish": EngineConfig(capacity_blocks=900, block_tokens=16, structure="radix",
-                                    cache_while_running=False, spare_blocks=2),
-    "closed-loop": EngineConfig(capacity_blocks=800, block_tokens=16, structure="radix",
-                                closed_loop=True, max_num_batched_tokens=1024),
+    "spare-pages": EngineConfig(
+        capacity_blocks=700, block_tokens=16, structure="radix", spare_blocks=1
+    ),
+    "whole-prompts": EngineConfig(
+        capacity_blocks=2500,
+        block_tokens=16,
+        structure="radix",
+        max_num_seqs=6,
+        chunked_prefill=False,
+    ),
+    "cache-at-finish": EngineConfig(
+        capacity_blocks=900,
+        block_tokens=16,
+        structure="radix",
+        cache_while_running=False,
+        spare_blocks=2,
+    ),
+    "closed-loop": EngineConfig(
+        capacity_blocks=800,
+        block_tokens=16,
+        structure="radix",
+        closed_loop=True,
+        max_num_batched_tokens=1024,
+    ),
     "token-pages": EngineConfig(capacity_blocks=9000, block_tokens=1, structure="radix"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("policy", RADIX_POLICIES)
@@ -212,8 +271,9 @@ def test_radix_scheduler_settings(policy: str, name: str) -> None:
 
 
 def test_radix_sessions_and_roofline() -> None:
-    trace = generate_sessions(num_sessions=30, session_rate_per_s=4.0, mean_output_tokens=60,
-                              seed=2)  # fmt: skip
+    trace = generate_sessions(
+        num_sessions=30, session_rate_per_s=4.0, mean_output_tokens=60, seed=2
+    )
     cfg = EngineConfig(capacity_blocks=400, block_tokens=16, structure="radix", spare_blocks=1)
     res = both(trace, "lru", cfg, make_timing("roofline", model="llama-3.1-8b", gpu="h100"))
     assert res.metrics["token_hit_ratio"] > 0.2  # sessions share their history
@@ -221,8 +281,9 @@ def test_radix_sessions_and_roofline() -> None:
 
 def test_radix_errors_are_the_reference_errors() -> None:
     trace = Trace.from_requests([_req(0.0, 32, 4), _req(1.0, 200, 4)])
-    msg = _same_error(trace, EngineConfig(capacity_blocks=8, block_tokens=16, structure="radix"),
-                      CapacityError)  # fmt: skip
+    msg = _same_error(
+        trace, EngineConfig(capacity_blocks=8, block_tokens=16, structure="radix"), CapacityError
+    )
     assert "request 1 needs 13 blocks" in msg
 
 
@@ -237,12 +298,14 @@ def test_radix_hand_example_compiled() -> None:
     and prefills 5 tokens instead of 1; its own reservation of 2 pages leaves none free
     either, so r1's p1 goes too (2 pages evicted)."""
     a = list(range(1, 9))
-    trace = Trace.from_requests([_tok(0.0, a, 2), _tok(0.5, [1, 2, 3, 4, 30, 31, 32, 33], 2),
-                                 _tok(40.0, [*a, 50], 1)])  # fmt: skip
-    for spare, hits, first in ((0, [0, 4, 8], [8.0, 13.0, 41.0]),
-                               (1, [0, 4, 4], [8.0, 13.0, 45.0])):  # fmt: skip
-        cfg = EngineConfig(capacity_blocks=4, block_tokens=4, structure="radix",
-                           spare_blocks=spare)  # fmt: skip
+    trace = Trace.from_requests(
+        [_tok(0.0, a, 2), _tok(0.5, [1, 2, 3, 4, 30, 31, 32, 33], 2), _tok(40.0, [*a, 50], 1)]
+    )
+    for spare, hits, first in (
+        (0, [0, 4, 8], [8.0, 13.0, 41.0]),
+        (1, [0, 4, 4], [8.0, 13.0, 45.0]),
+    ):
+        cfg = EngineConfig(capacity_blocks=4, block_tokens=4, structure="radix", spare_blocks=spare)
         res = both(trace, "lru", cfg, LINEAR)
         assert res.hit_tokens.tolist() == hits
         assert res.scheduled_s.tolist() == [0.0, 9.0, 40.0]
@@ -263,8 +326,13 @@ def test_engine_codes() -> None:
 
 
 def _req(t: float, n_in: int, out: int, **kw: Any) -> Request:
-    return Request(arrival_s=t, input_length=n_in, output_length=out,
-                   input_tokens=np.arange(n_in, dtype=np.int64), **kw)  # fmt: skip
+    return Request(
+        arrival_s=t,
+        input_length=n_in,
+        output_length=out,
+        input_tokens=np.arange(n_in, dtype=np.int64),
+        **kw,
+    )
 
 
 def _same_error(trace: Trace, cfg: EngineConfig, kind: type[Exception]) -> str:
@@ -285,8 +353,10 @@ def test_capacity_error_is_the_reference_error() -> None:
 
 
 def test_negative_think_time_is_the_reference_error() -> None:
-    reqs = [_req(0.0, 20, 2, session_id="s", turn=0),
-            _req(1.0, 30, 2, session_id="s", turn=1, think_s=1.0)]  # fmt: skip
+    reqs = [
+        _req(0.0, 20, 2, session_id="s", turn=0),
+        _req(1.0, 30, 2, session_id="s", turn=1, think_s=1.0),
+    ]
     trace = Trace.from_requests(reqs)
     trace.think_s[1] = -5.0  # past the trace's own check, as a caller could
     cfg = EngineConfig(capacity_blocks=50, block_tokens=16, closed_loop=True)
@@ -310,8 +380,14 @@ def test_negative_arrival_is_the_reference_error() -> None:
 def test_progress_reports_finished_requests(fast: bool) -> None:
     trace, cfg = _mix(120), CONFIGS["pressure"]
     seen: list[tuple[int, int]] = []
-    res = simulate(trace, "lru", cfg, make_timing(TIMING), fast=fast,
-                   on_progress=lambda d, t: seen.append((d, t)))  # fmt: skip
+    res = simulate(
+        trace,
+        "lru",
+        cfg,
+        make_timing(TIMING),
+        fast=fast,
+        on_progress=lambda d, t: seen.append((d, t)),
+    )
     assert seen and seen[-1] == (120, 120)
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
     assert_same(res, simulate(trace, "lru", cfg, make_timing(TIMING), fast=not fast))
@@ -324,8 +400,9 @@ def test_a_request_beyond_any_pool_is_a_capacity_error_not_an_allocation() -> No
 
 
 def test_limits_beyond_int64_mean_no_limit() -> None:
-    cfg = EngineConfig(capacity_blocks=900, block_tokens=16, max_num_seqs=2**64,
-                       max_num_batched_tokens=2**63)  # fmt: skip
+    cfg = EngineConfig(
+        capacity_blocks=900, block_tokens=16, max_num_seqs=2**64, max_num_batched_tokens=2**63
+    )
     both(_mix(60), "lru", cfg)
 
 
@@ -357,15 +434,20 @@ def test_hand_computed_timeline_compiled() -> None:
     """test_engine.py's hand-computed timeline (see its docstring), on the compiled engine:
     r1 hits r0's two prompt blocks while r0 still decodes."""
     a = list(range(1, 9))
-    trace = Trace.from_requests([_tok(0.0, a, 3), _tok(8.5, [*a, 20, 21, 22, 23], 2),
-                                 _tok(30.0, [*a, 20, 21, 22, 23], 1)])  # fmt: skip
+    trace = Trace.from_requests(
+        [_tok(0.0, a, 3), _tok(8.5, [*a, 20, 21, 22, 23], 2), _tok(30.0, [*a, 20, 21, 22, 23], 1)]
+    )
     res = both(trace, "lru", EngineConfig(capacity_blocks=64, block_tokens=4), LINEAR)
     assert res.scheduled_s.tolist() == [0.0, 9.0, 30.0]
     assert res.first_token_s.tolist() == [8.0, 14.0, 34.0]
     assert res.finish_s.tolist() == [14.0, 15.0, 34.0]
     assert res.hit_tokens.tolist() == [0, 8, 8] and res.num_steps == 5
-    late = both(trace, "lru", EngineConfig(capacity_blocks=64, block_tokens=4,
-                                           cache_while_running=False), LINEAR)  # fmt: skip
+    late = both(
+        trace,
+        "lru",
+        EngineConfig(capacity_blocks=64, block_tokens=4, cache_while_running=False),
+        LINEAR,
+    )
     assert late.hit_tokens.tolist() == [0, 0, 8]
     assert late.finish_s.tolist() == [22.0, 23.0, 34.0]
 
@@ -379,16 +461,23 @@ def test_preemption_hand_example_compiled() -> None:
 
 
 # ----------------------------------------------------------------------------- hybrid
-HYBRID_POLICIES = ["vanilla", "sglang+", "sglang+:branch=input,chunk_tokens=4",
-                   "marconi:alpha=1", "marconi:alpha=0.5,recency=last-access,efficiency=node",
-                   "marconi:alpha_step=0.5,bootstrap_multiplier=2,retune_every=40", "vllm+",
-                   "vllm+:partial_blocks=false,sizing=estimate"]  # fmt: skip
+HYBRID_POLICIES = [
+    "vanilla",
+    "sglang+",
+    "sglang+:branch=input,chunk_tokens=4",
+    "marconi:alpha=1",
+    "marconi:alpha=0.5,recency=last-access,efficiency=node",
+    "marconi:alpha_step=0.5,bootstrap_multiplier=2,retune_every=40",
+    "vllm+",
+    "vllm+:partial_blocks=false,sizing=estimate",
+]
 HYBRID_TIMING = make_timing(["roofline"], "marconi-hybrid-7b", "h100")
 
 
 def _hybrid(gb: float, model: str = "marconi-hybrid-7b", **kw: Any) -> EngineConfig:
-    return EngineConfig(capacity_blocks=1, structure="hybrid", capacity_bytes=int(gb * 1e9),
-                        model=model, **kw)  # fmt: skip
+    return EngineConfig(
+        capacity_blocks=1, structure="hybrid", capacity_bytes=int(gb * 1e9), model=model, **kw
+    )
 
 
 @pytest.mark.parametrize("policy", HYBRID_POLICIES)
@@ -420,8 +509,13 @@ def test_hybrid_tight_budgets_compiled(model: str, factor: float) -> None:
 
 
 def _seq(t: float, ids: list[int], out: list[int]) -> Request:
-    return Request(arrival_s=t, input_length=len(ids), output_length=len(out),
-                   input_tokens=ids, output_tokens=out)  # fmt: skip
+    return Request(
+        arrival_s=t,
+        input_length=len(ids),
+        output_length=len(out),
+        input_tokens=ids,
+        output_tokens=out,
+    )
 
 
 def test_hybrid_hand_example_compiled() -> None:
@@ -431,10 +525,14 @@ def test_hybrid_hand_example_compiled() -> None:
     checkpoints the branch point at 6, so r3, sharing those 6 tokens, reuses 6. vLLM+
     (a state per 32-token block, and one at a partial block's end) has none at 6."""
     a = list(range(1, 11))
-    trace = Trace.from_requests([
-        _seq(0.0, a, [11, 12]), _seq(100.0, [*a, 11, 12, 13], [14]),
-        _seq(200.0, [1, 2, 3, 4, 5, 6, 99, 98], [97]), _seq(300.0, [1, 2, 3, 4, 5, 6, 50], [51]),
-    ])  # fmt: skip
+    trace = Trace.from_requests(
+        [
+            _seq(0.0, a, [11, 12]),
+            _seq(100.0, [*a, 11, 12, 13], [14]),
+            _seq(200.0, [1, 2, 3, 4, 5, 6, 99, 98], [97]),
+            _seq(300.0, [1, 2, 3, 4, 5, 6, 50], [51]),
+        ]
+    )
     cfg = _hybrid(10)
     assert both(trace, "sglang+", cfg, LINEAR).hit_tokens.tolist() == [0, 12, 0, 6]
     assert both(trace, "vllm+", cfg, LINEAR).hit_tokens.tolist() == [0, 12, 0, 0]

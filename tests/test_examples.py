@@ -30,8 +30,14 @@ def test_every_example_has_expected_output() -> None:
 )
 def test_example_output(script: Path, tmp_path: Path) -> None:
     env = {**os.environ, "COLUMNS": "120", "PYTHONHASHSEED": "0"}
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     expected = _expected(script).read_text()
     assert proc.stdout == expected

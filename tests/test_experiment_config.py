@@ -75,8 +75,11 @@ def _write(p: Path, text: str) -> Path:
 
 
 def _base() -> dict[str, object]:
-    return {"workload": {"source": "gen:sessions"}, "cache": {"capacities": [100]},
-            "policies": ["lru"]}  # fmt: skip
+    return {
+        "workload": {"source": "gen:sessions"},
+        "cache": {"capacities": [100]},
+        "policies": ["lru"],
+    }
 
 
 @pytest.mark.parametrize(
@@ -150,8 +153,9 @@ def test_capacity_resolution() -> None:
     spec, gpu = get_model("llama-3.1-8b"), get_gpu("h100")
     free = gpu.mem_bytes - spec.num_parameters * 2
     want = int(0.7 * free // (16 * 131_072))
-    got = resolve_capacity("0.7A", working_set_blocks=1, block_tokens=16,
-                           model="llama-3.1-8b", gpu="h100")  # fmt: skip
+    got = resolve_capacity(
+        "0.7A", working_set_blocks=1, block_tokens=16, model="llama-3.1-8b", gpu="h100"
+    )
     assert got == want == 23_311
     # UniCache's Table 4 (Llama-3.2-3B on an A100: 63 GB of KV) with 0.9 utilisation and 3 GiB
     # reserved: 0.9 x 85,899,345,920 - 3,212,574,720 x 2 - 3 x 2^30 = 67,663,036,416 B
@@ -184,5 +188,25 @@ def test_capacity_resolution() -> None:
         with pytest.raises(ConfigError, match=re.escape(msg)):
             parse_config({**_base(), "model": {"name": "llama-3.2-3b", **bad}})
     with pytest.raises(ConfigError, match="weights"):
-        resolve_capacity("0.5A", working_set_blocks=1, block_tokens=16,
-                         model="mixtral-8x7b", gpu="a6000")  # fmt: skip
+        resolve_capacity(
+            "0.5A", working_set_blocks=1, block_tokens=16, model="mixtral-8x7b", gpu="a6000"
+        )
+
+
+def test_hybrid_cell_rejects_prefix_caching_false(tmp_path: Path) -> None:
+    """The no-caching baseline of the hybrid cache is the vanilla policy, said in one line."""
+    data = {
+        "workload": {"source": "gen:sessions", "params": {"num_sessions": 5}},
+        "model": {"name": "marconi-hybrid-7b"},
+        "cache": {"structure": "hybrid", "capacities": ["10GB"]},
+        "runner": {"prefix_caching": False},
+        "policies": ["marconi"],
+    }
+    with pytest.raises(ConfigError, match="use the 'vanilla' policy"):
+        parse_config(data)
+    data["runner"] = {}
+    data["cache"] = {"structure": "hybrid", "capacities": [4000]}
+    from prefixlab.experiments import run_sweep
+
+    with pytest.raises(ConfigError, match="cannot hold one state and one block"):
+        run_sweep(parse_config(data), tmp_path)

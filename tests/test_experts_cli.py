@@ -55,9 +55,21 @@ SWEEP: dict[str, Any] = {
 }
 CAPACITY_ORDER = [2, 8, 1, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 16]
 CELL_IDS = ["0000-s0", "0000-s1", "0001-s0", "0001-s1"]
-COLUMNS = ["variant", "a", "seed", "num_layers", "num_experts", "capacity_spec", "capacity",
-           "policy", "num_requests", "num_faults", "num_first_use_faults", "fault_rate",
-           "fault_ratio_to_opt"]  # fmt: skip
+COLUMNS = [
+    "variant",
+    "a",
+    "seed",
+    "num_layers",
+    "num_experts",
+    "capacity_spec",
+    "capacity",
+    "policy",
+    "num_requests",
+    "num_faults",
+    "num_first_use_faults",
+    "fault_rate",
+    "fault_ratio_to_opt",
+]
 PNG = b"\x89PNG\r\n\x1a\n"
 EXPERT_POLICIES = ["fifo", "lfu", "llru", "lru", "lru-dist", "marking", "opt", "opt-dist"]
 
@@ -147,18 +159,29 @@ def test_toml_config_parses_into_variants_specs_and_cells(tmp_path: Path) -> Non
     )
     # the cross product: keys in config order, the last key varying fastest
     assert cfg.variants() == [
-        {"a": 0.5, "r": 0.0}, {"a": 0.5, "r": 0.3}, {"a": 1.5, "r": 0.0}, {"a": 1.5, "r": 0.3},
-    ]  # fmt: skip
+        {"a": 0.5, "r": 0.0},
+        {"a": 0.5, "r": 0.3},
+        {"a": 1.5, "r": 0.0},
+        {"a": 1.5, "r": 0.3},
+    ]
     spec = cfg.trace_spec({"a": 1.5, "r": 0.3}, 3)
     head = "gen:zipf:num_layers=4,num_experts=3,num_tokens=20,shuffle=false"
     assert spec == f"{head},a=1.5,r=0.3,seed=3"
-    direct = generate("zipf", num_layers=4, num_experts=3, num_tokens=20, shuffle=False,
-                      a=1.5, r=0.3, seed=3)  # fmt: skip
+    direct = generate(
+        "zipf", num_layers=4, num_experts=3, num_tokens=20, shuffle=False, a=1.5, r=0.3, seed=3
+    )
     assert load_expert_trace(spec).equals(direct)
     cells = plan(cfg)
     assert [c.cell_id for c in cells] == [
-        "0000-s0", "0000-s3", "0001-s0", "0001-s3", "0002-s0", "0002-s3", "0003-s0", "0003-s3",
-    ]  # fmt: skip
+        "0000-s0",
+        "0000-s3",
+        "0001-s0",
+        "0001-s3",
+        "0002-s0",
+        "0002-s3",
+        "0003-s0",
+        "0003-s3",
+    ]
     assert cells[3].label() == "a=0.5,r=0.3" and cells[3].spec.endswith("a=0.5,r=0.3,seed=3")
     assert json.loads(cfg.to_json())["kind"] == "experts"
     # without a name the file's stem names the sweep
@@ -179,8 +202,9 @@ def test_a_file_trace_needs_no_params_and_every_seed_replays_it() -> None:
     cfg = parse_sweep_config(_config(workload={"trace": "t.npz", "params": None, "vary": None}))
     assert not cfg.is_generated() and cfg.variants() == [{}]
     assert [(c.cell_id, c.spec, c.label()) for c in plan(cfg)] == [
-        ("0000-s0", "t.npz", "trace"), ("0000-s1", "t.npz", "trace"),
-    ]  # fmt: skip
+        ("0000-s0", "t.npz", "trace"),
+        ("0000-s1", "t.npz", "trace"),
+    ]
 
 
 BAD_CONFIGS = [
@@ -248,8 +272,11 @@ def test_generator_parameters_are_checked_when_the_config_loads(
 def test_repeated_seeds_or_policies_are_refused_or_not_duplicated(
     changes: dict[str, Any], tmp_path: Path
 ) -> None:
-    data = _config(workload={"params": {**ZIPF, "num_tokens": 10}, "vary": None},
-                   cache={"capacities": [4], "policies": ["lru"]}, seeds=[0])  # fmt: skip
+    data = _config(
+        workload={"params": {**ZIPF, "num_tokens": 10}, "vary": None},
+        cache={"capacities": [4], "policies": ["lru"]},
+        seeds=[0],
+    )
     data = {**data, **{k: v for k, v in changes.items() if k != "cache"}}
     data["cache"].update(changes.get("cache", {}))
     try:
@@ -277,9 +304,19 @@ def test_load_errors_name_the_file(tmp_path: Path) -> None:
 def test_resolve_capacities_hand_computed() -> None:
     # l = 4, n = 3: 12 pages; 0.5nl = 6; "all" adds 1..12 except the 5 and 6 already listed
     assert resolve_capacities([5, "0.5nl", "all"], 4, 3) == [
-        ("5", 5), ("0.5nl", 6), ("1", 1), ("2", 2), ("3", 3), ("4", 4), ("7", 7), ("8", 8),
-        ("9", 9), ("10", 10), ("11", 11), ("12", 12),
-    ]  # fmt: skip
+        ("5", 5),
+        ("0.5nl", 6),
+        ("1", 1),
+        ("2", 2),
+        ("3", 3),
+        ("4", 4),
+        ("7", 7),
+        ("8", 8),
+        ("9", 9),
+        ("10", 10),
+        ("11", 11),
+        ("12", 12),
+    ]
     # the first label of a size is kept: 0.5nl = 6 = ".5nl"; 0.3nl = round(3.6) = 4
     assert resolve_capacities(["0.5nl", 6, ".5nl", "0.3nl"], 4, 3) == [("0.5nl", 6), ("0.3nl", 4)]
     assert resolve_capacities(["all", 3], 1, 3) == [("1", 1), ("2", 2), ("3", 3)]
@@ -329,8 +366,11 @@ def test_sweep_rows_in_plan_order_with_config_names(
 def test_sweep_rows_equal_a_direct_simulation(zipf_sweep: tuple[ExpertSweepConfig, Path]) -> None:
     _, folder = zipf_sweep
     rows = _rows(folder)
-    opt = {(r["variant"], r["seed"], r["capacity"]): r["num_faults"]
-           for r in rows if r["policy"] == "opt"}  # fmt: skip
+    opt = {
+        (r["variant"], r["seed"], r["capacity"]): r["num_faults"]
+        for r in rows
+        if r["policy"] == "opt"
+    }
     for r in rows:
         trace = _zipf(r["a"], r["seed"])
         res = simulate(trace, capacity=r["capacity"], policy=r["policy"], seed=r["seed"])
@@ -528,8 +568,11 @@ def test_two_varied_keys_draw_a_heatmap(tmp_path: Path) -> None:
     run_expert_sweep(parse_sweep_config(HEATMAP), folder)
     rows = _rows(folder)
     assert {(r["num_experts"], r["num_layers"], r["capacity"]) for r in rows} == {
-        (4, 2, 4), (4, 4, 8), (8, 2, 8), (8, 4, 16),
-    }  # fmt: skip
+        (4, 2, 4),
+        (4, 4, 8),
+        (8, 2, 8),
+        (8, 4, 16),
+    }
     assert {r["capacity_spec"] for r in rows} == {"0.5nl"}
     html = build_expert_report(folder).read_text(encoding="utf-8")
     assert _figure_ids(html) == ["experts-vs-capacity", "experts-heatmap"]
@@ -582,8 +625,9 @@ def test_generate_writes_npz_and_jsonl_that_load_back(tmp_path: Path) -> None:
         if name.endswith(".npz"):
             assert back.equals(direct)
         else:  # the routing format adds where it was read from to the meta
-            assert back.equals(ExpertTrace(3, 5, direct.expert, direct.token_idx, direct.rank,
-                                           meta=back.meta))  # fmt: skip
+            assert back.equals(
+                ExpertTrace(3, 5, direct.expert, direct.token_idx, direct.rank, meta=back.meta)
+            )
             assert back.meta["spec"] == direct.meta["spec"]
 
 
@@ -622,12 +666,15 @@ def test_simulate_json_matches_simulate() -> None:
     trace = load_expert_trace(SIM_SPEC)
     # 0.5nl of 3 x 4 pages = 6
     assert [(d["capacity"], d["policy"]) for d in lines] == [
-        (3, "lru"), (3, "marking:seed=5"), (3, "opt-dist"),
-        (6, "lru"), (6, "marking:seed=5"), (6, "opt-dist"),
-    ]  # fmt: skip
+        (3, "lru"),
+        (3, "marking:seed=5"),
+        (3, "opt-dist"),
+        (6, "lru"),
+        (6, "marking:seed=5"),
+        (6, "opt-dist"),
+    ]
     for d in lines:
-        assert set(d) >= {"policy", "capacity", "num_requests", "num_faults",
-                          "fault_ratio_to_opt"}  # fmt: skip
+        assert set(d) >= {"policy", "capacity", "num_requests", "num_faults", "fault_ratio_to_opt"}
         res = simulate(trace, capacity=d["capacity"], policy=d["policy"].split(":")[0], seed=5)
         opt = simulate(trace, capacity=d["capacity"], policy="opt").num_faults
         assert d["policy"] == res.policy
@@ -751,9 +798,11 @@ def test_experts_sweep_command_on_a_file_trace(tmp_path: Path) -> None:
     assert not (folder / "report.html").exists()
     rows = _rows(folder)
     assert [(r["seed"], r["capacity_spec"], r["capacity"], r["policy"]) for r in rows] == [
-        (s, spec, k, p) for s in (0, 1) for spec, k in (("3", 3), ("0.5nl", 6))
+        (s, spec, k, p)
+        for s in (0, 1)
+        for spec, k in (("3", 3), ("0.5nl", 6))
         for p in ("lru", "marking")
-    ]  # fmt: skip
+    ]
     trace = load_trace(trace_path)
     for r in rows:
         assert r["variant"] == "trace"
@@ -789,8 +838,10 @@ def test_experts_sweep_command_errors_are_one_line(tmp_path: Path) -> None:
 
 
 def test_experts_sweep_with_no_feasible_row_fails_cleanly(tmp_path: Path) -> None:
-    data = {"workload": {"trace": "gen:zipf", "params": {**ZIPF, "num_tokens": 20}},
-            "cache": {"capacities": [2], "policies": ["lru-dist"]}}  # fmt: skip
+    data = {
+        "workload": {"trace": "gen:zipf", "params": {**ZIPF, "num_tokens": 20}},
+        "cache": {"capacities": [2], "policies": ["lru-dist"]},
+    }
     config = tmp_path / "dist.yaml"
     config.write_text(json.dumps(data), encoding="utf-8")  # JSON is YAML
     result = _invoke("experts", "sweep", str(config), "-o", str(tmp_path / "out"), "-q")
@@ -801,11 +852,20 @@ def test_experts_sweep_with_no_feasible_row_fails_cleanly(tmp_path: Path) -> Non
 
 # ------------------------------------------------------------------------------ record
 TINY_MIXTRAL = {
-    "vocab_size": 300, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128,
-    "initializer_range": 0.3, "eos_token_id": None, "bos_token_id": None, "pad_token_id": None,
-    "num_local_experts": 4, "num_experts_per_tok": 2,
-}  # fmt: skip
+    "vocab_size": 300,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+    "initializer_range": 0.3,
+    "eos_token_id": None,
+    "bos_token_id": None,
+    "pad_token_id": None,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+}
 
 
 def test_record_command_writes_a_routing_trace(
@@ -829,8 +889,17 @@ def test_record_command_writes_a_routing_trace(
     prompts.write_text("hi\nexpert caching\n", encoding="utf-8")
     out = tmp_path / "routing.jsonl"
     opts = ["--tokenizer", "bytes", "--top-k", "1", "--max-new-tokens", "1", "--batch-size", "2"]
-    result = _invoke("experts", "record", "--model", str(model_dir), "--prompts", str(prompts),
-                     "-o", str(out), *opts)  # fmt: skip
+    result = _invoke(
+        "experts",
+        "record",
+        "--model",
+        str(model_dir),
+        "--prompts",
+        str(prompts),
+        "-o",
+        str(out),
+        *opts,
+    )
     assert result.exit_code == 0, result.output
     num_tokens = len("hi") + len("expert caching") + 2 * 1
     assert (
@@ -842,8 +911,9 @@ def test_record_command_writes_a_routing_trace(
     assert (trace.num_tokens, trace.num_requests) == (num_tokens, num_tokens * 3)
     # the command passes its options through: the library call writes the same bytes
     direct = tmp_path / "direct.jsonl"
-    record_file(str(model_dir), prompts, direct, tokenizer="bytes", top_k=1, max_new_tokens=1,
-                batch_size=2)  # fmt: skip
+    record_file(
+        str(model_dir), prompts, direct, tokenizer="bytes", top_k=1, max_new_tokens=1, batch_size=2
+    )
     assert out.read_bytes() == direct.read_bytes()
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -49,10 +49,19 @@ def layered(num_layers: int, num_experts: int, experts: list[int]) -> I64:
     return (t % num_layers) * num_experts + np.asarray(experts, dtype=np.int64)
 
 
-def run(pages: I64, layers: int, n: int, k: int, policy: str, backend: str = "python",
-        **kw: object) -> ExpertResult:  # fmt: skip
-    res = simulate(pages, num_layers=layers, num_experts=n, capacity=k, policy=policy,
-                   record=True, backend=backend, **kw)  # type: ignore[arg-type]  # fmt: skip
+def run(
+    pages: I64, layers: int, n: int, k: int, policy: str, backend: str = "python", **kw: object
+) -> ExpertResult:
+    res = simulate(
+        pages,
+        num_layers=layers,
+        num_experts=n,
+        capacity=k,
+        policy=policy,
+        record=True,
+        backend=backend,
+        **kw,
+    )  # type: ignore[arg-type]
     check_result(pages, res, num_layers=layers, num_experts=n)
     return res
 
@@ -234,8 +243,9 @@ def rank(policy: str, s: Slot, q: int, t: int, layers: int, seq: list[int]) -> t
 
 
 @st.composite
-def traces(draw: st.DrawFn, max_layers: int = 4, max_experts: int = 4,
-           max_len: int = 60) -> tuple[I64, int, int, int]:  # fmt: skip
+def traces(
+    draw: st.DrawFn, max_layers: int = 4, max_experts: int = 4, max_len: int = 60
+) -> tuple[I64, int, int, int]:
     layers = draw(st.integers(1, max_layers))
     n = draw(st.integers(1, max_experts))
     experts = draw(st.lists(st.integers(0, n - 1), max_size=max_len))
@@ -274,8 +284,9 @@ def test_invariants_after_every_step(policy: str, case: tuple[I64, int, int, int
     pages, layers, n, k = case
     if make_policy(policy).partitioned:
         k = max(k, layers)
-    checked = simulate(pages, num_layers=layers, num_experts=n, capacity=k, policy=policy,
-                       record=True, check=True)  # fmt: skip
+    checked = simulate(
+        pages, num_layers=layers, num_experts=n, capacity=k, policy=policy, record=True, check=True
+    )
     check_result(pages, checked, num_layers=layers, num_experts=n)
     plain = run(pages, layers, n, k, policy)
     assert plain.victims is not None and checked.victims is not None
@@ -428,8 +439,9 @@ def test_python_loop_rejects_an_invalid_victim() -> None:
 
 def test_step_checker_catches_a_policy_that_loses_track() -> None:
     with pytest.raises(AssertionError, match="policy tracks"):
-        simulate(CLASSIC, num_layers=1, num_experts=5, capacity=2, policy=_BadTracking(),
-                 check=True)  # fmt: skip
+        simulate(
+            CLASSIC, num_layers=1, num_experts=5, capacity=2, policy=_BadTracking(), check=True
+        )
 
 
 def test_check_result_catches_tampered_records() -> None:
@@ -470,8 +482,9 @@ def test_bad_inputs_name_the_value() -> None:
         simulate(ROUNDS, capacity=2, seed=-1, **kw)  # type: ignore[arg-type]
     if _kernels.COMPILED:
         with pytest.raises(ConfigError, match="no kernel"):
-            simulate(ROUNDS, capacity=2, num_layers=2, num_experts=3, policy=_HookLru(),
-                     backend="numba")  # fmt: skip
+            simulate(
+                ROUNDS, capacity=2, num_layers=2, num_experts=3, policy=_HookLru(), backend="numba"
+            )
     with pytest.raises(ConfigError, match="backend"):
         simulate(ROUNDS, capacity=2, backend="gpu", **kw)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"capacity=1 is below num_layers=2"):
@@ -520,12 +533,23 @@ def test_layer_shares_spread_the_remainder_over_the_first_layers() -> None:
 def test_sweep_and_ratio_to_opt() -> None:
     rng = np.random.default_rng(8)
     pages = layered(3, 4, rng.integers(0, 4, 300).tolist())
-    rows = sweep_capacities(pages, [1, 3, 6], ["lru", "opt", "lru-dist", "marking"],
-                            seed=4, num_layers=3, num_experts=4)  # fmt: skip
+    rows = sweep_capacities(
+        pages, [1, 3, 6], ["lru", "opt", "lru-dist", "marking"], seed=4, num_layers=3, num_experts=4
+    )
     got = [(r["capacity"], r["policy"]) for r in rows]
-    assert got == [(1, "lru"), (1, "opt"), (1, "marking:seed=4"), (3, "lru"), (3, "opt"),
-                   (3, "lru-dist"), (3, "marking:seed=4"), (6, "lru"), (6, "opt"),
-                   (6, "lru-dist"), (6, "marking:seed=4")]  # fmt: skip
+    assert got == [
+        (1, "lru"),
+        (1, "opt"),
+        (1, "marking:seed=4"),
+        (3, "lru"),
+        (3, "opt"),
+        (3, "lru-dist"),
+        (3, "marking:seed=4"),
+        (6, "lru"),
+        (6, "opt"),
+        (6, "lru-dist"),
+        (6, "marking:seed=4"),
+    ]
     for r in rows:
         assert r["opt_faults"] <= r["num_faults"]  # type: ignore[operator]
         assert r["fault_ratio_to_opt"] == r["num_faults"] / r["opt_faults"]  # type: ignore[operator]
@@ -534,8 +558,9 @@ def test_sweep_and_ratio_to_opt() -> None:
     lru6 = next(r for r in rows if r["capacity"] == 6 and r["policy"] == "lru")
     assert ratios["opt"] == 1.0 and ratios["lru"] == lru6["fault_ratio_to_opt"]
     with pytest.raises(ConfigError, match="capacity=1 is below num_layers=3"):
-        sweep_capacities(pages, [1], ["lru-dist"], num_layers=3, num_experts=4,
-                         skip_infeasible=False)  # fmt: skip
+        sweep_capacities(
+            pages, [1], ["lru-dist"], num_layers=3, num_experts=4, skip_infeasible=False
+        )
 
 
 def test_empty_trace() -> None:
@@ -548,8 +573,10 @@ def test_empty_trace() -> None:
 
 def test_policy_objects_are_reusable() -> None:
     pol: ExpertPolicy = make_policy("opt")
-    first = simulate(CLASSIC, num_layers=1, num_experts=5, capacity=3, policy=pol,
-                     backend="python").num_faults  # fmt: skip
-    again = simulate(CLASSIC, num_layers=1, num_experts=5, capacity=3, policy=pol,
-                     backend="python").num_faults  # fmt: skip
+    first = simulate(
+        CLASSIC, num_layers=1, num_experts=5, capacity=3, policy=pol, backend="python"
+    ).num_faults
+    again = simulate(
+        CLASSIC, num_layers=1, num_experts=5, capacity=3, policy=pol, backend="python"
+    ).num_faults
     assert first == again == 5

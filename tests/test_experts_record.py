@@ -202,10 +202,14 @@ def test_other_architectures(tmp_path: Path, arch: str) -> None:
     if arch == "qwen2_moe":
         # Layer 0 is dense: recorded layers are the 2 MoE layers, and full-softmax weights.
         cfg = transformers.Qwen2MoeConfig(
-            num_experts=6, num_experts_per_tok=2, moe_intermediate_size=16,
-            shared_expert_intermediate_size=16, mlp_only_layers=[0], norm_topk_prob=False,
+            num_experts=6,
+            num_experts_per_tok=2,
+            moe_intermediate_size=16,
+            shared_expert_intermediate_size=16,
+            mlp_only_layers=[0],
+            norm_topk_prob=False,
             **TINY,
-        )  # fmt: skip
+        )
         cls, num_layers, n, k = transformers.Qwen2MoeForCausalLM, 2, 6, 2
     else:
         cfg = transformers.OlmoeConfig(
@@ -236,10 +240,19 @@ def test_non_moe_model_is_refused(tmp_path: Path) -> None:
 
 def test_biased_router_is_refused() -> None:
     cfg = transformers.DeepseekV3Config(
-        n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
-        first_k_dense_replace=0, moe_intermediate_size=16, q_lora_rank=None, kv_lora_rank=16,
-        qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, **TINY,
-    )  # fmt: skip
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_group=1,
+        topk_group=1,
+        first_k_dense_replace=0,
+        moe_intermediate_size=16,
+        q_lora_rank=None,
+        kv_lora_rank=16,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=8,
+        v_head_dim=8,
+        **TINY,
+    )
     model = transformers.DeepseekV3ForCausalLM(cfg)
     with pytest.raises(ConfigError, match=r"topk_group=1\); bias-corrected"):
         record.probe_router(model)
@@ -317,9 +330,14 @@ def test_write_rows_and_record_file(mixtral_dir: Path, tmp_path: Path) -> None:
     )
     num_tokens = len("hi") + len("expert caching") + 2 * 2
     assert summary == record.RecordSummary(
-        model=str(mixtral_dir), num_prompts=2, num_tokens=num_tokens, num_layers=3,
-        num_experts=4, top_k=2, num_rows=num_tokens * 3,
-    )  # fmt: skip
+        model=str(mixtral_dir),
+        num_prompts=2,
+        num_tokens=num_tokens,
+        num_layers=3,
+        num_experts=4,
+        top_k=2,
+        num_rows=num_tokens * 3,
+    )
     head, *lines = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
     assert (head["num_layers"], head["num_experts"]) == (3, 4)
     assert len(lines) == num_tokens * 3
@@ -428,8 +446,19 @@ def test_record_command_fails_early_with_one_line(
     prompts_path = tmp_path / ("p.txt" if option else "none.txt")
     if option:
         prompts_path.write_text("hi\n", encoding="utf-8")
-    args = ["experts", "record", "--model", "nobody/huge-moe", "--prompts", str(prompts_path),
-            "-o", str(tmp_path / "r.jsonl"), "--tokenizer", "bytes", *option]  # fmt: skip
+    args = [
+        "experts",
+        "record",
+        "--model",
+        "nobody/huge-moe",
+        "--prompts",
+        str(prompts_path),
+        "-o",
+        str(tmp_path / "r.jsonl"),
+        "--tokenizer",
+        "bytes",
+        *option,
+    ]
     result = CliRunner().invoke(app, args)
     out = result.output.strip()
     assert result.exit_code == 2, out

@@ -26,12 +26,14 @@ SHARED = [p for p in ALL if not make_policy(p).partitioned]
 
 
 def sim(pages: I64, layers: int, n: int, k: int, policy: str, record: bool = False) -> ExpertResult:
-    return simulate(pages, num_layers=layers, num_experts=n, capacity=k, policy=policy,
-                    record=record)  # fmt: skip
+    return simulate(
+        pages, num_layers=layers, num_experts=n, capacity=k, policy=policy, record=record
+    )
 
 
-def zipf_trace(layers: int, n: int, num_tokens: int, a: float, b: float, r: float,
-               seed: int) -> I64:  # fmt: skip
+def zipf_trace(
+    layers: int, n: int, num_tokens: int, a: float, b: float, r: float, seed: int
+) -> I64:
     """Per-layer Zipf popularity p_j ~ 1 / (j + b)^a over a random permutation of the
     experts; with probability r a token keeps the previous token's expert (temporal
     reuse, a Markov chain per layer)."""
@@ -150,11 +152,22 @@ def test_llru_against_lru_and_lru_dist_on_moe_like_traces(
     # on this symmetric routing, where the paper's real traces gave about 7% fewer faults)
     # and 0.972-0.993 (mixtral).
     layers = 32
-    trace = generate("zipf", num_layers=layers, num_experts=n, num_tokens=2000, a=1.0, b=0.0,
-                     r=0.5, top_k=top_k, seed=seed)  # fmt: skip
+    trace = generate(
+        "zipf",
+        num_layers=layers,
+        num_experts=n,
+        num_tokens=2000,
+        a=1.0,
+        b=0.0,
+        r=0.5,
+        top_k=top_k,
+        seed=seed,
+    )
     pages = trace.pages
-    f = {p: sim(pages, layers, n, 200, p).num_faults for p in ("llru", "lru", "lru-dist", "opt",
-                                                           "opt-dist")}  # fmt: skip
+    f = {
+        p: sim(pages, layers, n, 200, p).num_faults
+        for p in ("llru", "lru", "lru-dist", "opt", "opt-dist")
+    }
     assert f["llru"] < 0.99 * f["lru"], f
     if model == "mixtral":
         assert f["llru"] < f["lru-dist"], f

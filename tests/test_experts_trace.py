@@ -258,8 +258,11 @@ def test_save_load_round_trip_is_exact(tmp_path: Path, name: str) -> None:
 
 def test_a_loaded_routing_file_saves_and_loads_back_equal(tmp_path: Path) -> None:
     first = load_routing_jsonl(_write(tmp_path, HAND))  # no header: meta says where from
-    assert first.meta == {"source": str(tmp_path / "r.jsonl"), "format": "routing-jsonl",
-                          "top_k": "2"}  # fmt: skip
+    assert first.meta == {
+        "source": str(tmp_path / "r.jsonl"),
+        "format": "routing-jsonl",
+        "top_k": "2",
+    }
     write_routing_jsonl(first, tmp_path / "again.jsonl")
     assert load_routing_jsonl(tmp_path / "again.jsonl").equals(first)
 

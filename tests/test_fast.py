@@ -38,13 +38,29 @@ def _dup_heavy() -> Trace:
 
 
 FAST_POLICIES = [
-    "vllm", "lru", "fifo", "sieve", "sglang-lru", "hashtable", "lfu", "mru", "opt", "arc",
-    "s3fifo", "lecar", "s3fifo:small_ratio=0.3,move_to_main_threshold=2", "lecar:seed=3",
-    "lpc-oracle", "lpc-oracle:update_interval_s=0,scale=0.05", "wa", "wa-atc25",
-    "wa-atc25:window_s=5,max_turn=2,min_samples=5", "unicache",
+    "vllm",
+    "lru",
+    "fifo",
+    "sieve",
+    "sglang-lru",
+    "hashtable",
+    "lfu",
+    "mru",
+    "opt",
+    "arc",
+    "s3fifo",
+    "lecar",
+    "s3fifo:small_ratio=0.3,move_to_main_threshold=2",
+    "lecar:seed=3",
+    "lpc-oracle",
+    "lpc-oracle:update_interval_s=0,scale=0.05",
+    "wa",
+    "wa-atc25",
+    "wa-atc25:window_s=5,max_turn=2,min_samples=5",
+    "unicache",
     "unicache:stage2=false,offset=request,alg2=clip-ehat,hits=cumulative,update_every=3",
     "unicache:offset=cached,min_gaps=2",
-]  # fmt: skip
+]
 
 TRACES = {
     "chat": (generate_sessions(num_sessions=40, seed=1), 16),
@@ -101,10 +117,14 @@ def test_radix_kernel_equals_generic(name: str, policy: str, scale: float) -> No
     assert fast.metrics["num_evictions"] > 0
 
 
-@pytest.mark.parametrize("spec", [
-    "unicache", "unicache:stage2=false,offset=request,update_every=4",
-    "unicache:offset=cached,fit=given,alg2=clip-ehat,hits=cumulative",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "unicache",
+        "unicache:stage2=false,offset=request,update_every=4",
+        "unicache:offset=cached,fit=given,alg2=clip-ehat,hits=cumulative",
+    ],
+)
 def test_unicache_kernel_on_the_task_mix(spec: str) -> None:
     """Every queue in play (chat, agentic, templated and untemplated single-turn tasks):
     the kernel gives the generic path's hits, evictions and weight updates."""

@@ -155,8 +155,11 @@ def _opt_params(structure: str) -> list[object]:
                 # (which conversations go on), so it is no online policy and may beat a
                 # block-wise Belady on the radix tree (by 24 of 102,784 tokens here)
                 # engine-only policies are checked under the engine (test_unicache.py)
-                if (name in ("opt", "lpc", "lpc-oracle") or structure not in cls.structures
-                        or cls.requires_engine):  # fmt: skip
+                if (
+                    name in ("opt", "lpc", "lpc-oracle")
+                    or structure not in cls.structures
+                    or cls.requires_engine
+                ):
                     continue
                 out.append(
                     pytest.param(key, capacity, name, id=f"{key}-{capacity}-{name}", marks=marks)

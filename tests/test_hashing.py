@@ -1,10 +1,15 @@
-"""Chained block keys: vectorised result equals a plain Python chain; prefix semantics."""
+"""Chained block keys: vectorised result equals a plain Python chain; prefix semantics; a
+per-request extra key (LoRA adapter, tenant) keeps equal prompts apart in every form."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from prefixlab.runner import ReplayConfig, replay
+from prefixlab.workload import Request, Trace, load_trace
 from prefixlab.workload.hashing import chained_block_keys, extra_key_salt
 
 M = (1 << 64) - 1
@@ -99,3 +104,41 @@ def test_golden_key_does_not_drift() -> None:
 def test_bad_block_size() -> None:
     with pytest.raises(ValueError, match="block_tokens"):
         _keys([[1, 2]], 0)
+
+
+def test_per_request_extra_key_isolates_tenants(tmp_path: Path) -> None:
+    from prefixlab.workload import write_native
+    from prefixlab.workload.trace import to_hash_form
+
+    tokens = list(range(40))
+
+    def req(i: int, key: str | None) -> Request:
+        return Request(float(i), 40, 0, input_tokens=tokens, extra_key=key)
+
+    trace = Trace.from_requests(
+        [req(0, "lora-a"), req(1, "lora-b"), req(2, "lora-a"), req(3, None)]
+    )
+    cfg = ReplayConfig(capacity_blocks=64, block_tokens=8)
+    # Same tokens: only the request with the same adapter reuses them (4 blocks, capped).
+    assert replay(trace, "lru", cfg).hit_tokens.tolist() == [0, 0, 32, 0]
+    hashed = to_hash_form(trace, 8)
+    assert replay(hashed, "lru", ReplayConfig(capacity_blocks=64)).hit_tokens.tolist() == [
+        0,
+        0,
+        32,
+        0,
+    ]
+    path = tmp_path / "t.jsonl"
+    write_native(trace, path)
+    back = load_trace(path)
+    assert back.extra_key == ["lora-a", "lora-b", "lora-a", None]
+    assert replay(back, "lru", cfg).hit_tokens.tolist() == [0, 0, 32, 0]
+    # Hash form: ids are salted per request too.
+    h = Trace.from_requests(
+        [
+            Request(float(i), 32, 0, hash_ids=[1, 2], extra_key=k)
+            for i, k in enumerate(["t1", "t2", "t1"])
+        ],
+        block_tokens=16,
+    )
+    assert replay(h, "lru", ReplayConfig(capacity_blocks=8)).hit_tokens.tolist() == [0, 0, 16]

@@ -42,13 +42,25 @@ from prefixlab.workload.trace import Request, Trace
 I64 = npt.NDArray[np.int64]
 
 HYB = ModelSpec(
-    "tiny-hybrid", hidden_size=2, num_attention_layers=1, num_heads=1, num_kv_heads=1,
-    head_dim=1, num_ssm_layers=1, ssm_d_inner=1, ssm_d_state=2, ssm_conv_kernel=2,
-)  # fmt: skip
-TF = ModelSpec(
-    "tiny-transformer", hidden_size=2, num_attention_layers=1, num_heads=1, num_kv_heads=1,
+    "tiny-hybrid",
+    hidden_size=2,
+    num_attention_layers=1,
+    num_heads=1,
+    num_kv_heads=1,
     head_dim=1,
-)  # fmt: skip
+    num_ssm_layers=1,
+    ssm_d_inner=1,
+    ssm_d_state=2,
+    ssm_conv_kernel=2,
+)
+TF = ModelSpec(
+    "tiny-transformer",
+    hidden_size=2,
+    num_attention_layers=1,
+    num_heads=1,
+    num_kv_heads=1,
+    head_dim=1,
+)
 KV = 4  # bytes per token, both models
 ST = 8  # bytes per checkpoint, HYB
 
@@ -139,8 +151,9 @@ def test_flop_efficiency_grows_faster_with_more_ssm_layers() -> None:
     base = get_model("marconi-hybrid-7b")
     growth = []
     for attn, ssm in ((15, 30), (9, 36), (5, 40)):
-        v = replace(base, name=f"hybrid-{attn}-{ssm}", num_attention_layers=attn,
-                    num_ssm_layers=ssm)  # fmt: skip
+        v = replace(
+            base, name=f"hybrid-{attn}-{ssm}", num_attention_layers=attn, num_ssm_layers=ssm
+        )
         growth.append(v.flop_efficiency(8192) / v.flop_efficiency(512))
     assert growth[0] > 1
     assert growth[0] < growth[1] < growth[2], growth
@@ -365,9 +378,12 @@ RECENCY = {
     # SGLang+ also stamps a node matched in part (a at 4, then 6) and every node of the
     # stored path. Marconi stamps only the deepest fully matched node: a keeps 3.
     "sglang+": ({P: 6, A: 6, B: 6, C: 9}, {P: 10, A: 10, B: 6, C: 9}, {P: 13, A: 13, D: 13, C: 9}),
-    "marconi:alpha=0": ({P: 6, A: 3, B: 6, C: 9}, {P: 6, A: 10, B: 6, C: 9},
-                        {P: 6, A: 12, D: 13, C: 9}),
-}  # fmt: skip
+    "marconi:alpha=0": (
+        {P: 6, A: 3, B: 6, C: 9},
+        {P: 6, A: 10, B: 6, C: 9},
+        {P: 6, A: 12, D: 13, C: 9},
+    ),
+}
 
 
 @pytest.mark.parametrize("spec", list(RECENCY))
@@ -455,8 +471,11 @@ class NaiveMarconi(Marconi):
             return _naive_lru_free(self, need)
         freed = 0
         while freed < need:
-            scored = [nd for nd in _preorder(cache) if nd.children == {} or (
-                nd.ckpt and len(nd.children) == 1)]  # fmt: skip
+            scored = [
+                nd
+                for nd in _preorder(cache)
+                if nd.children == {} or (nd.ckpt and len(nd.children) == 1)
+            ]
             if not any(nd.lock == 0 for nd in scored):
                 break
             now = cache.clock
@@ -467,13 +486,16 @@ class NaiveMarconi(Marconi):
             eff = []
             for nd in scored:
                 saved = flops(cache.model, nd.end) - flops(cache.model, nd.start)
-                held = (nd.end * KV + (ST if nd.ckpt else 0) if self.efficiency_of == "prefix"
-                        else cache.node_bytes(nd))  # fmt: skip
+                held = (
+                    nd.end * KV + (ST if nd.ckpt else 0)
+                    if self.efficiency_of == "prefix"
+                    else cache.node_bytes(nd)
+                )
                 eff.append(saved / held)
-            score = [r + self.current_alpha * f
-                     for r, f in zip(_minmax(rec), _minmax(eff), strict=True)]  # fmt: skip
-            i = min((j for j in range(len(scored)) if scored[j].lock == 0),
-                    key=lambda j: score[j])  # fmt: skip
+            score = [
+                r + self.current_alpha * f for r, f in zip(_minmax(rec), _minmax(eff), strict=True)
+            ]
+            i = min((j for j in range(len(scored)) if scored[j].lock == 0), key=lambda j: score[j])
             freed += cache.freed_by(scored[i])
             cache.remove(scored[i])
         return freed
@@ -522,8 +544,12 @@ def _random_requests(seed: int) -> list[tuple[list[int], list[int]]]:
         if rng.random() < 0.2:
             out.append(([rng.randrange(3, 1000) for _ in range(rng.randint(4, 30))], []))
         else:
-            out.append(([rng.randrange(3) for _ in range(rng.randint(2, 12))],
-                        [rng.randrange(3) for _ in range(rng.randint(0, 3))]))  # fmt: skip
+            out.append(
+                (
+                    [rng.randrange(3) for _ in range(rng.randint(2, 12))],
+                    [rng.randrange(3) for _ in range(rng.randint(0, 3))],
+                )
+            )
     return out
 
 
@@ -549,9 +575,12 @@ small_requests = st.one_of(
     transformer=st.booleans(),
 )
 def test_marconi_eviction_equals_rescanning_reference(
-    reqs: list[tuple[list[int], list[int]]], capacity: int, alpha: float, chunk: int,
+    reqs: list[tuple[list[int], list[int]]],
+    capacity: int,
+    alpha: float,
+    chunk: int,
     transformer: bool,
-) -> None:  # fmt: skip
+) -> None:
     model = TF if transformer else HYB
     real = HybridCache(capacity, model, Marconi(alpha=alpha, chunk_tokens=chunk))
     naive = HybridCache(capacity, model, NaiveMarconi(alpha=alpha, chunk_tokens=chunk))
@@ -567,15 +596,19 @@ def test_marconi_eviction_equals_rescanning_reference(
     partial=st.booleans(),
 )
 def test_lru_policies_equal_naive_lru(
-    reqs: list[tuple[list[int], list[int]]], capacity: int, vllm: bool, transformer: bool,
+    reqs: list[tuple[list[int], list[int]]],
+    capacity: int,
+    vllm: bool,
+    transformer: bool,
     partial: bool,
-) -> None:  # fmt: skip
+) -> None:
     model = TF if transformer else HYB
     real_pol: HybridPolicy = (
         VllmPlus(block_tokens=2, partial_blocks=partial) if vllm else SglangPlus()
     )
-    naive_pol: HybridPolicy = (NaiveVllm(block_tokens=2, partial_blocks=partial) if vllm
-                               else NaiveSglang())  # fmt: skip
+    naive_pol: HybridPolicy = (
+        NaiveVllm(block_tokens=2, partial_blocks=partial) if vllm else NaiveSglang()
+    )
     _lockstep(HybridCache(capacity, model, real_pol), HybridCache(capacity, model, naive_pol), reqs)
 
 
@@ -599,8 +632,9 @@ class PrefixOracle:
     boundaries are stored ends, which carry the checkpoint flag, and branch points).
     """
 
-    def __init__(self, model: ModelSpec, block_tokens: int = 0, chunk_tokens: int = 0,
-                 partial: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self, model: ModelSpec, block_tokens: int = 0, chunk_tokens: int = 0, partial: bool = False
+    ) -> None:
         self.has_state = model.num_ssm_layers > 0
         self.block, self.chunk, self.partial = block_tokens, chunk_tokens, partial
         self.prefixes: set[tuple[int, ...]] = set()
@@ -617,8 +651,7 @@ class PrefixOracle:
         seq = tuple(inp + out)
         # the branch point: where the whole sequence leaves what is stored (the simulator's
         # speculative match of input + output)
-        matched = max([q for q in range(1, len(seq) + 1) if seq[:q] in self.prefixes],
-                      default=0)  # fmt: skip
+        matched = max([q for q in range(1, len(seq) + 1) if seq[:q] in self.prefixes], default=0)
         if self.block and self.partial:  # all-blocks with the partial tail; filled in place
             positions = [*range(self.block, len(seq) + 1, self.block), len(seq)]
             self.ckpts -= {seq[:q] for q in range(1, len(seq)) if q % self.block}
@@ -657,20 +690,31 @@ def _ckpt_prefixes(cache: HybridCache) -> set[tuple[int, ...]]:
 @settings(max_examples=100, deadline=None, derandomize=True, database=None)
 @given(
     reqs=small_requests,
-    spec=st.sampled_from(["sglang+", "sglang+:chunk_tokens=2", "marconi:alpha=1",
-                          "vllm+:block_tokens=2", "vllm+:block_tokens=3",
-                          "vllm+:block_tokens=2,partial_blocks=false",
-                          "vllm+:block_tokens=3,partial_blocks=false"]),
+    spec=st.sampled_from(
+        [
+            "sglang+",
+            "sglang+:chunk_tokens=2",
+            "marconi:alpha=1",
+            "vllm+:block_tokens=2",
+            "vllm+:block_tokens=3",
+            "vllm+:block_tokens=2,partial_blocks=false",
+            "vllm+:block_tokens=3,partial_blocks=false",
+        ]
+    ),
     transformer=st.booleans(),
-)  # fmt: skip
+)
 def test_admission_and_reuse_equal_a_prefix_set_oracle(
     reqs: list[tuple[list[int], list[int]]], spec: str, transformer: bool
 ) -> None:
     model = TF if transformer else HYB
     cache = make(10**9, spec, model)
     pol = cache.policy
-    oracle = PrefixOracle(model, pol.block_tokens if pol.admission == "all-blocks" else 0,
-                          pol.chunk_tokens, pol.partial_blocks)  # fmt: skip
+    oracle = PrefixOracle(
+        model,
+        pol.block_tokens if pol.admission == "all-blocks" else 0,
+        pol.chunk_tokens,
+        pol.partial_blocks,
+    )
     for t, (inp, out) in enumerate(reqs):
         m = step(cache, t, inp, out)
         assert m.reusable == oracle.request(inp, out), t
@@ -686,18 +730,28 @@ def test_lockstep_detects_a_different_victim() -> None:
     real = HybridCache(56, HYB, Marconi(alpha=0.0))
     naive = HybridCache(56, HYB, NaiveSglang())
     with pytest.raises(AssertionError):
-        _lockstep(real, naive, [([1, 2, 3, 4], []), ([1, 2, 3, 4, 5, 6], [7, 8]),
-                                ([1, 2, 3, 4, 5, 6, 7, 8], []), ([20, 21], [])])  # fmt: skip
+        _lockstep(
+            real,
+            naive,
+            [
+                ([1, 2, 3, 4], []),
+                ([1, 2, 3, 4, 5, 6], [7, 8]),
+                ([1, 2, 3, 4, 5, 6, 7, 8], []),
+                ([20, 21], []),
+            ],
+        )
 
 
 # ---------------------------------------------------------------------- replay and metrics
 def test_replay_metrics_by_hand() -> None:
-    trace = trace_of([
-        ([1, 2, 3, 4], [5, 6]),  # cold: 0; stores [0,6) with its state
-        ([1, 2, 3, 4, 5, 6, 7], []),  # reuses 6; adds [6,7)
-        ([1, 2, 3, 9], []),  # leaves [0,6) at 3: 0; branch state at 3, leaf [3,4)
-        ([1, 2, 3, 8], []),  # reuses the branch state: 3
-    ])  # fmt: skip
+    trace = trace_of(
+        [
+            ([1, 2, 3, 4], [5, 6]),  # cold: 0; stores [0,6) with its state
+            ([1, 2, 3, 4, 5, 6, 7], []),  # reuses 6; adds [6,7)
+            ([1, 2, 3, 9], []),  # leaves [0,6) at 3: 0; branch state at 3, leaf [3,4)
+            ([1, 2, 3, 8], []),  # reuses the branch state: 3
+        ]
+    )
     res = replay_hybrid(trace, "marconi:alpha=1", HybridConfig(10_000, model=HYB), check_every=1)
     assert res.hit_tokens.tolist() == [0, 6, 0, 3]
     m = res.metrics
@@ -722,14 +776,16 @@ def test_replay_metrics_by_hand() -> None:
 
 def test_transformer_sglang_and_marconi_alpha0_agree_without_ties() -> None:
     # capacity 32 = two 4-token sequences of KV
-    trace = trace_of([
-        ([1, 1, 1, 1], []),
-        ([2, 2, 2, 2], []),
-        ([1, 1, 1, 1], []),  # full hit (KV slices, no recompute cap): 4
-        ([3, 3, 3, 3], []),  # evicts [2,2,2,2], the least recently used
-        ([3, 3, 9], []),  # partial edge reuse on a Transformer: 2; evicts [1,1,1,1]
-        ([2, 2, 2, 2], []),  # evicted: 0
-    ])  # fmt: skip
+    trace = trace_of(
+        [
+            ([1, 1, 1, 1], []),
+            ([2, 2, 2, 2], []),
+            ([1, 1, 1, 1], []),  # full hit (KV slices, no recompute cap): 4
+            ([3, 3, 3, 3], []),  # evicts [2,2,2,2], the least recently used
+            ([3, 3, 9], []),  # partial edge reuse on a Transformer: 2; evicts [1,1,1,1]
+            ([2, 2, 2, 2], []),  # evicted: 0
+        ]
+    )
     cfg = HybridConfig(32, model=TF)
     a = replay_hybrid(trace, "sglang+", cfg, check_every=1)
     b = replay_hybrid(trace, "marconi:alpha=0", cfg, check_every=1)
@@ -739,12 +795,14 @@ def test_transformer_sglang_and_marconi_alpha0_agree_without_ties() -> None:
 def test_transformer_marconi_is_sglang_plus_even_on_recency_ties() -> None:
     # Without SSM layers Marconi falls back to SGLang+'s LRU over leaves (whole-path
     # refresh, ties to the deeper leaf), whatever alpha.
-    trace = trace_of([
-        ([1, 2, 3, 4], []),  # a = [0,4): 16 bytes
-        ([1, 2, 5, 6, 7], []),  # reuses 2 (partial edge); split: p [0,2), a [2,4), b [2,5)
-        ([9, 9, 9], []),  # needs 12: 28 + 12 > 36, free 4 among a, b (both last access 1)
-        ([1, 2, 3, 4], []),  # the deeper b went: a still there -> 4 (with b gone, 2)
-    ])  # fmt: skip
+    trace = trace_of(
+        [
+            ([1, 2, 3, 4], []),  # a = [0,4): 16 bytes
+            ([1, 2, 5, 6, 7], []),  # reuses 2 (partial edge); split: p [0,2), a [2,4), b [2,5)
+            ([9, 9, 9], []),  # needs 12: 28 + 12 > 36, free 4 among a, b (both last access 1)
+            ([1, 2, 3, 4], []),  # the deeper b went: a still there -> 4 (with b gone, 2)
+        ]
+    )
     cfg = HybridConfig(36, model=TF)
     for spec in ("sglang+", "marconi:alpha=0", "marconi:alpha=2"):
         res = replay_hybrid(trace, spec, cfg, check_every=1)
@@ -792,12 +850,23 @@ def test_window_score_counts_the_last_requests_only() -> None:
 
 
 SWITCH_REQS = [
-    ([2, 2], [0, 1, 0]), ([2, 1], [1, 2, 2]), ([0, 0], []), ([1, 1, 2, 1, 1, 0, 1, 0, 0], [1, 0]),
-    ([2, 2, 0], [0]), ([2, 0, 0, 1, 0, 1, 2, 1, 0, 2], []), ([1, 1, 1], []), ([2, 1, 0, 1], [0]),
-    ([0, 1, 0, 1, 1, 1], [2]), ([2, 2], [1, 0]), ([1, 0], [0]), ([2, 0, 1, 2, 1, 1, 1, 0, 2, 0], [1]),
-    ([2, 0, 2, 2], [2]), ([0, 1, 0, 0, 0, 2, 0, 1], [0]), ([0, 1, 0], []),
+    ([2, 2], [0, 1, 0]),
+    ([2, 1], [1, 2, 2]),
+    ([0, 0], []),
+    ([1, 1, 2, 1, 1, 0, 1, 0, 0], [1, 0]),
+    ([2, 2, 0], [0]),
+    ([2, 0, 0, 1, 0, 1, 2, 1, 0, 2], []),
+    ([1, 1, 1], []),
+    ([2, 1, 0, 1], [0]),
+    ([0, 1, 0, 1, 1, 1], [2]),
+    ([2, 2], [1, 0]),
+    ([1, 0], [0]),
+    ([2, 0, 1, 2, 1, 1, 1, 0, 2, 0], [1]),
+    ([2, 0, 2, 2], [2]),
+    ([0, 1, 0, 0, 0, 2, 0, 1], [0]),
+    ([0, 1, 0], []),
     ([1, 1, 2, 0, 0, 2], [2, 1, 1]),
-]  # fmt: skip
+]
 
 
 def test_tune_alpha_picks_the_best_alpha_on_the_grid_smallest_on_ties() -> None:
@@ -806,8 +875,7 @@ def test_tune_alpha_picks_the_best_alpha_on_the_grid_smallest_on_ties() -> None:
     pol = Marconi(alpha_max=2.0, alpha_step=0.5, objective="hit_ratio")
     grid = pol.alpha_grid()
     assert grid == [0.0, 0.5, 1.0, 1.5, 2.0]
-    scores = [replay_hybrid(trace, Marconi(alpha=a), cfg).metrics["num_hit_tokens"]
-              for a in grid]  # fmt: skip
+    scores = [replay_hybrid(trace, Marconi(alpha=a), cfg).metrics["num_hit_tokens"] for a in grid]
     # measured: 1 hit token for 0, 0.5, 1 and 2 for 1.5 and 2 -> the best, smallest: 1.5
     assert scores == [1, 1, 1, 2, 2]
     best = tune_alpha(trace, pol, cfg)
@@ -829,8 +897,13 @@ def test_tune_alpha_flops_saved_objective() -> None:
     assert tune_alpha(trace, hit, cfg) == 0.0
 
 
-def _switched(reqs: list[tuple[list[int], list[int]]], cap: int, r_switch: int, alpha: float,
-              before_insert: bool) -> list[int]:  # fmt: skip
+def _switched(
+    reqs: list[tuple[list[int], list[int]]],
+    cap: int,
+    r_switch: int,
+    alpha: float,
+    before_insert: bool,
+) -> list[int]:
     """Hits of Marconi at alpha 0 switched to ``alpha`` around request ``r_switch``."""
     pol = Marconi(alpha=0.0)
     cache = HybridCache(cap, HYB, pol)
@@ -850,8 +923,9 @@ def test_tuned_marconi_switches_to_the_tuned_alpha() -> None:
     # (found by a seeded search, where the moment of the switch matters)
     trace = trace_of(SWITCH_REQS)
     cfg = HybridConfig(80, model=HYB)
-    res = replay_hybrid(trace, Marconi(bootstrap_multiplier=2, alpha_max=2.0, alpha_step=0.5),
-                        cfg, check_every=1)  # fmt: skip
+    res = replay_hybrid(
+        trace, Marconi(bootstrap_multiplier=2, alpha_max=2.0, alpha_step=0.5), cfg, check_every=1
+    )
     ((r, alpha),) = res.alpha_history
     # tuned on requests 1..r+1 replayed from an empty cache
     window = trace.take(np.arange(r + 1))

@@ -23,9 +23,25 @@ HYBRID = ["--structure", "hybrid", "--model", "marconi-7b-hybrid"]
 
 def test_replay_hybrid_json_and_per_request(tmp_path: Path) -> None:
     out = tmp_path / "per.csv"
-    result = runner.invoke(app, ["replay", GEN, *HYBRID, "--capacity-bytes", "8000000000",
-                                 "-p", "vllm+", "-p", "sglang+", "-p", "marconi:alpha=1.0",
-                                 "--json", "--per-request", str(out)])  # fmt: skip
+    result = runner.invoke(
+        app,
+        [
+            "replay",
+            GEN,
+            *HYBRID,
+            "--capacity-bytes",
+            "8000000000",
+            "-p",
+            "vllm+",
+            "-p",
+            "sglang+",
+            "-p",
+            "marconi:alpha=1.0",
+            "--json",
+            "--per-request",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     assert [r["policy"] for r in rows] == ["vllm+", "sglang+", "marconi:alpha=1"]
@@ -52,15 +68,28 @@ def test_replay_hybrid_json_and_per_request(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["-p", "marconi", "--capacity-blocks", "100", "--model", "marconi-hybrid-7b"],
-         "capacity is in bytes"),
+        (
+            ["-p", "marconi", "--capacity-blocks", "100", "--model", "marconi-hybrid-7b"],
+            "capacity is in bytes",
+        ),
         (["-p", "marconi", "--capacity-bytes", "1000000000"], "needs --model and --capacity-bytes"),
-        (["-p", "lru", "--capacity-bytes", "1000000000", "--model", "marconi-hybrid-7b"],
-         "policy 'lru' does not apply to the hybrid structure"),
-        (["-p", "marconi:alpha=-1", "--capacity-bytes", "1000000000", "--model",
-          "marconi-hybrid-7b"], "alpha must be a finite number >= 0"),
+        (
+            ["-p", "lru", "--capacity-bytes", "1000000000", "--model", "marconi-hybrid-7b"],
+            "policy 'lru' does not apply to the hybrid structure",
+        ),
+        (
+            [
+                "-p",
+                "marconi:alpha=-1",
+                "--capacity-bytes",
+                "1000000000",
+                "--model",
+                "marconi-hybrid-7b",
+            ],
+            "alpha must be a finite number >= 0",
+        ),
     ],
-)  # fmt: skip
+)
 def test_replay_hybrid_errors_are_one_line(args: list[str], message: str) -> None:
     result = runner.invoke(app, ["replay", GEN, "--structure", "hybrid", *args])
     assert result.exit_code == 2
@@ -70,20 +99,35 @@ def test_replay_hybrid_errors_are_one_line(args: list[str], message: str) -> Non
 
 def test_hash_form_trace_is_refused(tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
-    trace.write_text('{"timestamp": 0, "input_length": 1024, "output_length": 1, '
-                     '"hash_ids": [1, 2]}\n')  # fmt: skip
-    result = runner.invoke(app, ["replay", str(trace), "--format", "mooncake", *HYBRID,
-                                 "--capacity-bytes", "10000000000", "-p", "marconi:alpha=1"])  # fmt: skip
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [1, 2]}\n'
+    )
+    result = runner.invoke(
+        app,
+        [
+            "replay",
+            str(trace),
+            "--format",
+            "mooncake",
+            *HYBRID,
+            "--capacity-bytes",
+            "10000000000",
+            "-p",
+            "marconi:alpha=1",
+        ],
+    )
     assert result.exit_code == 2 and "needs token ids" in result.output
 
 
 def test_hybrid_sweep_rows(tmp_path: Path) -> None:
-    cfg = parse_config({
-        "workload": {"source": "gen:sessions", "params": {"num_sessions": 20}},
-        "model": {"name": "marconi-hybrid-7b", "gpu": "h100"},
-        "cache": {"structure": "hybrid", "capacities": ["2GB", 4_000_000_000, "0.1A"]},
-        "policies": ["sglang+", "marconi:alpha=1"],
-    })  # fmt: skip
+    cfg = parse_config(
+        {
+            "workload": {"source": "gen:sessions", "params": {"num_sessions": 20}},
+            "model": {"name": "marconi-hybrid-7b", "gpu": "h100"},
+            "cache": {"structure": "hybrid", "capacities": ["2GB", 4_000_000_000, "0.1A"]},
+            "policies": ["sglang+", "marconi:alpha=1"],
+        }
+    )
     run_sweep(cfg, tmp_path)
     rows = pq.read_table(tmp_path / "results.parquet").to_pylist()
     assert [r["capacity_bytes"] for r in rows[:4:2]] == [2_000_000_000, 4_000_000_000]
@@ -111,7 +155,7 @@ def test_hybrid_sweep_rows(tmp_path: Path) -> None:
         ({"cache": {"structure": "hybrid", "capacities": ["0.5ws"]}}, "capacity is bytes"),
         ({"policies": ["lru"]}, "does not apply to the hybrid structure"),
     ],
-)  # fmt: skip
+)
 def test_hybrid_config_errors(patch: dict[str, object], message: str) -> None:
     data: dict[str, object] = {
         "workload": {"source": "gen:sessions"},

@@ -13,17 +13,34 @@ from typer.testing import CliRunner
 from prefixlab.cli import app
 from prefixlab.errors import ConfigError
 from prefixlab.experiments import parse_config, run_sweep
+from prefixlab.model.spec import get_model
 from prefixlab.model.timing import make_timing
+from prefixlab.policies.base import make_policy
 from prefixlab.runner.engine import EngineConfig, simulate
 from prefixlab.runner.hybrid import HybridConfig, replay_hybrid
 from prefixlab.workload.generators import GENERATORS
+from prefixlab.workload.trace import Request, Trace
 
 TIMING = make_timing(["roofline"], "marconi-hybrid-7b", "h100")
 
 
 def _config(gb: float, **kw: object) -> EngineConfig:
-    return EngineConfig(capacity_blocks=1, structure="hybrid", capacity_bytes=int(gb * 1e9),
-                        model="marconi-hybrid-7b", **kw)  # type: ignore[arg-type]  # fmt: skip
+    return EngineConfig(
+        capacity_blocks=1,
+        structure="hybrid",
+        capacity_bytes=int(gb * 1e9),
+        model="marconi-hybrid-7b",
+        **kw,
+    )  # type: ignore[arg-type]
+
+
+def _trace(rows: list[tuple[float, str, list[int]]], out: int = 1) -> Trace:
+    """(arrival, session, input token ids); ``out`` output tokens each, no ids."""
+    reqs = [
+        Request(arrival_s=a, input_length=len(t), output_length=out, session_id=s, input_tokens=t)
+        for a, s, t in rows
+    ]
+    return Trace.from_requests(reqs)
 
 
 def test_one_at_a_time_the_engine_hits_what_replay_hits() -> None:
@@ -81,32 +98,116 @@ def test_errors() -> None:
     with pytest.raises(ConfigError, match="does not apply to the hybrid structure"):
         simulate(trace, "lru", _config(5), TIMING)
     with pytest.raises(ConfigError, match="capacity_bytes"):
-        simulate(trace, "marconi", EngineConfig(capacity_blocks=1, structure="hybrid",
-                                                model="marconi-hybrid-7b"), TIMING)  # fmt: skip
+        simulate(
+            trace,
+            "marconi",
+            EngineConfig(capacity_blocks=1, structure="hybrid", model="marconi-hybrid-7b"),
+            TIMING,
+        )
 
 
 def test_simulate_cli_and_engine_sweep(tmp_path: Path) -> None:
     runner = CliRunner()
-    result = runner.invoke(app, ["simulate", "gen:mix:trace=3,num_requests=200", "--structure",
-                                 "hybrid", "--model", "marconi-7b-hybrid", "--gpu", "h100",
-                                 "--capacity-bytes", "5000000000", "-p", "sglang+",
-                                 "-p", "marconi:alpha=1", "--json"])  # fmt: skip
+    result = runner.invoke(
+        app,
+        [
+            "simulate",
+            "gen:mix:trace=3,num_requests=200",
+            "--structure",
+            "hybrid",
+            "--model",
+            "marconi-7b-hybrid",
+            "--gpu",
+            "h100",
+            "--capacity-bytes",
+            "5000000000",
+            "-p",
+            "sglang+",
+            "-p",
+            "marconi:alpha=1",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     assert [r["structure"] for r in rows] == ["hybrid", "hybrid"]
     assert all(r["p95_ttft_s"] > 0 for r in rows)
-    bad = runner.invoke(app, ["simulate", "gen:mix:trace=3,num_requests=50", "--structure",
-                              "hybrid", "--model", "marconi-7b-hybrid", "--gpu", "h100",
-                              "--capacity-blocks", "100", "-p", "marconi"])  # fmt: skip
+    bad = runner.invoke(
+        app,
+        [
+            "simulate",
+            "gen:mix:trace=3,num_requests=50",
+            "--structure",
+            "hybrid",
+            "--model",
+            "marconi-7b-hybrid",
+            "--gpu",
+            "h100",
+            "--capacity-blocks",
+            "100",
+            "-p",
+            "marconi",
+        ],
+    )
     assert bad.exit_code == 2 and "needs --model and --capacity-bytes" in bad.output
-    cfg = parse_config({
-        "workload": {"source": "gen:mix", "params": {"trace": 3, "num_requests": 150}},
-        "model": {"name": "marconi-hybrid-7b", "gpu": "h100"},
-        "cache": {"structure": "hybrid", "capacities": ["5GB"]},
-        "runner": {"kind": "engine"},
-        "policies": ["sglang+", "marconi:alpha=1"],
-    })  # fmt: skip
+    cfg = parse_config(
+        {
+            "workload": {"source": "gen:mix", "params": {"trace": 3, "num_requests": 150}},
+            "model": {"name": "marconi-hybrid-7b", "gpu": "h100"},
+            "cache": {"structure": "hybrid", "capacities": ["5GB"]},
+            "runner": {"kind": "engine"},
+            "policies": ["sglang+", "marconi:alpha=1"],
+        }
+    )
     run_sweep(cfg, tmp_path)
     table = pq.read_table(tmp_path / "results.parquet").to_pylist()
     assert all(r["p95_ttft_s"] > 0 and r["capacity_bytes"] == 5_000_000_000 for r in table)
     assert pq.read_table(tmp_path / "cdf.parquet").num_rows == 2 * 101
+
+
+def test_engine_vllm_plus_transformer_hit_is_block_rounded_like_replay() -> None:
+    model = "llama-3.1-8b"
+    a = list(range(1, 41))
+    b = list(range(1, 21)) + list(range(100, 120))  # shares 20 tokens (< one 32-token block)
+    trace = _trace([(0.0, "a", a), (100.0, "b", b)])
+    rep = replay_hybrid(trace, "vllm+", HybridConfig(10**11, model))
+    eng = simulate(
+        trace,
+        "vllm+",
+        EngineConfig(capacity_blocks=1, structure="hybrid", capacity_bytes=10**11, model=model),
+        make_timing(["roofline"], model, "h100"),
+        check_every=1,
+    )
+    assert rep.hit_tokens.tolist() == [0, 0]
+    assert eng.hit_tokens.tolist() == rep.hit_tokens.tolist()  # bug: [0, 20]
+
+
+def test_failed_hybrid_acquire_leaves_the_tree_alone() -> None:
+    """A request that cannot fit even with the tree emptied is refused before any eviction."""
+    from prefixlab.runner.engine.hybrid import HybridEngineCache
+
+    spec = get_model("marconi-hybrid-7b")
+    k, s = spec.kv_bytes_per_token, spec.state_bytes_per_checkpoint
+    trace = _trace(
+        [
+            (0.0, "a", list(range(1, 101))),
+            (1.0, "b", list(range(200, 300))),
+            (2.0, "c", list(range(400, 500))),
+        ]
+    )
+    total = 101 * k + s + 400 * k + s  # tree after request 0, then 400 tokens + a state
+    cache = HybridEngineCache(total, spec, make_policy("sglang+", "hybrid"), trace, 16)
+    empty = np.zeros(0, dtype=np.int64)
+    # request 0 runs and finishes: its 101 tokens and a state are in the tree
+    cache.view.request_index = 0
+    h0 = cache.acquire(cache.match(empty), 7, empty)
+    cache.commit(h0, empty, 0)
+    used = cache.tree.used
+    assert used > 0
+    # request 1 runs, reserving 20 blocks (fits next to the tree)
+    cache.view.request_index = 1
+    assert cache.acquire(cache.match(empty), 20, empty) is not None
+    # request 2 cannot fit even with the tree empty: it must wait, and nothing should change
+    cache.view.request_index = 2
+    assert cache.acquire(cache.match(empty), 20, empty) is None
+    assert cache.tree.used == used  # bug: 0, request 0's prefix evicted for nothing

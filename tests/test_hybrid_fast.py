@@ -57,8 +57,12 @@ def random_requests(seed: int, n: int = 30) -> list[tuple[list[int], list[int]]]
             more = [rng.randrange(3) for _ in range(rng.randint(1, 6))]
             out.append((inp + outp + more, [rng.randrange(3) for _ in range(rng.randint(0, 4))]))
         else:
-            out.append(([rng.randrange(3) for _ in range(rng.randint(2, 12))],
-                        [rng.randrange(3) for _ in range(rng.randint(0, 3))]))  # fmt: skip
+            out.append(
+                (
+                    [rng.randrange(3) for _ in range(rng.randint(2, 12))],
+                    [rng.randrange(3) for _ in range(rng.randint(0, 3))],
+                )
+            )
     return out
 
 
@@ -70,8 +74,13 @@ def assert_same(a: HybridResult, b: HybridResult) -> None:
     assert a.alpha_history == b.alpha_history
 
 
-def both(reqs: list[tuple[list[int], list[int]]], spec: str, capacity: int, model: ModelSpec,
-         locks: str = "path") -> tuple[HybridResult, HybridResult]:  # fmt: skip
+def both(
+    reqs: list[tuple[list[int], list[int]]],
+    spec: str,
+    capacity: int,
+    model: ModelSpec,
+    locks: str = "path",
+) -> tuple[HybridResult, HybridResult]:
     trace = trace_of(reqs)
     config = HybridConfig(capacity, model, locks)
     slow = replay_hybrid(trace, spec, config, fast=False)
@@ -102,10 +111,10 @@ def test_every_policy_equals_the_object_tree(spec: str, model: ModelSpec, locks:
     transformer=st.booleans(),
     locks=st.sampled_from(["path", "none"]),
 )
-def test_random_workloads_equal_the_object_tree(seed: int, capacity: int, spec: str,
-                                                transformer: bool, locks: str) -> None:  # fmt: skip
-    slow, fast = both(random_requests(seed, 24), spec, capacity, TF if transformer else HYB,
-                      locks)  # fmt: skip
+def test_random_workloads_equal_the_object_tree(
+    seed: int, capacity: int, spec: str, transformer: bool, locks: str
+) -> None:
+    slow, fast = both(random_requests(seed, 24), spec, capacity, TF if transformer else HYB, locks)
     assert_same(slow, fast)
 
 
@@ -197,10 +206,16 @@ def test_large_tokens_and_growth() -> None:
 
 @pytest.mark.parametrize(
     "spec",
-    ["marconi:alpha=nan", "marconi:alpha=inf", "marconi:bootstrap_multiplier=inf",
-     "marconi:alpha_step=nan", "vllm+:block_tokens=10000000000000000000",
-     "sglang+:chunk_tokens=10000000000000000000", "marconi:retune_every=10000000000000000000"],
-)  # fmt: skip
+    [
+        "marconi:alpha=nan",
+        "marconi:alpha=inf",
+        "marconi:bootstrap_multiplier=inf",
+        "marconi:alpha_step=nan",
+        "vllm+:block_tokens=10000000000000000000",
+        "sglang+:chunk_tokens=10000000000000000000",
+        "marconi:retune_every=10000000000000000000",
+    ],
+)
 def test_values_the_tree_cannot_hold_are_refused(spec: str) -> None:
     with pytest.raises(ConfigError, match=r"finite|2\*\*62"):
         make_policy(spec, "hybrid")

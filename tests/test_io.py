@@ -113,12 +113,28 @@ def test_files_the_cli_writes_follow_the_umask(
     runner = CliRunner()
     umask(0o022)
     trace = tmp_path / f"t.{fmt}"
-    res = runner.invoke(app, ["trace", "generate", "sessions", "-o", str(trace),
-                              "--num-sessions", "5"])  # fmt: skip
+    res = runner.invoke(
+        app, ["trace", "generate", "sessions", "-o", str(trace), "--num-sessions", "5"]
+    )
     assert res.exit_code == 0, res.output
     rows = tmp_path / "rows.csv"
-    res = runner.invoke(app, ["replay", str(trace), "-p", "lru", "-p", "fifo",
-                              "--capacity-blocks", "2000", "--block-tokens", "16", "--per-request", str(rows)])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "replay",
+            str(trace),
+            "-p",
+            "lru",
+            "-p",
+            "fifo",
+            "--capacity-blocks",
+            "2000",
+            "--block-tokens",
+            "16",
+            "--per-request",
+            str(rows),
+        ],
+    )
     assert res.exit_code == 0, res.output
     written = [trace, tmp_path / "rows.lru.csv", tmp_path / "rows.fifo.csv"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in written)

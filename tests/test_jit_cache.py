@@ -27,8 +27,10 @@ def _save_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, save: Any) ->
     monkeypatch.setattr(cls, "_load_index", load_then_wait)
     monkeypatch.setattr(cls, "save", save)
     writers = [cls(str(tmp_path), "f-1.py311", ("stamp", 1)) for _ in range(2)]
-    threads = [threading.Thread(target=w.save, args=(("sig", i), f"code {i}"))
-               for i, w in enumerate(writers)]  # fmt: skip
+    threads = [
+        threading.Thread(target=w.save, args=(("sig", i), f"code {i}"))
+        for i, w in enumerate(writers)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -33,8 +33,17 @@ from prefixlab.workload.trace import Request, Trace
 
 def _conv(texts: list[tuple[str, str]]) -> Trace:
     """Requests (session, text) in this order, one second apart."""
-    reqs = [Request(arrival_s=float(i), input_length=1, output_length=1, session_id=s,
-                    prompt_text=t, input_tokens=[7]) for i, (s, t) in enumerate(texts)]  # fmt: skip
+    reqs = [
+        Request(
+            arrival_s=float(i),
+            input_length=1,
+            output_length=1,
+            session_id=s,
+            prompt_text=t,
+            input_tokens=[7],
+        )
+        for i, (s, t) in enumerate(texts)
+    ]
     return Trace.from_requests(reqs)
 
 
@@ -93,8 +102,9 @@ def test_metrics_by_hand() -> None:
     assert mcc(y, np.ones(6, dtype=bool)) == 0.0
     w = class_weights(np.array([1, 0, 0, 0], dtype=bool))
     assert w.tolist() == [2.0, 2 / 3, 2 / 3, 2 / 3]  # each class weighs half in all
-    t = turns_only(np.array([1, 1, 2, 2, 2]), np.array([1, 1, 0, 0, 1], dtype=bool),
-                   np.array([1, 2, 3]))  # fmt: skip
+    t = turns_only(
+        np.array([1, 1, 2, 2, 2]), np.array([1, 1, 0, 0, 1], dtype=bool), np.array([1, 2, 3])
+    )
     assert t.tolist() == [True, False, True]  # turn 3 unseen: overall majority (3/5)
 
 
@@ -114,8 +124,9 @@ def content_trace() -> Trace:
     return GENERATORS["lpc"].fn(num_conversations=1200, seed=0, cue="templates")
 
 
-def test_predictor_learns_content_and_beats_turns_only(content_trace: Trace,
-                                                      tmp_path_factory: pytest.TempPathFactory) -> None:  # fmt: skip
+def test_predictor_learns_content_and_beats_turns_only(
+    content_trace: Trace, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     pytest.importorskip("sklearn")
     pred, mask = train(content_trace, TrainConfig(epochs=8))
     ev = evaluate(pred, content_trace, mask)
@@ -134,8 +145,9 @@ def test_predictor_learns_content_and_beats_turns_only(content_trace: Trace,
 def test_no_content_signal_gives_mcc_near_zero() -> None:
     """Continuation independent of the text: the pipeline cannot find what is not there."""
     pytest.importorskip("sklearn")
-    trace = GENERATORS["lpc"].fn(num_conversations=1200, seed=1, p_continue_open=0.6,
-                                 p_continue_closed=0.6, cue="templates")  # fmt: skip
+    trace = GENERATORS["lpc"].fn(
+        num_conversations=1200, seed=1, p_continue_open=0.6, p_continue_closed=0.6, cue="templates"
+    )
     pred, mask = train(trace, TrainConfig(epochs=8))
     ev = evaluate(pred, trace, mask)
     assert abs(ev.mcc) < 0.1, ev
@@ -190,18 +202,40 @@ def test_lpc_cli_train_and_eval(tmp_path: Path) -> None:
     pytest.importorskip("sklearn")
     runner = CliRunner()
     out = tmp_path / "m"
-    res = runner.invoke(app, ["lpc", "train", "gen:lpc:num_conversations=500,cue=templates", "-o", str(out),
-                              "--epochs", "4", "--json"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "lpc",
+            "train",
+            "gen:lpc:num_conversations=500,cue=templates",
+            "-o",
+            str(out),
+            "--epochs",
+            "4",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     trained = json.loads(res.stdout)
     assert trained["mcc"] > trained["turns_only_mcc"] and (tmp_path / "m.npz").is_file()
-    res = runner.invoke(app, ["lpc", "eval", "gen:lpc:num_conversations=300,seed=5,cue=templates",
-                              "--model", str(out), "--all", "--json"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "lpc",
+            "eval",
+            "gen:lpc:num_conversations=300,seed=5,cue=templates",
+            "--model",
+            str(out),
+            "--all",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     ev = json.loads(res.stdout)
     assert set(ev) == {"mcc", "f1_macro", "turns_only_mcc", "num_examples"}
-    assert ev["num_examples"] == len(GENERATORS["lpc"].fn(num_conversations=300, seed=5,
-                                                         cue="templates"))  # fmt: skip
+    assert ev["num_examples"] == len(
+        GENERATORS["lpc"].fn(num_conversations=300, seed=5, cue="templates")
+    )
     assert ev["mcc"] >= 0.3
     bad = runner.invoke(app, ["lpc", "eval", "gen:sessions:num_sessions=3", "--model", str(out)])
     assert bad.exit_code == 2 and "needs the prompts' text" in bad.output
@@ -226,12 +260,36 @@ def test_sharegpt_file_end_to_end(tmp_path: Path) -> None:
     path = tmp_path / "sharegpt.json"
     path.write_text(json.dumps(data))
     runner = CliRunner()
-    res = runner.invoke(app, ["lpc", "train", str(path), "--format", "sharegpt", "-o",
-                              str(tmp_path / "m"), "--epochs", "4", "--json"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "lpc",
+            "train",
+            str(path),
+            "--format",
+            "sharegpt",
+            "-o",
+            str(tmp_path / "m"),
+            "--epochs",
+            "4",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     # every conversation of the file, one request per human turn
     assert out["num_examples"] < len(source) and out["mcc"] > out["turns_only_mcc"]
-    res = runner.invoke(app, ["lpc", "eval", str(path), "--format", "sharegpt", "--model",
-                              str(tmp_path / "m"), "--json"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "lpc",
+            "eval",
+            str(path),
+            "--format",
+            "sharegpt",
+            "--model",
+            str(tmp_path / "m"),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0 and json.loads(res.stdout)["mcc"] == out["mcc"]

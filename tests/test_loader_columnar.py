@@ -40,8 +40,11 @@ def _same(a: Trace, b: Trace) -> None:
     assert np.array_equal(a.hash_ids[0], b.hash_ids[0])
     assert np.array_equal(a.hash_ids[1], b.hash_ids[1])
     assert (a.session_id, a.task, a.block_tokens, a.name) == (
-        b.session_id, b.task, b.block_tokens, b.name,
-    )  # fmt: skip
+        b.session_id,
+        b.task,
+        b.block_tokens,
+        b.name,
+    )
 
 
 def _line_by_line(path: Path, **kw: object) -> Trace:

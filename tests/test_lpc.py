@@ -33,16 +33,23 @@ def test_decay_formula_exact() -> None:
 
 def _trace(rows: list[tuple[float, str, list[int]]]) -> Trace:
     """(arrival, session, input token ids); one output token each, no ids."""
-    reqs = [Request(arrival_s=a, input_length=len(toks), output_length=1, session_id=s,
-                    input_tokens=toks) for a, s, toks in rows]  # fmt: skip
+    reqs = [
+        Request(
+            arrival_s=a, input_length=len(toks), output_length=1, session_id=s, input_tokens=toks
+        )
+        for a, s, toks in rows
+    ]
     return Trace.from_requests(reqs)
 
 
 def test_max_pooling_across_conversations_latest_within_one() -> None:
     """Sec. 3.4-3.5: a block shared by conversations ranks by the largest of their latest
     decayed predictions; one conversation's latest prediction replaces its earlier one."""
-    rows = [(0.0, "a", [1, 2, 3, 4, 5, 6]), (10.0, "b", [1, 2, 3, 4, 9]),
-            (20.0, "a", [1, 2, 3, 4, 5, 6, 7, 8, 9])]  # fmt: skip
+    rows = [
+        (0.0, "a", [1, 2, 3, 4, 5, 6]),
+        (10.0, "b", [1, 2, 3, 4, 9]),
+        (20.0, "a", [1, 2, 3, 4, 5, 6, 7, 8, 9]),
+    ]
     cfg = ReplayConfig(capacity_blocks=64, block_tokens=2, min_recompute_tokens=0)
     # oracle labels: a's first request continues (p=1), b's only one does not (p=0), a's
     # second is its last (p=0)
@@ -82,16 +89,39 @@ def test_shared_block_keeps_the_largest_decayed_prediction() -> None:
     assert pol.scale == 0.01
 
 
+def test_lpc_radix_split_does_not_credit_the_unused_lower_part() -> None:
+    # y stores [1,1,2,2,3,3] and ends (p = 0); x (continues, p = 1) shares only [1,1]
+    trace = _trace(
+        [(0.0, "y", [1, 1, 2, 2, 3, 3]), (50.0, "x", [1, 1, 9, 9]), (60.0, "x", [1, 1, 9, 9, 7, 7])]
+    )
+    pol = make_policy("lpc-oracle", "radix")
+    # the generic path: the test reads the tree's node sizes from its view
+    replay(
+        trace,
+        pol,
+        ReplayConfig(capacity_blocks=64, structure="radix", block_tokens=2, min_recompute_tokens=0),
+        fast=False,
+    )
+    v = pol.view
+    # the node holding y's remainder [2,2,3,3] (2 pages of 2 tokens) under the split point
+    (lower,) = [e for e in range(v.num_entries) if v.key[e] >= 0 and v.size[e] == 4]
+    assert pol.p[lower] == 0.0  # only y (which ends) ever used it; bug: 1.0 (x's p)
+    assert pol.t[lower] == 0.0  # last used at t = 0; bug: 50.0 (x's arrival)
+
+
 def test_hand_computed_victims() -> None:
     """Two finished one-block conversations: x (continues, p=1) and y (ends, p=0). A third
     request needs room: y's block goes, whatever the recency."""
-    trace = _trace([(0.0, "x", [1, 1]), (5.0, "y", [2, 2]), (6.0, "z", [3, 3]),
-                    (7.0, "x", [1, 1, 4, 4])])  # fmt: skip
+    trace = _trace(
+        [(0.0, "x", [1, 1]), (5.0, "y", [2, 2]), (6.0, "z", [3, 3]), (7.0, "x", [1, 1, 4, 4])]
+    )
     # capacity 3 blocks of 2 tokens; each request holds ceil((2+1)/2) = 2 blocks while it runs
-    res_oracle = replay(trace, "lpc-oracle", ReplayConfig(capacity_blocks=3, block_tokens=2,
-                                                          min_recompute_tokens=0))  # fmt: skip
-    res_lru = replay(trace, "lru", ReplayConfig(capacity_blocks=3, block_tokens=2,
-                                                min_recompute_tokens=0))  # fmt: skip
+    res_oracle = replay(
+        trace, "lpc-oracle", ReplayConfig(capacity_blocks=3, block_tokens=2, min_recompute_tokens=0)
+    )
+    res_lru = replay(
+        trace, "lru", ReplayConfig(capacity_blocks=3, block_tokens=2, min_recompute_tokens=0)
+    )
     # oracle keeps x's [1,1] (x continues) and the last request hits it; LRU evicted it first
     assert res_oracle.hit_tokens.tolist() == [0, 0, 0, 2]
     assert res_lru.hit_tokens.tolist() == [0, 0, 0, 0]
@@ -120,15 +150,21 @@ def test_predictor_memory_is_deducted_from_the_cache() -> None:
     assert reserved_blocks(make_policy("lpc-oracle:predictor_bytes=1"), "qwen3-32b", 16) == 1
     trace = GENERATORS["lpc"].fn(num_conversations=300, seed=2)
     full = replay(trace, "lpc-oracle", ReplayConfig(600, block_tokens=16))
-    less = replay(trace, f"lpc-oracle:predictor_bytes={2**30}",
-                  ReplayConfig(600, block_tokens=16, model="qwen3-32b"))  # fmt: skip
+    less = replay(
+        trace,
+        f"lpc-oracle:predictor_bytes={2**30}",
+        ReplayConfig(600, block_tokens=16, model="qwen3-32b"),
+    )
     same = replay(trace, "lpc-oracle", ReplayConfig(600 - 256, block_tokens=16))
     assert less.metrics["num_reserved_blocks"] == 256 and less.capacity_blocks == 344
     assert np.array_equal(less.hit_tokens, same.hit_tokens)
     assert less.metrics["num_hit_tokens"] < full.metrics["num_hit_tokens"]
     with pytest.raises(ConfigError, match="whole capacity"):
-        replay(trace, f"lpc-oracle:predictor_bytes={2**30}",
-               ReplayConfig(256, block_tokens=16, model="qwen3-32b"))  # fmt: skip
+        replay(
+            trace,
+            f"lpc-oracle:predictor_bytes={2**30}",
+            ReplayConfig(256, block_tokens=16, model="qwen3-32b"),
+        )
     with pytest.raises(ConfigError, match="scale must be a finite number"):
         make_policy("lpc-oracle:scale=-1")
 
@@ -151,9 +187,12 @@ def test_lpc_beats_lru_and_oracle_bounds_it(model: str) -> None:
     ws = trace.block_layout(16).num_distinct_keys
     for frac in (0.05, 0.1, 0.2, 0.3, 0.4):
         cfg = ReplayConfig(capacity_blocks=int(frac * ws), block_tokens=16)
-        hit = {p.split(":")[0]: replay(trace, p + ",predictor_bytes=0" if p.startswith("lpc:") else p,
-                                       cfg).metrics["token_hit_ratio"]
-               for p in ("lru", f"lpc:model={model}", "lpc-oracle")}  # fmt: skip
+        hit = {
+            p.split(":")[0]: replay(
+                trace, p + ",predictor_bytes=0" if p.startswith("lpc:") else p, cfg
+            ).metrics["token_hit_ratio"]
+            for p in ("lru", f"lpc:model={model}", "lpc-oracle")
+        }
         assert hit["lpc"] > hit["lru"], (frac, hit)
         assert hit["lpc-oracle"] >= hit["lpc"], (frac, hit)
 
@@ -168,9 +207,13 @@ def test_lpc_is_deterministic_and_runs_in_the_engine(model: str) -> None:
     b = replay(trace, f"lpc:model={model}", cfg)
     assert np.array_equal(a.hit_tokens, b.hit_tokens)
     timing = make_timing(["power:preset=llama-3.1-8b-h100", "tpot:s=0.02"])
-    eng = simulate(trace, f"lpc:model={model}",
-                   EngineConfig(800, block_tokens=16, model="llama-3.1-8b"), timing,
-                   check_every=10)  # fmt: skip
+    eng = simulate(
+        trace,
+        f"lpc:model={model}",
+        EngineConfig(800, block_tokens=16, model="llama-3.1-8b"),
+        timing,
+        check_every=10,
+    )
     assert eng.metrics["token_hit_ratio"] > 0
 
 
@@ -179,9 +222,16 @@ def shared_prompt_trace(n: int, conversations: int) -> Trace:
     everyone shares and 32 tokens of its own."""
     rng = np.random.default_rng(4)
     prompt = list(range(1, 65))
-    reqs = [Request(float(i), 96, 1, session_id=f"c{i % conversations}",
-                    input_tokens=prompt + rng.integers(100, 10_000, 32).tolist())
-            for i in range(n)]  # fmt: skip
+    reqs = [
+        Request(
+            float(i),
+            96,
+            1,
+            session_id=f"c{i % conversations}",
+            input_tokens=prompt + rng.integers(100, 10_000, 32).tolist(),
+        )
+        for i in range(n)
+    ]
     return Trace.from_requests(reqs)
 
 

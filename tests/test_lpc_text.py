@@ -30,9 +30,18 @@ from prefixlab.workload.trace import Request, Trace
 
 def _conv(rows: list[tuple[str, str, str | None]]) -> Trace:
     """Requests (session, prompt, reply) in this order, one second apart."""
-    reqs = [Request(arrival_s=float(i), input_length=1, output_length=1, session_id=s,
-                    prompt_text=p, reply_text=r, input_tokens=[7])
-            for i, (s, p, r) in enumerate(rows)]  # fmt: skip
+    reqs = [
+        Request(
+            arrival_s=float(i),
+            input_length=1,
+            output_length=1,
+            session_id=s,
+            prompt_text=p,
+            reply_text=r,
+            input_tokens=[7],
+        )
+        for i, (s, p, r) in enumerate(rows)
+    ]
     return Trace.from_requests(reqs)
 
 
@@ -95,8 +104,11 @@ def _sharegpt(tmp_path: Path, n: int = 400, seed: int = 4) -> Path:
         while True:
             more = bool(rng.random() < 0.5) and len(turns) < 10
             prompt = " ".join(rng.choice(words, size=6).tolist())
-            reply = ("Here is part one. Anything else you want me to cover next?" if more
-                     else "That completes it. Glad to help, goodbye.")  # fmt: skip
+            reply = (
+                "Here is part one. Anything else you want me to cover next?"
+                if more
+                else "That completes it. Glad to help, goodbye."
+            )
             turns += [{"from": "human", "value": prompt}, {"from": "gpt", "value": reply}]
             if not more:
                 break
@@ -108,9 +120,20 @@ def _sharegpt(tmp_path: Path, n: int = 400, seed: int = 4) -> Path:
 
 def test_sharegpt_keeps_reply_text_and_it_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "one.json"
-    path.write_text(json.dumps([{"id": "x", "conversations": [
-        {"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello!"},
-        {"from": "human", "value": "bye"}]}]))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "x",
+                    "conversations": [
+                        {"from": "human", "value": "hi"},
+                        {"from": "gpt", "value": "hello!"},
+                        {"from": "human", "value": "bye"},
+                    ],
+                }
+            ]
+        )
+    )
     tr = load_trace(path, "sharegpt")
     assert tr.prompt_text == ["hi", "bye"] and tr.reply_text == ["hello!", None]
     from prefixlab.workload.loaders.native import write_native
@@ -139,16 +162,41 @@ def test_replies_carry_signal_prompts_do_not(tmp_path: Path) -> None:
     scores = {}
     for flag in ([], ["--with-replies"]):
         out = tmp_path / f"m{len(flag)}"
-        res = runner.invoke(app, ["lpc", "train", str(path), "--format", "sharegpt", "-o",
-                                  str(out), "--epochs", "4", "--history", "2", "--json", *flag])  # fmt: skip
+        res = runner.invoke(
+            app,
+            [
+                "lpc",
+                "train",
+                str(path),
+                "--format",
+                "sharegpt",
+                "-o",
+                str(out),
+                "--epochs",
+                "4",
+                "--history",
+                "2",
+                "--json",
+                *flag,
+            ],
+        )
         assert res.exit_code == 0, res.output
         scores[bool(flag)] = json.loads(res.stdout)["mcc"]
         model = ContinuationPredictor.load(out)
         assert model.config.replies is bool(flag) and model.config.history == 2
     assert scores[True] >= 0.9, scores
     assert abs(scores[False]) < 0.2, scores
-    bad = runner.invoke(app, ["lpc", "train", "gen:lpc:num_conversations=50", "-o",
-                              str(tmp_path / "x"), "--with-replies"])  # fmt: skip
+    bad = runner.invoke(
+        app,
+        [
+            "lpc",
+            "train",
+            "gen:lpc:num_conversations=50",
+            "-o",
+            str(tmp_path / "x"),
+            "--with-replies",
+        ],
+    )
     assert bad.exit_code == 2 and "needs the replies' text" in bad.output
 
 
@@ -182,8 +230,9 @@ class CountingEmbedder(HashedNgramEmbedder):
         return super().embed(features, texts)
 
 
-def test_disk_cache_embeds_once_and_survives_a_new_process(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_disk_cache_embeds_once_and_survives_a_new_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     f = build_features(GENERATORS["lpc"].fn(num_conversations=20))
     e = CountingEmbedder()
     CountingEmbedder.calls = 0
@@ -226,9 +275,21 @@ def test_embed_cache_cli_option(tmp_path: Path) -> None:
     from prefixlab.cli import app
 
     cache = tmp_path / "emb"
-    res = CliRunner().invoke(app, ["lpc", "train", "gen:lpc:num_conversations=200", "-o",
-                                   str(tmp_path / "m"), "--epochs", "2", "--embed-cache",
-                                   str(cache), "--json"])  # fmt: skip
+    res = CliRunner().invoke(
+        app,
+        [
+            "lpc",
+            "train",
+            "gen:lpc:num_conversations=200",
+            "-o",
+            str(tmp_path / "m"),
+            "--epochs",
+            "2",
+            "--embed-cache",
+            str(cache),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert len(list(cache.glob("*.npy"))) == 1
 
@@ -236,9 +297,13 @@ def test_embed_cache_cli_option(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- sentence-transformers
 def test_minilm_embeds_meaning_deterministically(tmp_path: Path) -> None:
     require_st()
-    trace = _conv([("a", "How do I bake sourdough bread at home?", None),
-                   ("b", "What is a good recipe for homemade bread?", None),
-                   ("c", "Explain the tax rules for capital gains.", None)])  # fmt: skip
+    trace = _conv(
+        [
+            ("a", "How do I bake sourdough bread at home?", None),
+            ("b", "What is a good recipe for homemade bread?", None),
+            ("c", "Explain the tax rules for capital gains.", None),
+        ]
+    )
     f = build_features(trace)
     texts = window_texts(f, "llama3")
     assert texts[0] == "How do I bake sourdough bread at home?"
@@ -297,22 +362,63 @@ def test_lmsys_file_through_train_and_replay(tmp_path: Path) -> None:
     convs: dict[str, list[dict[str, str]]] = {}
     for s, text in zip(source.session_id, source.prompt_text, strict=True):
         convs.setdefault(str(s), []).extend(
-            [{"role": "user", "content": text or ""},
-             {"role": "assistant", "content": "Certainly, here is an answer."}])  # fmt: skip
+            [
+                {"role": "user", "content": text or ""},
+                {"role": "assistant", "content": "Certainly, here is an answer."},
+            ]
+        )
     path = tmp_path / "lmsys.jsonl"
-    path.write_text("".join(json.dumps({"conversation_id": k, "model": "vicuna-13b",
-                                        "conversation": v, "turn": len(v) // 2}) + "\n"
-                            for k, v in convs.items()))  # fmt: skip
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "conversation_id": k,
+                    "model": "vicuna-13b",
+                    "conversation": v,
+                    "turn": len(v) // 2,
+                }
+            )
+            + "\n"
+            for k, v in convs.items()
+        )
+    )
     runner = CliRunner()
     model = tmp_path / "m"
-    res = runner.invoke(app, ["lpc", "train", str(path), "--format", "sharegpt", "-o", str(model),
-                              "--epochs", "4", "--json"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "lpc",
+            "train",
+            str(path),
+            "--format",
+            "sharegpt",
+            "-o",
+            str(model),
+            "--epochs",
+            "4",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["mcc"] >= 0.3
-    res = runner.invoke(app, ["replay", str(path), "--format", "sharegpt", "--block-tokens", "16",
-                              "--capacity-blocks", "400", "-p",
-                              f"lpc:model={model},predictor_bytes=0", "-p", "lpc-oracle",
-                              "--json"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "replay",
+            str(path),
+            "--format",
+            "sharegpt",
+            "--block-tokens",
+            "16",
+            "--capacity-blocks",
+            "400",
+            "-p",
+            f"lpc:model={model},predictor_bytes=0",
+            "-p",
+            "lpc-oracle",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     rows = {r["policy"].split(":")[0]: r for r in json.loads(res.stdout)}
     n = sum(len(v) // 2 for v in convs.values())

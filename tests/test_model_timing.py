@@ -48,10 +48,20 @@ def tiny() -> ModelSpec:
     1 SSM layer (d_inner = 8 = 2D, N = 3, conv kernel 4); vocab 10, untied (input embedding
     and lm_head counted separately)."""
     return ModelSpec(
-        "tiny", 4, num_attention_layers=1, num_heads=2, num_kv_heads=2, head_dim=2,
-        num_mlp_layers=1, intermediate_size=16, mlp_matrices=2,
-        num_ssm_layers=1, ssm_d_inner=8, ssm_d_state=3, vocab_size=10,
-    )  # fmt: skip
+        "tiny",
+        4,
+        num_attention_layers=1,
+        num_heads=2,
+        num_kv_heads=2,
+        head_dim=2,
+        num_mlp_layers=1,
+        intermediate_size=16,
+        mlp_matrices=2,
+        num_ssm_layers=1,
+        ssm_d_inner=8,
+        ssm_d_state=3,
+        vocab_size=10,
+    )
 
 
 # ====================================================================== memory: Marconi's figures
@@ -289,9 +299,15 @@ def test_tiny_decode_flops_by_hand() -> None:
 
 def test_moe_flops_count_active_experts_plus_router() -> None:
     m = ModelSpec(
-        "moe", 4, num_moe_layers=1, num_experts=4, experts_per_token=2,
-        moe_intermediate_size=8, mlp_matrices=3, vocab_size=10,
-    )  # fmt: skip
+        "moe",
+        4,
+        num_moe_layers=1,
+        num_experts=4,
+        experts_per_token=2,
+        moe_intermediate_size=8,
+        mlp_matrices=3,
+        vocab_size=10,
+    )
     # n = 2: experts 2 x 2 x 4 x 8 x 3 x 2 = 768; router 2 x 2 x 4 x 4 = 64
     assert m.prefill_flops(2) == {"attention": 0.0, "mlp": 0.0, "moe": 832.0, "ssm": 0.0}
     # no attention: causal changes nothing
@@ -306,9 +322,15 @@ def test_moe_flops_count_active_experts_plus_router() -> None:
 def moe_toy() -> ModelSpec:
     """D = 4; 1 MoE layer, 4 experts (3 x 4 x 8 = 96 weights each), top 2; vocab 10."""
     return ModelSpec(
-        "moe", 4, num_moe_layers=1, num_experts=4, experts_per_token=2,
-        moe_intermediate_size=8, mlp_matrices=3, vocab_size=10,
-    )  # fmt: skip
+        "moe",
+        4,
+        num_moe_layers=1,
+        num_experts=4,
+        experts_per_token=2,
+        moe_intermediate_size=8,
+        mlp_matrices=3,
+        vocab_size=10,
+    )
 
 
 def test_moe_parameters_read_by_hand() -> None:

@@ -41,15 +41,17 @@ Hypothesis finds short failing cases and shrinks them; the long seeded runs reac
 (full ghost lists, saturated counters) that short ones rarely do. Everything is
 deterministic (``derandomize=True``, no example database, seeded generators).
 
-The last tests pin a bug these models found: a priority policy used to re-rank an entry
-that stays evictable (``on_update``) behind every entry of equal rank, although ties go to
-the entry that became evictable first.
+The regression tests pin a bug these models found: a priority policy used to re-rank an
+entry that stays evictable (``on_update``) behind every entry of equal rank, although ties go
+to the entry that became evictable first. The last test replays ARC on page traces (one page
+per request) against the paper's own pseudocode (Fig. 4), case by case.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -62,6 +64,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prefixlab.policies import EntryView, EvictionPolicy, make_policy
+from prefixlab.runner.replay import ReplayConfig, replay
 from prefixlab.workload.trace import BlockLayout, Request, Trace
 
 I64 = npt.NDArray[np.int64]
@@ -650,8 +653,9 @@ class S3FIFOModel(Model):
 class LPCModel(Model):
     """LPC (Sec. 3.4-3.5): the decayed continuation probability, argmin over evictable."""
 
-    def __init__(self, meta: Meta, probs: list[float], convs: list[int], scale: float,
-                 interval: float) -> None:  # fmt: skip
+    def __init__(
+        self, meta: Meta, probs: list[float], convs: list[int], scale: float, interval: float
+    ) -> None:
         super().__init__(meta)
         self.probs, self.convs, self.scale, self.interval = probs, convs, scale, interval
         self.pt: dict[int, tuple[float, float]] = {}
@@ -671,8 +675,13 @@ class LPCModel(Model):
 
     def key(self, pt: tuple[float, float]) -> tuple[float, float]:
         p, t = pt
-        rank = math.inf if p >= 1.0 else -math.inf if p <= 0.0 else (
-            math.log(p / (1.0 - p)) + self.scale * t)  # fmt: skip
+        rank = (
+            math.inf
+            if p >= 1.0
+            else -math.inf
+            if p <= 0.0
+            else (math.log(p / (1.0 - p)) + self.scale * t)
+        )
         return rank, t
 
     def insert(self, e: int) -> None:
@@ -728,8 +737,16 @@ class LPCModel(Model):
 class WAModel(Model):
     """WA: one LRU list per category, heads compared across categories."""
 
-    def __init__(self, meta: Meta, cats: list[int], p: list[float], rate: list[float],
-                 share: list[float], window: float, mode: str) -> None:  # fmt: skip
+    def __init__(
+        self,
+        meta: Meta,
+        cats: list[int],
+        p: list[float],
+        rate: list[float],
+        share: list[float],
+        window: float,
+        mode: str,
+    ) -> None:
         super().__init__(meta)
         self.cats, self.p, self.rate, self.share = cats, p, rate, share
         self.window, self.mode = window, mode
@@ -765,7 +782,9 @@ class WAModel(Model):
         for e in self.free:
             c = self.cat[e]
             if c not in heads or (self.t_last[e], self.free[e]) < (
-                    self.t_last[heads[c]], self.free[heads[c]]):  # fmt: skip
+                self.t_last[heads[c]],
+                self.free[heads[c]],
+            ):
                 heads[c] = e
         if not heads:
             return None
@@ -1135,8 +1154,9 @@ def lpc_driver(spec: str, rng: random.Random) -> Driver:
     convs = [rng.randrange(5) for _ in range(n)]
     pol = make_policy(spec)
     scale, interval = pol.scale, pol.update_interval_s  # type: ignore[attr-defined]
-    driver = Driver(spec, partial(LPCModel, probs=probs, convs=convs, scale=scale,
-                                  interval=interval))  # fmt: skip
+    driver = Driver(
+        spec, partial(LPCModel, probs=probs, convs=convs, scale=scale, interval=interval)
+    )
     driver.policy.aux = np.array([np.arange(n, dtype=np.float64), probs, convs])  # type: ignore[attr-defined]
     return driver
 
@@ -1172,8 +1192,10 @@ def wa_driver(spec: str, rng: random.Random) -> Driver:
     share = [0.2, 0.5, 0.3]
     pol = make_policy(spec)
     mode = "wa" if pol.mode == "wa" else "lru"  # type: ignore[attr-defined]
-    driver = Driver(spec, partial(WAModel, cats=cats, p=p, rate=rate, share=share,
-                                  window=pol.window_s, mode=mode))  # type: ignore[attr-defined]  # fmt: skip
+    driver = Driver(
+        spec,
+        partial(WAModel, cats=cats, p=p, rate=rate, share=share, window=pol.window_s, mode=mode),
+    )  # type: ignore[attr-defined]
     wa = driver.policy
     wa.names = ["a", "b", "c"]  # type: ignore[attr-defined]
     wa._fit = (np.array(p), np.array(rate), np.array(share))  # type: ignore[attr-defined]
@@ -1224,3 +1246,65 @@ def test_rerank_keeps_tie_position_minimal(case: Case, repro: list[Op]) -> None:
 @cases(PRIORITY)
 def test_long_seeded_run_with_tied_reranks_matches_model(case: Case) -> None:
     long_run(case, "tied-reranks", rekey=True)
+
+
+# ------------------------------------------------------------------ ARC: the paper's pseudocode
+def textbook_arc(pages: list[int], c: int) -> list[int]:
+    """ARC exactly as in Megiddo & Modha (FAST'03), Fig. 4, one page per request."""
+    t1: OrderedDict[int, None] = OrderedDict()
+    t2: OrderedDict[int, None] = OrderedDict()
+    b1: OrderedDict[int, None] = OrderedDict()
+    b2: OrderedDict[int, None] = OrderedDict()
+    p = 0.0
+    hits: list[int] = []
+
+    def replace(x: int) -> None:
+        if t1 and (len(t1) > p or (x in b2 and len(t1) == p)):
+            b1[t1.popitem(last=False)[0]] = None
+        else:
+            b2[t2.popitem(last=False)[0]] = None
+
+    for x in pages:
+        if x in t1 or x in t2:  # case I: a hit
+            (t1 if x in t1 else t2).pop(x)
+            t2[x] = None
+            hits.append(1)
+            continue
+        hits.append(0)
+        if x in b1:  # case II
+            p = min(c, p + max(len(b2) / len(b1), 1))
+            replace(x)
+            b1.pop(x)
+            t2[x] = None
+        elif x in b2:  # case III
+            p = max(0, p - max(len(b1) / len(b2), 1))
+            replace(x)
+            b2.pop(x)
+            t2[x] = None
+        else:  # case IV
+            l1 = len(t1) + len(b1)
+            if l1 == c:
+                if len(t1) < c:
+                    b1.popitem(last=False)
+                    replace(x)
+                else:
+                    t1.popitem(last=False)
+            elif l1 < c and l1 + len(t2) + len(b2) >= c:
+                if l1 + len(t2) + len(b2) == 2 * c:
+                    b2.popitem(last=False)
+                replace(x)
+            t1[x] = None
+    return hits
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(c=st.integers(2, 5), data=st.data())
+def test_arc_equals_the_paper_on_page_traces(c: int, data: st.DataObject) -> None:
+    # One page per request (1-token blocks, nothing recomputed): the cache is a page cache.
+    pages = data.draw(st.lists(st.integers(0, 2 * c), min_size=3, max_size=40))
+    trace = Trace.from_requests(
+        [Request(float(i), 1, 0, input_tokens=[x]) for i, x in enumerate(pages)]
+    )
+    cfg = ReplayConfig(capacity_blocks=c, block_tokens=1, min_recompute_tokens=0)
+    ours = (replay(trace, "arc", cfg, check_every=1).hit_tokens > 0).astype(int).tolist()
+    assert ours == textbook_arc(pages, c)

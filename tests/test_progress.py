@@ -25,14 +25,42 @@ def _terminal(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
 @pytest.mark.parametrize(
     ("args", "label"),
     [
-        (["replay", GEN, "--block-tokens", "16", "--capacity-blocks", "3000", "-p", "lru",
-          "-p", "fifo"], "policies"),
-        (["simulate", GEN, "--block-tokens", "16", "--capacity-blocks", "3000", "-p", "lru",
-          "--timing", "power:preset=llama-3.1-8b-h100+tpot:s=0.02"], "requests"),
-        (["compare", GEN, "--block-tokens", "16", "-c", "3000", "-p", "lru", "-p", "fifo"],
-         "cells"),
+        (
+            [
+                "replay",
+                GEN,
+                "--block-tokens",
+                "16",
+                "--capacity-blocks",
+                "3000",
+                "-p",
+                "lru",
+                "-p",
+                "fifo",
+            ],
+            "policies",
+        ),
+        (
+            [
+                "simulate",
+                GEN,
+                "--block-tokens",
+                "16",
+                "--capacity-blocks",
+                "3000",
+                "-p",
+                "lru",
+                "--timing",
+                "power:preset=llama-3.1-8b-h100+tpot:s=0.02",
+            ],
+            "requests",
+        ),
+        (
+            ["compare", GEN, "--block-tokens", "16", "-c", "3000", "-p", "lru", "-p", "fifo"],
+            "cells",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bar_on_a_terminal_and_none_with_quiet(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, args: list[str], label: str
 ) -> None:

@@ -36,9 +36,12 @@ GB = 10**9
 def _traces() -> list[tuple[str, Trace, tuple[int, int]]]:
     out = [
         ("chat", GENERATORS["sessions"].fn(num_sessions=40, seed=1), (2 * GB, 5 * GB)),
-        ("agentic", GENERATORS["sessions"].fn(num_sessions=20, preset="agentic", seed=2),
-         (2 * GB, 5 * GB)),
-    ]  # fmt: skip
+        (
+            "agentic",
+            GENERATORS["sessions"].fn(num_sessions=20, preset="agentic", seed=2),
+            (2 * GB, 5 * GB),
+        ),
+    ]
     if SWE.is_dir():
         out.append(("swe-agent", open_trace(str(SWE), "swe-agent"), (1 * GB, 3 * GB)))
     return out
@@ -53,8 +56,12 @@ def _requests(trace: Trace) -> list[tuple[list[int], list[int]]]:
 
 CASES = [(name, cap) for name, _, caps in _traces() for cap in caps] if SIM else []
 #: (our spec, the simulator's policy, its fixed alpha or None for tuned)
-SYSTEMS = [("sglang+", "sglang+", None), ("marconi:alpha=1", "marconi", 1.0),
-           ("marconi", "marconi", None), ("vllm+:sizing=estimate", "vllm+", None)]  # fmt: skip
+SYSTEMS = [
+    ("sglang+", "sglang+", None),
+    ("marconi:alpha=1", "marconi", 1.0),
+    ("marconi", "marconi", None),
+    ("vllm+:sizing=estimate", "vllm+", None),
+]
 
 
 @pytest.mark.slow
@@ -73,8 +80,7 @@ def test_hits_equal_the_simulator_per_request(name: str, capacity: int) -> None:
             assert [a for _, a in ours.alpha_history] == alphas[1:], (ours.alpha_history, alphas)
         ranks[spec] = (int(ours.hit_tokens.sum()), int(sum(theirs)))
         # prefixlab's defaults: the matched path is kept while inserting; exact sizes
-        default = replay_hybrid(trace, spec.replace(":sizing=estimate", ""),
-                                HybridConfig(capacity))  # fmt: skip
+        default = replay_hybrid(trace, spec.replace(":sizing=estimate", ""), HybridConfig(capacity))
         same = float(np.mean(default.hit_tokens == np.array(theirs)))
         print(
             f"{name} {capacity // GB} GB {spec}: simulator's rules {agree:.4f}, defaults {same:.4f}"

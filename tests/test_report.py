@@ -72,13 +72,19 @@ CONFIGS = {
     },
 }
 SLUGS = {
-    "engine": ["hit_vs_capacity", "ttft_cdf", "p95_ttft", "hit_by_task", "hit_by_length",
-               "size_for_target"],
+    "engine": [
+        "hit_vs_capacity",
+        "ttft_cdf",
+        "p95_ttft",
+        "hit_by_task",
+        "hit_by_length",
+        "size_for_target",
+    ],
     "replay": ["hit_vs_capacity", "hit_by_task", "hit_by_length", "size_for_target"],
     # one capacity (no sizes for a target), every prompt 15 tokens (one length bin)
     "pool": ["hit_vs_capacity", "hit_by_task"],
     "pool-sizes": ["hit_vs_capacity", "hit_by_task", "size_for_target"],
-}  # fmt: skip
+}
 
 
 @pytest.fixture(scope="module")
@@ -255,8 +261,14 @@ def test_report_renders_in_headless_chromium(
     exe = _chromium()
     if exe is None:
         pytest.skip("no chromium executable (/usr/bin/chromium or on PATH)")
-    args = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+    args = [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+    ]
     errors: list[str] = []
     requests: list[str] = []
     with sync_api.sync_playwright() as p:

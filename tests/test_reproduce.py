@@ -62,8 +62,11 @@ def test_cli_lists_and_errors(tmp_path: Path) -> None:
 def test_tables_are_written_to_fixed_digits() -> None:
     assert fmt_cell(0.123456789) == "0.123457" and fmt_cell(None) == "" and fmt_cell(3) == "3"
     text = to_csv([{"a": 1.0, "b": "x,y"}, {"a": 2.5, "c": None}])
-    assert list(csv.reader(io.StringIO(text))) == [["a", "b", "c"], ["1", "x,y", ""],
-                                                    ["2.5", "", ""]]  # fmt: skip
+    assert list(csv.reader(io.StringIO(text))) == [
+        ["a", "b", "c"],
+        ["1", "x,y", ""],
+        ["2.5", "", ""],
+    ]
     with pytest.raises(ValueError, match="needs its reason"):
         Claim("x", "Sec. 1", "1", "2", "differ")
     with pytest.raises(ConfigError, match="unknown reproduction"):

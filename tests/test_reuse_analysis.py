@@ -33,11 +33,23 @@ from prefixlab.workload.trace import Request, Trace, to_hash_form
 BT = 2
 
 
-def _req(t: float, sid: str | None, task: str | None, inp: list[int], out: list[int] | None,
-         out_len: int | None = None) -> Request:  # fmt: skip
-    return Request(arrival_s=t, input_length=len(inp),
-                   output_length=len(out) if out is not None else (out_len or 0),
-                   session_id=sid, task=task, input_tokens=inp, output_tokens=out)  # fmt: skip
+def _req(
+    t: float,
+    sid: str | None,
+    task: str | None,
+    inp: list[int],
+    out: list[int] | None,
+    out_len: int | None = None,
+) -> Request:
+    return Request(
+        arrival_s=t,
+        input_length=len(inp),
+        output_length=len(out) if out is not None else (out_len or 0),
+        session_id=sid,
+        task=task,
+        input_tokens=inp,
+        output_tokens=out,
+    )
 
 
 def tiny() -> Trace:
@@ -50,13 +62,15 @@ def tiny() -> Trace:
         r3 - -     in 1 2|7 7     (no output tokens) [12][77]   lookup 1: from r2
         r4 A chat  in 1 2|3 4|9 9|5 5 out - [12][34][99][55]    lookup 3: r3, r2, r2
     """
-    return Trace.from_requests([
-        _req(0.0, "A", "chat", [1, 2, 3, 4, 5], [6, 7]),
-        _req(1.0, "A", "chat", [1, 2, 3, 4, 5, 6, 7, 8], [9]),
-        _req(2.0, "B", "qa", [1, 2, 3, 4, 9, 9], [8, 8]),
-        _req(3.0, None, None, [1, 2, 7, 7], None, out_len=3),
-        _req(5.0, "A", "chat", [1, 2, 3, 4, 9, 9, 5, 5], []),
-    ])  # fmt: skip
+    return Trace.from_requests(
+        [
+            _req(0.0, "A", "chat", [1, 2, 3, 4, 5], [6, 7]),
+            _req(1.0, "A", "chat", [1, 2, 3, 4, 5, 6, 7, 8], [9]),
+            _req(2.0, "B", "qa", [1, 2, 3, 4, 9, 9], [8, 8]),
+            _req(3.0, None, None, [1, 2, 7, 7], None, out_len=3),
+            _req(5.0, "A", "chat", [1, 2, 3, 4, 9, 9, 5, 5], []),
+        ]
+    )
 
 
 def test_tiny_attribution_counts() -> None:
@@ -75,21 +89,39 @@ def test_tiny_attribution_counts() -> None:
     assert (d["(none)"]["num_reuses"], d["(none)"]["num_inter_session"]) == (1, 1)
     layout = tiny().block_layout(BT)
     assert reuse_sources(layout).tolist() == [
-        -1, -1, -1,  # r0: nothing before it (block 2 is not a lookup block)
-        0, 0, 0, -1,  # r1
-        1, 1, -1, -1,  # r2
-        2, -1,  # r3
-        3, 2, 2, -1,  # r4
-    ]  # fmt: skip
+        -1,
+        -1,
+        -1,  # r0: nothing before it (block 2 is not a lookup block)
+        0,
+        0,
+        0,
+        -1,  # r1
+        1,
+        1,
+        -1,
+        -1,  # r2
+        2,
+        -1,  # r3
+        3,
+        2,
+        2,
+        -1,  # r4
+    ]
 
 
 def test_tiny_phase_and_position() -> None:
     a = analyze_reuse(tiny(), BT)
     # Reused later = a later request looks the key up. r0's decode block [5 6] is r1's input.
-    ph = {t: (p.num_prefill_stored, p.num_prefill_reused, p.num_decode_stored,
-              p.num_decode_reused) for t, p in a.phase.items()}  # fmt: skip
-    assert ph == {ALL: (15, 8, 2, 1), "chat": (10, 4, 1, 1), "qa": (3, 3, 1, 0),
-                  "(none)": (2, 1, 0, 0)}  # fmt: skip
+    ph = {
+        t: (p.num_prefill_stored, p.num_prefill_reused, p.num_decode_stored, p.num_decode_reused)
+        for t, p in a.phase.items()
+    }
+    assert ph == {
+        ALL: (15, 8, 2, 1),
+        "chat": (10, 4, 1, 1),
+        "qa": (3, 3, 1, 0),
+        "(none)": (2, 1, 0, 0),
+    }
     assert a.phase["qa"].decode_reuse_fraction == 0.0
     assert a.phase["(none)"].decode_reuse_fraction is None
     pos = a.position[ALL]
@@ -155,10 +187,14 @@ def test_lognormal_fit_against_numpy() -> None:
 
 
 def test_session_gaps_sort_by_arrival_and_take_the_later_task() -> None:
-    tr = Trace.from_requests([
-        _req(10.0, "s", "chat", [1, 2], None), _req(4.0, "s", "agentic", [1, 2], None),
-        _req(5.0, "t", "chat", [3, 4], None), _req(6.0, "s", "chat", [1, 2, 5], None),
-    ])  # fmt: skip
+    tr = Trace.from_requests(
+        [
+            _req(10.0, "s", "chat", [1, 2], None),
+            _req(4.0, "s", "agentic", [1, 2], None),
+            _req(5.0, "t", "chat", [3, 4], None),
+            _req(6.0, "s", "chat", [1, 2, 5], None),
+        ]
+    )
     gaps = session_gaps(tr)
     assert {k: v.tolist() for k, v in gaps.items()} == {"chat": [2.0, 4.0]}
 
@@ -209,17 +245,21 @@ def test_vectorised_matches_naive(trace: Trace, bt: int) -> None:
     req = np.repeat(np.arange(len(trace)), np.diff(layout.key_offsets))
     sess = trace.session_id
     intra = sum(
-        1 for s, r in zip(src.tolist(), req.tolist(), strict=True)
+        1
+        for s, r in zip(src.tolist(), req.tolist(), strict=True)
         if s >= 0 and sess[r] is not None and sess[s] == sess[r]
-    )  # fmt: skip
+    )
     intra_task = sum(
-        1 for s, r in zip(src.tolist(), req.tolist(), strict=True)
+        1
+        for s, r in zip(src.tolist(), req.tolist(), strict=True)
         if s >= 0 and trace.task[s] == trace.task[r]
-    )  # fmt: skip
+    )
     at = a.attribution[ALL]
     assert (at.num_reuses, at.num_intra_session, at.num_intra_task) == (
-        int((src >= 0).sum()), intra, intra_task,
-    )  # fmt: skip
+        int((src >= 0).sum()),
+        intra,
+        intra_task,
+    )
     phase = a.phase[ALL]
     assert phase.num_prefill_reused + phase.num_decode_reused == sum(later)
     assert sum(a.position[ALL].num_reused) == phase.num_prefill_reused
@@ -286,9 +326,23 @@ MIX = "gen:mix:num_requests=150"
 
 
 def test_cli_json_and_plots(tmp_path: Path) -> None:
-    res = CliRunner().invoke(app, ["analyze", "reuse", MIX, "--block-tokens", "16",
-                                   "--capacity-blocks", "2000", "--json",
-                                   "--plots", str(tmp_path / "p"), "--dpi", "50"])  # fmt: skip
+    res = CliRunner().invoke(
+        app,
+        [
+            "analyze",
+            "reuse",
+            MIX,
+            "--block-tokens",
+            "16",
+            "--capacity-blocks",
+            "2000",
+            "--json",
+            "--plots",
+            str(tmp_path / "p"),
+            "--dpi",
+            "50",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert {"session_task_reuse", "phase_reuse", "position_reuse", "gaps", "headroom"} <= set(out)
@@ -298,8 +352,13 @@ def test_cli_json_and_plots(tmp_path: Path) -> None:
     assert h["capacity_blocks"] == 2000
     assert h["opt_minus_lru"] == pytest.approx(h["opt_token_hit_ratio"] - h["lru_token_hit_ratio"])
     names = sorted(Path(p).name for p in out["plots"])
-    assert names == ["reuse_gaps.png", "reuse_headroom.png", "reuse_phase.png",
-                     "reuse_position.png", "reuse_sessions.png"]  # fmt: skip
+    assert names == [
+        "reuse_gaps.png",
+        "reuse_headroom.png",
+        "reuse_phase.png",
+        "reuse_position.png",
+        "reuse_sessions.png",
+    ]
     for p in out["plots"]:
         assert Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -45,19 +45,51 @@ from tests.test_fast import TRACES  # chat, agentic, and one heavy in duplicate 
 
 pytestmark = pytest.mark.skipif(not _fast.HAVE_NUMBA, reason="numba (the 'fast' extra) absent")
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "mooncake"
-STREAMED = ["vllm", "lru", "fifo", "sieve", "sglang-lru", "hashtable", "lfu", "mru", "arc",
-            "s3fifo", "lecar", "s3fifo:small_ratio=0.3,move_to_main_threshold=2", "lecar:seed=3",
-            "opt"]  # fmt: skip
+STREAMED = [
+    "vllm",
+    "lru",
+    "fifo",
+    "sieve",
+    "sglang-lru",
+    "hashtable",
+    "lfu",
+    "mru",
+    "arc",
+    "s3fifo",
+    "lecar",
+    "s3fifo:small_ratio=0.3,move_to_main_threshold=2",
+    "lecar:seed=3",
+    "opt",
+]
 #: streamed on the radix structure too
-RADIX_STREAMED = ["lru", "fifo", "sieve", "lfu", "mru", "sglang-lru", "hashtable", "lpc-oracle",
-                  "arc", "s3fifo", "lecar", "s3fifo:small_ratio=0.3,move_to_main_threshold=2",
-                  "lecar:seed=3", "opt"]  # fmt: skip
+RADIX_STREAMED = [
+    "lru",
+    "fifo",
+    "sieve",
+    "lfu",
+    "mru",
+    "sglang-lru",
+    "hashtable",
+    "lpc-oracle",
+    "arc",
+    "s3fifo",
+    "lecar",
+    "s3fifo:small_ratio=0.3,move_to_main_threshold=2",
+    "lecar:seed=3",
+    "opt",
+]
 #: policies that read the trace's own columns (task labels, sessions, arrivals): streamed
 #: with each chunk's columns (UniCache) or after a pass over the whole trace (WA's
 #: profiling window, LPC's oracle labels)
-READERS = ["wa", "wa-atc25", "wa-atc25:window_s=5,max_turn=2,min_samples=5", "unicache",
-           "unicache:stage2=false,offset=request,alg2=clip-ehat,hits=cumulative,update_every=3",
-           "unicache:offset=cached,fit=given", "lpc-oracle"]  # fmt: skip
+READERS = [
+    "wa",
+    "wa-atc25",
+    "wa-atc25:window_s=5,max_turn=2,min_samples=5",
+    "unicache",
+    "unicache:stage2=false,offset=request,alg2=clip-ehat,hits=cumulative,update_every=3",
+    "unicache:offset=cached,fit=given",
+    "lpc-oracle",
+]
 runner = CliRunner()
 
 
@@ -70,9 +102,15 @@ class OldestShallowFirst(KeyedPolicy):
 
 # ----------------------------------------------------------------------------- the kernel
 def _run_kernel(
-    keys: np.ndarray, offs: np.ndarray, nl: np.ndarray, held: np.ndarray, capacity: int,
-    code: int, raw: bool, splits: tuple[int, ...] = (),
-) -> tuple[np.ndarray, int, tuple[Any, ...]]:  # fmt: skip
+    keys: np.ndarray,
+    offs: np.ndarray,
+    nl: np.ndarray,
+    held: np.ndarray,
+    capacity: int,
+    code: int,
+    raw: bool,
+    splits: tuple[int, ...] = (),
+) -> tuple[np.ndarray, int, tuple[Any, ...]]:
     """Hit blocks per request and evictions; ``splits``: call the kernel once per piece."""
     n = offs.shape[0] - 1
     if raw:
@@ -92,10 +130,28 @@ def _run_kernel(
         ht = np.zeros(b - a, np.int64)
         hb = np.zeros(b - a, np.int64)
         _fast.block_kernel(
-            state, np.ascontiguousarray(keys[sub[0] : sub[-1]]), sub - sub[0], nl[a:b],
-            nl[a:b] * 4, held[a:b], a, capacity, 4, code, -1, cols, signs, *ph, *dummy, -1,
-            np.random.default_rng(0), np.zeros((1, 0)), ht, hb, out,
-        )  # fmt: skip
+            state,
+            np.ascontiguousarray(keys[sub[0] : sub[-1]]),
+            sub - sub[0],
+            nl[a:b],
+            nl[a:b] * 4,
+            held[a:b],
+            a,
+            capacity,
+            4,
+            code,
+            -1,
+            cols,
+            signs,
+            *ph,
+            *dummy,
+            -1,
+            np.random.default_rng(0),
+            np.zeros((1, 0)),
+            ht,
+            hb,
+            out,
+        )
         assert out[1] == -1
         hit_blocks[a:b] = hb
     return hit_blocks, int(out[0]), state
@@ -144,14 +200,24 @@ def _dense(keys: np.ndarray) -> np.ndarray:
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
-        st.lists(st.integers(0, 11), min_size=0, max_size=6, unique=True), min_size=1,
+        st.lists(st.integers(0, 11), min_size=0, max_size=6, unique=True),
+        min_size=1,
         max_size=40,
     ),
     st.integers(6, 12),
-    st.sampled_from([_fast.VLLM, _fast.LRU, _fast.FIFO, _fast.SIEVE, _fast.LFU_LISTS,
-                     _fast.MRU_STACK, _fast.KEYED]),
+    st.sampled_from(
+        [
+            _fast.VLLM,
+            _fast.LRU,
+            _fast.FIFO,
+            _fast.SIEVE,
+            _fast.LFU_LISTS,
+            _fast.MRU_STACK,
+            _fast.KEYED,
+        ]
+    ),
     st.integers(0, 40),
-)  # fmt: skip
+)
 def test_raw_keys_equal_dense_ids(
     requests: list[list[int]], capacity: int, code: int, split: int
 ) -> None:
@@ -217,9 +283,12 @@ def test_stream_equals_whole_replay(name: str, conf: str, policy: str) -> None:
 
 
 def _watch(
-    monkeypatch: pytest.MonkeyPatch, module: Any, name: str, calls: dict[str, int],
+    monkeypatch: pytest.MonkeyPatch,
+    module: Any,
+    name: str,
+    calls: dict[str, int],
     check: Callable[..., None] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Count the calls of module.name, and ``check(result, *args)`` after each."""
     real = getattr(module, name)
 
@@ -240,11 +309,16 @@ def _swept_stream_equals_whole(
     both the sweep and the slot growth ran."""
     trace, bt = TRACES[name]
     held = trace.block_layout(bt).num_blocks_held
-    cfg = ReplayConfig(capacity_blocks=int(held.max() * 1.5) + 1, block_tokens=bt,
-                       structure=structure)  # fmt: skip
+    cfg = ReplayConfig(
+        capacity_blocks=int(held.max() * 1.5) + 1, block_tokens=bt, structure=structure
+    )
     rows: list[np.ndarray] = []
-    got, _ = replay_stream(_chunks(trace, 23), [make_policy(policy, structure)], cfg,
-                           on_rows=lambda i, r0, hits, inputs: rows.append(hits.copy()))  # fmt: skip
+    got, _ = replay_stream(
+        _chunks(trace, 23),
+        [make_policy(policy, structure)],
+        cfg,
+        on_rows=lambda i, r0, hits, inputs: rows.append(hits.copy()),
+    )
     want = replay(trace, make_policy(policy, structure), cfg)
     assert got[0].metrics == want.metrics
     assert np.array_equal(np.concatenate(rows), want.hit_tokens)
@@ -289,15 +363,17 @@ def test_radix_key_slots_are_swept_and_added_as_the_stream_needs(
     whole replay's."""
     from prefixlab.runner import _fast_radix as R
 
-    def check(free: int, T: Any, P: Any, ist: Any, ghost_rows: Any, clear: Any,
-              keep: Any) -> None:  # fmt: skip
+    def check(free: int, T: Any, P: Any, ist: Any, ghost_rows: Any, clear: Any, keep: Any) -> None:
         ktab, skey, sfree, parent, nkey = T[15], T[16], T[17], T[0], P[16]
         used = ktab[ktab[:, 1] >= 0]
         starts = set(nkey[parent >= 0].tolist())
         for key, slot in used:
             assert skey[slot] == key
-            live = (slot in starts or any(ist[g, slot] >= 0 for g in ghost_rows)
-                    or any(ist[k, slot] != 0 for k in keep))  # fmt: skip
+            live = (
+                slot in starts
+                or any(ist[g, slot] >= 0 for g in ghost_rows)
+                or any(ist[k, slot] != 0 for k in keep)
+            )
             assert live, slot
         for node in np.flatnonzero(parent >= 0):  # a node's slot is its first key's
             assert skey[nkey[node]] == T[14][T[1][node]]
@@ -358,10 +434,12 @@ def test_a_repeated_key_is_an_error_and_an_empty_stream_a_zero_result() -> None:
     cfg = ReplayConfig(capacity_blocks=30)
     try:
         bad = Trace.from_requests(
-            [Request(0.0, 32, 1, hash_ids=[1, 2], hashed_tokens=32),
-             Request(1.0, 48, 1, hash_ids=[3, 4, 3], hashed_tokens=48)],  # id 3 twice
+            [
+                Request(0.0, 32, 1, hash_ids=[1, 2], hashed_tokens=32),
+                Request(1.0, 48, 1, hash_ids=[3, 4, 3], hashed_tokens=48),
+            ],  # id 3 twice
             block_tokens=16,
-        )  # fmt: skip
+        )
     except ConfigError:  # pragma: no cover - the builder may refuse it first
         pytest.skip("the trace builder refuses a repeated id")
     with pytest.raises(ConfigError, match="request 1: a block key appears twice"):
@@ -423,8 +501,10 @@ def test_readers_do_not_stream_a_file_whose_arrivals_go_back(spec: str) -> None:
     file's: a file whose arrivals go back (a format that need not sort) is not streamed
     for a policy that reads sessions (the caller loads it whole), for the others it is;
     and an empty stream is a zero result."""
-    reqs = [Request(t, 32, 1, session_id=s, hash_ids=[i, i + 1], hashed_tokens=32)
-            for i, (t, s) in enumerate([(0.0, "a"), (10.0, "b"), (5.0, "b"), (20.0, "a")])]  # fmt: skip
+    reqs = [
+        Request(t, 32, 1, session_id=s, hash_ids=[i, i + 1], hashed_tokens=32)
+        for i, (t, s) in enumerate([(0.0, "a"), (10.0, "b"), (5.0, "b"), (20.0, "a")])
+    ]
     trace = Trace.from_requests(reqs, block_tokens=16)
     cfg = ReplayConfig(capacity_blocks=20, block_tokens=16)
     with pytest.raises(NotStreamable, match="arrivals out of order"):
@@ -438,15 +518,25 @@ def test_readers_do_not_stream_a_file_whose_arrivals_go_back(spec: str) -> None:
 def _streamed_columns(pol: ArrayPolicy, trace: Trace, bt: int, size: int) -> np.ndarray:
     """The policy's columns as a streamed replay gives them, chunk by chunk, after its pass
     over the whole trace (``stream_prepare``), concatenated."""
-    chunks = [(r0, c.block_layout(bt, intern=False), pol.chunk_columns(c, r0))
-              for c, r0 in _chunks(trace, size)]  # fmt: skip
+    chunks = [
+        (r0, c.block_layout(bt, intern=False), pol.chunk_columns(c, r0))
+        for c, r0 in _chunks(trace, size)
+    ]
     if pol.streams == "two-pass":
         pol.stream_prepare(lambda forward: iter(chunks if forward else chunks[::-1]), len(trace))
     return np.concatenate([cols for _, _, cols in chunks], axis=1)
 
 
-@pytest.mark.parametrize("spec", ["wa", "wa-atc25:max_turn=2,profile=0.5", "unicache",
-                                  "unicache:tasks=chat:agentic", "lpc-oracle"])  # fmt: skip
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "wa",
+        "wa-atc25:max_turn=2,profile=0.5",
+        "unicache",
+        "unicache:tasks=chat:agentic",
+        "lpc-oracle",
+    ],
+)
 def test_stream_columns_equal_the_whole_traces(spec: str) -> None:
     """What a trace-reading policy reads per request (arrival, category or queue, prompt
     length, the gap to the session's previous turn, its conversation and oracle label)
@@ -502,8 +592,9 @@ def test_radix_stream_equals_whole_replay(name: str, scale: float, policy: str) 
     once it is replayed: per request, the whole replay's hits, in chunks of any size."""
     trace, bt = TRACES[name]
     held = trace.block_layout(bt).num_blocks_held
-    cfg = ReplayConfig(capacity_blocks=int(held.max() * scale) + 1, block_tokens=bt,
-                       structure="radix")  # fmt: skip
+    cfg = ReplayConfig(
+        capacity_blocks=int(held.max() * scale) + 1, block_tokens=bt, structure="radix"
+    )
 
     def make() -> Any:
         return OldestShallowFirst() if policy == "custom" else make_policy(policy, "radix")
@@ -523,10 +614,18 @@ def test_radix_stream_equals_whole_replay(name: str, scale: float, policy: str) 
 
 def _hash_rows_trace(rows: list[list[int]], bt: int = 4) -> Trace:
     return Trace.from_requests(
-        [Request(arrival_s=float(i), input_length=bt * len(r), output_length=0, hash_ids=r,
-                 hashed_tokens=bt * len(r)) for i, r in enumerate(rows)],
+        [
+            Request(
+                arrival_s=float(i),
+                input_length=bt * len(r),
+                output_length=0,
+                hash_ids=r,
+                hashed_tokens=bt * len(r),
+            )
+            for i, r in enumerate(rows)
+        ],
         block_tokens=bt,
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize("policy", ["opt", "arc", "s3fifo", "lecar", "custom-next-use"])
@@ -548,16 +647,18 @@ def test_radix_stream_equals_whole_replay_with_ids_reused_under_other_parents(
         for size in sizes:
             rows: list[np.ndarray] = []
 
-            def keep(i: int, r0: int, hits: np.ndarray, inputs: np.ndarray,
-                     rows: list[np.ndarray] = rows) -> None:  # fmt: skip
+            def keep(
+                i: int, r0: int, hits: np.ndarray, inputs: np.ndarray, rows: list[np.ndarray] = rows
+            ) -> None:
                 rows.append(hits.copy())
 
             replay_stream(_chunks(trace, size), [make()], cfg, on_rows=keep)
             assert np.array_equal(np.concatenate(rows), want.hit_tokens), (size, rows)
 
     cfg = ReplayConfig(capacity_blocks=5, block_tokens=4, structure="radix", min_recompute_tokens=0)
-    check(_hash_rows_trace([[1, 2, 5], [1], [1, 2], [3, 2], [9], [9, 8], [3], [1, 2]]), cfg,
-          (1, 3, 6))  # fmt: skip
+    check(
+        _hash_rows_trace([[1, 2, 5], [1], [1, 2], [3, 2], [9], [9, 8], [3], [1, 2]]), cfg, (1, 3, 6)
+    )
     rng = np.random.default_rng(11)
     for _ in range(20):
         rows = [rng.permutation(12)[: rng.integers(1, 6)].tolist() for _ in range(60)]
@@ -597,10 +698,18 @@ def test_the_radix_key_pool_copies_its_live_edges_and_stays_bounded(policy: str)
     offs = layout.key_offsets
     for a in range(0, len(trace), 50):
         b = min(a + 50, len(trace))
-        prep.run(layout.keys[offs[a] : offs[b]], offs[a : b + 1] - offs[a],
-                 layout.num_lookup_blocks[a:b], layout.lookup_end_tokens[a:b],
-                 layout.num_blocks_held[a:b], a, None, hits[a:b], np.zeros(b - a, np.int64),
-                 out)  # fmt: skip
+        prep.run(
+            layout.keys[offs[a] : offs[b]],
+            offs[a : b + 1] - offs[a],
+            layout.num_lookup_blocks[a:b],
+            layout.lookup_end_tokens[a:b],
+            layout.num_blocks_held[a:b],
+            a,
+            None,
+            hits[a:b],
+            np.zeros(b - a, np.int64),
+            out,
+        )
         _pool_invariant(prep.T)
     inserted = int(out[0]) + int(prep.T[13][0])  # evicted pages + pages in the tree
     assert inserted > 10 * prep.T[14].shape[0]  # the pool was copied over many times
@@ -650,8 +759,12 @@ def _mooncake(path: Path, n: int, seed: int = 0, big_ids: bool = False) -> Path:
             ids = prefix.get(s, []) + list(range(nxt, nxt + grow))
             nxt += grow
             prefix[s] = ids[:12]
-            row = {"timestamp": i * 10, "input_length": len(ids) * 512 - int(rng.integers(0, 400)),
-                   "output_length": int(rng.integers(1, 600)), "hash_ids": ids}  # fmt: skip
+            row = {
+                "timestamp": i * 10,
+                "input_length": len(ids) * 512 - int(rng.integers(0, 400)),
+                "output_length": int(rng.integers(1, 600)),
+                "hash_ids": ids,
+            }
             fh.write(json.dumps(row) + "\n")
     return path
 
@@ -837,8 +950,21 @@ def test_every_format_streams_through_its_loader_as_it_loads_whole(
         "prefixlab.cli.replay_stream", lambda *a, **k: calls.append(1) or real(*a, **k)
     )
     readers = ["-p", "wa-atc25", "-p", "unicache", "-p", "lpc-oracle"]  # sessions, tasks, times
-    args = ["replay", "-f", fmt, "--json", "-p", "lru", "-p", "arc", *readers,
-            "--capacity-blocks", "2000", *extra, str(path)]  # fmt: skip
+    args = [
+        "replay",
+        "-f",
+        fmt,
+        "--json",
+        "-p",
+        "lru",
+        "-p",
+        "arc",
+        *readers,
+        "--capacity-blocks",
+        "2000",
+        *extra,
+        str(path),
+    ]
     streamed = runner.invoke(app, args)
     whole = runner.invoke(app, [*args, "--no-stream"])
     assert streamed.exit_code == whole.exit_code == 0, streamed.output
@@ -881,8 +1007,9 @@ def test_per_request_files_stream_chunk_by_chunk_as_the_whole_load_writes_them(
         str(path),
     ]
     s = runner.invoke(app, ["replay", "--per-request", str(tmp_path / "s" / "r.csv"), *args])
-    w = runner.invoke(app, ["replay", "--per-request", str(tmp_path / "w" / "r.csv"), *args,
-                            "--no-stream"])  # fmt: skip
+    w = runner.invoke(
+        app, ["replay", "--per-request", str(tmp_path / "w" / "r.csv"), *args, "--no-stream"]
+    )
     assert s.exit_code == w.exit_code == 0, s.output
     assert calls == [1], "it did not stream"
     got = sorted(p.name for p in (tmp_path / "s").iterdir())
@@ -904,8 +1031,9 @@ def test_a_stream_that_fails_late_leaves_no_per_request_file(tmp_path: Path) -> 
     path.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
     out.mkdir()
-    res = _cli("-p", "lru", "--capacity-blocks", "50", "--per-request", str(out / "r.csv"),
-               str(path))  # fmt: skip
+    res = _cli(
+        "-p", "lru", "--capacity-blocks", "50", "--per-request", str(out / "r.csv"), str(path)
+    )
     assert res.exit_code == 2 and "t.jsonl:2501:" in res.output
     assert list(out.iterdir()) == []
 
@@ -918,10 +1046,15 @@ def test_stream_rows_cover_every_request_once_in_order() -> None:
     config = ReplayConfig(capacity_blocks=1500, block_tokens=16)
     got: dict[int, list[tuple[int, list[int], list[int]]]] = {0: [], 1: []}
     pols = [make_policy("lru"), make_policy("lecar")]
-    pieces = [(trace.take(np.arange(i, min(i + 9, len(trace)))), 0)
-              for i in range(0, len(trace), 9)]  # fmt: skip
-    replay_stream(iter(pieces), pols, config,
-                  on_rows=lambda i, r0, h, n: got[i].append((r0, h.tolist(), n.tolist())))  # fmt: skip
+    pieces = [
+        (trace.take(np.arange(i, min(i + 9, len(trace)))), 0) for i in range(0, len(trace), 9)
+    ]
+    replay_stream(
+        iter(pieces),
+        pols,
+        config,
+        on_rows=lambda i, r0, h, n: got[i].append((r0, h.tolist(), n.tolist())),
+    )
     for i, name in enumerate(["lru", "lecar"]):
         want = replay(trace, name, config)
         assert [r0 for r0, _, _ in got[i]] == list(range(0, len(trace), 9))
@@ -947,14 +1080,16 @@ def test_stream_rows_cover_every_request_once_in_order() -> None:
 )
 @given(
     st.lists(
-        st.tuples(st.lists(st.integers(0, 9), min_size=1, max_size=5, unique=True),
-                  st.integers(0, 40)),
-        min_size=1, max_size=30,
+        st.tuples(
+            st.lists(st.integers(0, 9), min_size=1, max_size=5, unique=True), st.integers(0, 40)
+        ),
+        min_size=1,
+        max_size=30,
     ),
     st.integers(0, 6),
     st.integers(1, 8),
     st.sampled_from(["opt", "custom-next-use", "nearest-use"]),
-)  # fmt: skip
+)
 def test_streamed_next_use_equals_whole_replay_on_any_stream(
     rows: list[tuple[list[int], int]], spare: int, chunk: int, policy: str
 ) -> None:
@@ -963,8 +1098,10 @@ def test_streamed_next_use_equals_whole_replay_on_any_stream(
     the whole replay's hits and evictions on any stream of hash-form requests (ids from a
     small alphabet, so that lookups stop early and duplicate holders abound), cut into
     chunks of any size, at any capacity from the largest request up."""
-    reqs = [Request(float(i), 16 * len(ids) - 1, out + 1, hash_ids=ids, hashed_tokens=16 * len(ids))
-            for i, (ids, out) in enumerate(rows)]  # fmt: skip
+    reqs = [
+        Request(float(i), 16 * len(ids) - 1, out + 1, hash_ids=ids, hashed_tokens=16 * len(ids))
+        for i, (ids, out) in enumerate(rows)
+    ]
     trace = Trace.from_requests(reqs, block_tokens=16)
     held = trace.block_layout(16).num_blocks_held
     cfg = ReplayConfig(capacity_blocks=int(held.max()) + spare, block_tokens=16)
@@ -993,12 +1130,23 @@ def test_the_next_use_pass_gives_the_whole_traces_next_uses() -> None:
             (chunk.name, nbytes, chunk.block_layout(bt, intern=False))
             for chunk, nbytes in _chunks(trace, size)
         )
-        facts = ((stream._Facts(name, np.zeros(int(lay.key_offsets.shape[0]) - 1, np.int64),
-                                np.zeros(0, np.int64), 0), 0, lay)
-                 for name, _, lay in pieces)  # fmt: skip
+        facts = (
+            (
+                stream._Facts(
+                    name,
+                    np.zeros(int(lay.key_offsets.shape[0]) - 1, np.int64),
+                    np.zeros(0, np.int64),
+                    0,
+                ),
+                0,
+                lay,
+            )
+            for name, _, lay in pieces
+        )
         with tempfile.TemporaryDirectory() as tmp:
-            for _, _, lay, nu in stream._two_pass(iter(facts), [make_policy("opt")], Path(tmp),
-                                                  None):  # fmt: skip
+            for _, _, lay, nu in stream._two_pass(
+                iter(facts), [make_policy("opt")], Path(tmp), None
+            ):
                 assert nu is not None and nu.shape[0] == lay.raw_keys.shape[0]
                 got.append(nu)
         assert np.array_equal(np.concatenate(got), want), size
@@ -1014,8 +1162,18 @@ def test_a_per_request_target_that_is_a_folder_is_refused_and_leaves_nothing(
     for extra in ([], ["--no-stream"]):
         out = tmp_path / ("o" + "".join(extra))
         (out / "r.arc.csv").mkdir(parents=True)
-        res = _cli("-p", "lru", "-p", "arc", "--capacity-blocks", "300", "--per-request",
-                   str(out / "r.csv"), str(path), *extra)  # fmt: skip
+        res = _cli(
+            "-p",
+            "lru",
+            "-p",
+            "arc",
+            "--capacity-blocks",
+            "300",
+            "--per-request",
+            str(out / "r.csv"),
+            str(path),
+            *extra,
+        )
         assert res.exit_code == 2 and "is a folder, not a file" in res.output
         assert sorted(p.name for p in out.iterdir()) == ["r.arc.csv"]
 

@@ -23,10 +23,16 @@ def _big_native(path: Path, requests: int = 1000, tokens: int = 1000) -> int:
         for i in range(requests):
             ids = rng.integers(100_000, 128_000, tokens).tolist()
             fh.write(
-                json.dumps({"arrival_s": i * 0.1, "session_id": f"s{i % 97}",
-                            "input_tokens": ids, "output_length": 4})
+                json.dumps(
+                    {
+                        "arrival_s": i * 0.1,
+                        "session_id": f"s{i % 97}",
+                        "input_tokens": ids,
+                        "output_length": 4,
+                    }
+                )
                 + "\n"
-            )  # fmt: skip
+            )
     return requests * tokens
 
 

@@ -77,8 +77,11 @@ def test_a_cell_equals_a_direct_replay(serial: Path) -> None:
     from prefixlab.runner.replay import ReplayConfig, replay
     from prefixlab.workload.generators import GENERATORS
 
-    row = next(r for r in _rows(serial) if r["policy"] == "s3fifo" and r["seed"] == 1
-               and r["capacity"] == "0.5ws")  # fmt: skip
+    row = next(
+        r
+        for r in _rows(serial)
+        if r["policy"] == "s3fifo" and r["seed"] == 1 and r["capacity"] == "0.5ws"
+    )
     trace = GENERATORS["sessions"].fn(num_sessions=12, seed=1)
     res = replay(trace, "s3fifo", ReplayConfig(row["capacity_blocks"], block_tokens=16))
     assert res.metrics["num_hit_tokens"] == row["num_hit_tokens"]
@@ -156,8 +159,9 @@ def test_a_changed_config_reruns_only_new_cells(serial: Path, tmp_path: Path) ->
     assert len(summary.ran) == 8 and len(summary.skipped) == 24
     assert len(_rows(tmp_path)) == 32
     # a different workload changes every cell id: nothing is reused by mistake
-    other = parse_config({**SWEEP, "workload": {"source": "gen:sessions",
-                                                "params": {"num_sessions": 13}}})  # fmt: skip
+    other = parse_config(
+        {**SWEEP, "workload": {"source": "gen:sessions", "params": {"num_sessions": 13}}}
+    )
     assert not {c.cell_id for c in plan(other)} & {c.cell_id for c in plan(cfg)}
 
 
@@ -166,10 +170,22 @@ def _sweep_until(tmp_path: Path, out: Path, jobs: str, cells: int) -> subprocess
     a session of its own (its process group gets the signal a terminal would send)."""
     config = tmp_path / "exp.toml"
     config.write_text(_toml(SWEEP))
-    cmd = [sys.executable, "-m", "prefixlab", "sweep", str(config), "--out", str(out),
-           "--jobs", jobs, "--quiet", "--no-report"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True, text=True)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "prefixlab",
+        "sweep",
+        str(config),
+        "--out",
+        str(out),
+        "--jobs",
+        jobs,
+        "--quiet",
+        "--no-report",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, text=True
+    )
     saved = out / "cells"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
@@ -217,13 +233,19 @@ def _toml(data: dict[str, Any]) -> str:
     def value(v: Any) -> str:
         return json.dumps(v)
 
-    lines = [f"name = {value(data['name'])}", f"policies = {value(data['policies'])}",
-             f"seeds = {value(data['seeds'])}", "[workload]",
-             f"source = {value(data['workload']['source'])}",
-             "params = { " + ", ".join(f"{k} = {value(v)}" for k, v in
-                                       data["workload"]["params"].items()) + " }",
-             "[cache]", f"block_tokens = {data['cache']['block_tokens']}",
-             f"capacities = {value(data['cache']['capacities'])}"]  # fmt: skip
+    lines = [
+        f"name = {value(data['name'])}",
+        f"policies = {value(data['policies'])}",
+        f"seeds = {value(data['seeds'])}",
+        "[workload]",
+        f"source = {value(data['workload']['source'])}",
+        "params = { "
+        + ", ".join(f"{k} = {value(v)}" for k, v in data["workload"]["params"].items())
+        + " }",
+        "[cache]",
+        f"block_tokens = {data['cache']['block_tokens']}",
+        f"capacities = {value(data['cache']['capacities'])}",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -283,9 +305,13 @@ def test_bad_backend_and_jobs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("content", "what"),
-    [("{}", "no 'row'"), ("[]", "a JSON array, not an object"), ('{"row": 3}', "'row' is a JSON number"),
-     ("{", "unreadable cell result")],
-)  # fmt: skip
+    [
+        ("{}", "no 'row'"),
+        ("[]", "a JSON array, not an object"),
+        ('{"row": 3}', "'row' is a JSON number"),
+        ("{", "unreadable cell result"),
+    ],
+)
 def test_a_damaged_cell_file_is_one_line_naming_it(
     serial: Path, tmp_path: Path, content: str, what: str
 ) -> None:
@@ -303,8 +329,9 @@ def test_a_damaged_cell_file_is_one_line_naming_it(
     assert str(err.value).endswith("delete it to rerun")
     config = tmp_path / "exp.toml"
     config.write_text(_toml(SWEEP))
-    res = CliRunner().invoke(app, ["sweep", str(config), "--out", str(out), "--quiet",
-                                   "--no-report"])  # fmt: skip
+    res = CliRunner().invoke(
+        app, ["sweep", str(config), "--out", str(out), "--quiet", "--no-report"]
+    )
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert what in res.output
     cell.unlink()  # deleted, the cell reruns and the rows are the serial run's
@@ -318,10 +345,15 @@ def test_a_folder_another_sweep_is_writing_is_refused(tmp_path: Path) -> None:
     once that process is gone (killed: the kernel drops its lock), the sweep runs."""
     out = tmp_path / "out"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom prefixlab.io import folder_lock\n"
-         f"with folder_lock({str(out)!r}):\n    print('held', flush=True)\n    time.sleep(600)"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom prefixlab.io import folder_lock\n"
+            f"with folder_lock({str(out)!r}):\n    print('held', flush=True)\n    time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         small = parse_config({**SWEEP, "policies": ["lru"], "seeds": [0]})
@@ -332,8 +364,9 @@ def test_a_folder_another_sweep_is_writing_is_refused(tmp_path: Path) -> None:
         assert not (out / "cells").exists()  # nothing was written
         config = tmp_path / "exp.toml"
         config.write_text(_toml({**SWEEP, "policies": ["lru"], "seeds": [0]}))
-        res = CliRunner().invoke(app, ["sweep", str(config), "--out", str(out), "--quiet",
-                                       "--no-report"])  # fmt: skip
+        res = CliRunner().invoke(
+            app, ["sweep", str(config), "--out", str(out), "--quiet", "--no-report"]
+        )
         assert res.exit_code == 2 and "another sweep is writing this folder" in res.output
     finally:
         holder.kill()

@@ -65,9 +65,11 @@ def _plain(r: Request) -> Request:
         return None if x is None else [int(i) for i in x]
 
     return dataclasses.replace(
-        r, input_tokens=lst(r.input_tokens), output_tokens=lst(r.output_tokens),
+        r,
+        input_tokens=lst(r.input_tokens),
+        output_tokens=lst(r.output_tokens),
         hash_ids=lst(r.hash_ids),
-    )  # fmt: skip
+    )
 
 
 def _write_jsonl(path: Path, records: list[Any]) -> Path:
@@ -233,7 +235,14 @@ def test_jsonl_and_concatenated_values(tmp_path: Path) -> None:
     p.write_text('{"a": 1}\n{"b": 2}\n\n{"c": "x\\ny"}\n')
     assert _records(p) == [(1, {"a": 1}), (2, {"b": 2}), (4, {"c": "x\ny"})]
     p.write_text('{"a":1}{"b":2} 3 "x"\n{"c":\n 4}\n{"d": 5}')
-    assert _records(p) == [(1, {"a": 1}), (1, {"b": 2}), (1, 3), (1, "x"), (2, {"c": 4}), (4, {"d": 5})]  # fmt: skip
+    assert _records(p) == [
+        (1, {"a": 1}),
+        (1, {"b": 2}),
+        (1, 3),
+        (1, "x"),
+        (2, {"c": 4}),
+        (4, {"d": 5}),
+    ]
     p.write_text('  {"only": "one"}  ')
     assert _records(p) == [(1, {"only": "one"})]
 
@@ -340,35 +349,90 @@ def test_json_trailing_comma_rejected(tmp_path: Path) -> None:
         _records(p)
 
 
+def test_a_bad_record_does_not_read_the_rest_of_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader reports a malformed record at once instead of refilling to end of file."""
+    monkeypatch.setattr(_jsonstream, "_CHUNK", 256)
+    fills = 0
+    real_fill = _jsonstream._Buffer.fill
+
+    def counting_fill(self: _jsonstream._Buffer) -> bool:
+        nonlocal fills
+        fills += 1
+        return real_fill(self)
+
+    monkeypatch.setattr(_jsonstream._Buffer, "fill", counting_fill)
+    good = {"id": "g", "conversations": [{"from": "human", "value": "x" * 40}]}
+    body = ",\n".join(
+        [json.dumps(good), '{"id": "bad", "conversations": [nope]}'] + [json.dumps(good)] * 2000
+    )
+    p = tmp_path / "big.json"
+    p.write_text("[\n" + body + "\n]\n")
+    with pytest.raises(TraceFormatError, match=r"big\.json:3: bad JSON"):
+        load_trace(p, "sharegpt", tokenizer="bytes")
+    assert p.stat().st_size > 150_000 and fills < 10  # ~2 chunks, not ~600
+
+
 # ====================================================================== conversations
 CONVERSATIONS: list[Any] = [
     # 0: ShareGPT {from, value}, with a system turn, ends on the user
-    {"id": "sg", "conversations": [
-        {"from": "system", "value": "S"}, {"from": "human", "value": "hi"},
-        {"from": "gpt", "value": "yo"}, {"from": "human", "value": "ok?"}]},
+    {
+        "id": "sg",
+        "conversations": [
+            {"from": "system", "value": "S"},
+            {"from": "human", "value": "hi"},
+            {"from": "gpt", "value": "yo"},
+            {"from": "human", "value": "ok?"},
+        ],
+    },
     # 1: LMSys-Chat {role, content} under "conversation"
-    {"conversation_id": "lm", "conversation": [
-        {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-        {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]},
+    {
+        "conversation_id": "lm",
+        "conversation": [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "b"},
+            {"role": "user", "content": "c"},
+            {"role": "assistant", "content": "d"},
+        ],
+    },
     # 2: Chatbot Arena (side a by default)
-    {"question_id": 7, "conversation_a": [
-        {"role": "user", "content": "q"}, {"role": "assistant", "content": "ra"}],
-     "conversation_b": [
-        {"role": "user", "content": "q"}, {"role": "assistant", "content": "rb"}]},
+    {
+        "question_id": 7,
+        "conversation_a": [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "ra"},
+        ],
+        "conversation_b": [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "rb"},
+        ],
+    },
     # 3: OpenAI content parts under "messages", no id -> its index
-    {"messages": [
-        {"role": "user", "content": [{"type": "text", "text": "p1"}, {"type": "text", "text": "p2"}]},
-        {"role": "assistant", "content": [{"type": "text", "text": "r"}]}]},
+    {
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "p1"}, {"type": "text", "text": "p2"}],
+            },
+            {"role": "assistant", "content": [{"type": "text", "text": "r"}]},
+        ]
+    },
     # 4: a bare list of turns
     [{"role": "user", "content": "bare"}],
     # 5: no user turn: no request, but it still takes index 5
     {"conversations": [{"from": "system", "value": "only"}, {"from": "gpt", "value": "x"}]},
     # 6: role spellings are normalised; tool turns stay as context
-    {"conversations": [
-        {"from": "Human", "value": "x"}, {"from": "bard", "value": "y"},
-        {"from": "observation", "value": "t"}, {"from": "USER", "value": "z"},
-        {"from": "model", "value": "w"}]},
-]  # fmt: skip
+    {
+        "conversations": [
+            {"from": "Human", "value": "x"},
+            {"from": "bard", "value": "y"},
+            {"from": "observation", "value": "t"},
+            {"from": "USER", "value": "z"},
+            {"from": "model", "value": "w"},
+        ]
+    },
+]
 
 # (session, turn) -> (input, output, prompt_text)
 EXPECTED_CHAT = {
@@ -428,19 +492,39 @@ def test_chatbot_arena_side_b(tmp_path: Path) -> None:
 
 
 BAD_CONVERSATIONS = [
-    ({"id": "x", "conversations": [{"from": "human", "value": "a"}, {"from": "robot", "value": "b"}]},
-     "conversations[1].from", "unknown role 'robot'"),
-    ({"conversation": [{"role": "user", "content": "a"}, {"content": "b"}]},
-     "conversation[1].role", "unknown role None"),
-    ({"messages": [{"role": "user", "content": [{"type": "text", "text": 3}]}]},
-     "messages[0].content", "expected text"),
-    ({"messages": [{"role": "assistant", "content": None}]}, "messages[0].content", "expected text"),
-    ({"conversation": [{"role": "user", "content": 5}]}, "conversation[0].content", "expected text"),
+    (
+        {
+            "id": "x",
+            "conversations": [{"from": "human", "value": "a"}, {"from": "robot", "value": "b"}],
+        },
+        "conversations[1].from",
+        "unknown role 'robot'",
+    ),
+    (
+        {"conversation": [{"role": "user", "content": "a"}, {"content": "b"}]},
+        "conversation[1].role",
+        "unknown role None",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": 3}]}]},
+        "messages[0].content",
+        "expected text",
+    ),
+    (
+        {"messages": [{"role": "assistant", "content": None}]},
+        "messages[0].content",
+        "expected text",
+    ),
+    (
+        {"conversation": [{"role": "user", "content": 5}]},
+        "conversation[0].content",
+        "expected text",
+    ),
     ({"conversations": ["hi"]}, "conversations[0]", "expected a {role, content} object"),
     ({"id": 3, "text": "hi"}, "conversations", "no turn list"),
     ({"conversations": "hi"}, "conversations", "expected a list of turns"),
     (42, None, "expected a conversation (object or list)"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("record", "field", "words"), BAD_CONVERSATIONS)
@@ -463,14 +547,22 @@ def test_conversation_errors_name_file_line_field(
 def test_openai_messages_with_tool_calls_images_and_developer(tmp_path: Path) -> None:
     """The standard OpenAI shapes: developer role, image parts, null content with tool_calls."""
     calls = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
-    rec = {"id": "o", "messages": [
-        {"role": "developer", "content": "be brief"},
-        {"role": "user", "content": [{"type": "text", "text": "look"},
-                                     {"type": "image_url", "image_url": {"url": "u"}}]},
-        {"role": "assistant", "content": None, "tool_calls": calls},
-        {"role": "tool", "content": "42"},
-        {"role": "user", "content": "thanks"},
-    ]}  # fmt: skip
+    rec = {
+        "id": "o",
+        "messages": [
+            {"role": "developer", "content": "be brief"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image_url", "image_url": {"url": "u"}},
+                ],
+            },
+            {"role": "assistant", "content": None, "tool_calls": calls},
+            {"role": "tool", "content": "42"},
+            {"role": "user", "content": "thanks"},
+        ],
+    }
     p = _write_jsonl(tmp_path / "o.jsonl", [rec])
     tr = load_trace(p, "sharegpt", tokenizer="bytes")
     call_text = json.dumps(calls, sort_keys=True)
@@ -511,14 +603,25 @@ def test_sessions_arrivals_follow_the_model(tmp_path: Path) -> None:
     # Two conversations, 3 and 2 user turns, sessions:preset=agentic with seed 5:
     # starts Poisson (rate 1/s), gaps log-normal (mu 1.81, sigma 1.092), drawn in that order.
     recs = [
-        {"id": "A", "conversations": [
-            {"from": "human", "value": "1"}, {"from": "gpt", "value": "x"},
-            {"from": "human", "value": "2"}, {"from": "gpt", "value": "y"},
-            {"from": "human", "value": "3"}]},
-        {"id": "B", "conversations": [
-            {"from": "human", "value": "1"}, {"from": "gpt", "value": "x"},
-            {"from": "human", "value": "2"}]},
-    ]  # fmt: skip
+        {
+            "id": "A",
+            "conversations": [
+                {"from": "human", "value": "1"},
+                {"from": "gpt", "value": "x"},
+                {"from": "human", "value": "2"},
+                {"from": "gpt", "value": "y"},
+                {"from": "human", "value": "3"},
+            ],
+        },
+        {
+            "id": "B",
+            "conversations": [
+                {"from": "human", "value": "1"},
+                {"from": "gpt", "value": "x"},
+                {"from": "human", "value": "2"},
+            ],
+        },
+    ]
     p = _write_jsonl(tmp_path / "two.jsonl", recs)
     tr = load_trace(p, "sharegpt", tokenizer="bytes", arrival="sessions:preset=agentic", seed=5)
     rng = np.random.default_rng(5)
@@ -597,6 +700,16 @@ def test_unknown_arrival_model_is_config_error(tmp_path: Path) -> None:
         load_trace(p, "sharegpt", tokenizer="bytes", arrival="poisson")
     with pytest.raises(ConfigError, match="has no parameter 'rate'"):
         load_trace(p, "sharegpt", tokenizer="bytes", arrival="sessions:rate=2")
+
+
+def test_lone_surrogates_in_text_are_replaced(tmp_path: Path) -> None:
+    p = tmp_path / "c.json"
+    p.write_text('[{"conversations": [{"from": "human", "value": "a\\ud800b"}]}]')
+    for tok in ("bytes", "llama3"):
+        tr = load_trace(p, "sharegpt", tokenizer=tok)
+        assert tr.prompt_text == ["a\ud800b"]  # the text is kept as written
+    tr = load_trace(p, "sharegpt", tokenizer="bytes")
+    assert bytes(tr[0].input_tokens).endswith("a\ufffdb\n".encode())  # type: ignore[arg-type]
 
 
 # ====================================================================== SWE-agent
@@ -687,8 +800,9 @@ def test_swe_agent_think_times_are_execution_times() -> None:
     assert len(files) == 3
     for f in files:
         steps = json.loads(f.read_text(encoding="utf-8"))["trajectory"]
-        tr = load_trace(f, "swe-agent", tokenizer="bytes",
-                        arrival="sessions:preset=agentic,closed_loop=true")  # fmt: skip
+        tr = load_trace(
+            f, "swe-agent", tokenizer="bytes", arrival="sessions:preset=agentic,closed_loop=true"
+        )
         assert len(tr) == len(steps)
         by_turn = {r.turn: r for r in tr}
         assert by_turn[0].think_s is None
@@ -706,29 +820,35 @@ def test_swe_agent_demo_messages_and_missing_times(tmp_path: Path) -> None:
             {"role": "user", "content": "demo task", "is_demo": True},
             {"role": "assistant", "content": "demo answer", "is_demo": True},
             {"role": "user", "content": "task"},
-            {"role": "assistant", "content": "ls",
-             "tool_calls": [{"function": {"name": "bash", "arguments": "{}"}, "id": "c1"}]},
+            {
+                "role": "assistant",
+                "content": "ls",
+                "tool_calls": [{"function": {"name": "bash", "arguments": "{}"}, "id": "c1"}],
+            },
             {"role": "tool", "content": [{"type": "text", "text": "a.py"}]},
             {"role": "assistant", "content": [{"type": "text", "text": "cat a.py"}]},
             {"role": "user", "content": "out"},
             {"role": "assistant", "content": "submit"},
         ],
         "trajectory": [{"execution_time": 2.5}, {"execution_time": "n/a"}],
-    }  # fmt: skip
+    }
     f = tmp_path / "mine.traj"
     f.write_text(json.dumps(traj))
     (tmp_path / "notes.txt").write_text("ignored: not a .traj")
-    tr = load_trace(tmp_path, "swe-agent", tokenizer="bytes",
-                    arrival="sessions:preset=agentic,closed_loop=true")  # fmt: skip
+    tr = load_trace(
+        tmp_path, "swe-agent", tokenizer="bytes", arrival="sessions:preset=agentic,closed_loop=true"
+    )
     head = b"<|system|>\nSYS\n<|user|>\ndemo task\n<|assistant|>\ndemo answer\n<|user|>\ntask\n"
     call0 = b'<|assistant|>\nls\n[{"function": {"arguments": "{}", "name": "bash"}, "id": "c1"}]\n'
     call1 = b"<|assistant|>\ncat a.py\n"
     assert [(_b(r.input_tokens), _b(r.output_tokens)) for r in tr] == [
         (head, call0),
         (head + call0 + b"<|tool|>\na.py\n", call1),
-        (head + call0 + b"<|tool|>\na.py\n" + call1 + b"<|user|>\nout\n",
-         b"<|assistant|>\nsubmit\n"),
-    ]  # fmt: skip
+        (
+            head + call0 + b"<|tool|>\na.py\n" + call1 + b"<|user|>\nout\n",
+            b"<|assistant|>\nsubmit\n",
+        ),
+    ]
     assert tr.session_id == ["mine"] * 3
     assert tr[1].think_s == 2.5  # step 0's execution time
     assert tr[2].think_s is not None and tr[2].think_s > 0  # "n/a": drawn instead
@@ -743,12 +863,18 @@ def test_swe_agent_demo_messages_and_missing_times(tmp_path: Path) -> None:
         ('{"history": "no"}', None, "field 'history'"),
         ("[1, 2]", None, "field 'history'"),
         ('{"history": [\n{"role": "user", "content": "x"},\n{"role": ', 3, "bad JSON"),
-        ('{"history": [{"role": "user", "content": "x"}, {"content": "y"}]}', None,
-         "field 'history[1].role'"),
-        ('{"history": [{"role": "user", "content": {"x": 1}}]}', None,
-         "field 'history[0].content'"),
+        (
+            '{"history": [{"role": "user", "content": "x"}, {"content": "y"}]}',
+            None,
+            "field 'history[1].role'",
+        ),
+        (
+            '{"history": [{"role": "user", "content": {"x": 1}}]}',
+            None,
+            "field 'history[0].content'",
+        ),
     ],
-)  # fmt: skip
+)
 def test_swe_agent_malformed(tmp_path: Path, text: str, line: int | None, words: str) -> None:
     f = tmp_path / "broken.traj"
     f.write_text(text)
@@ -775,9 +901,10 @@ def _tool_text(apis: list[Any]) -> str:
 
 def _instruction_prompt(query: str, apis: list[Any]) -> bytes:
     return (
-        _render("system", TOOLBENCH_SYSTEM) + _render("tools", _tool_text(apis))
+        _render("system", TOOLBENCH_SYSTEM)
+        + _render("tools", _tool_text(apis))
         + _render("user", query)
-    )  # fmt: skip
+    )
 
 
 def _step_text(msg: dict[str, Any]) -> str:
@@ -861,9 +988,13 @@ def test_toolbench_folder_counts() -> None:
 
 def test_toolbench_refuses_foreign_json_in_folder_and_bad_records(tmp_path: Path) -> None:
     (tmp_path / "a_queries.json").write_text(
-        json.dumps([{"query": "q1", "query_id": 10, "api_list": [{"n": 1}]},
-                    {"query": "q2", "query_id": 11}])
-    )  # fmt: skip
+        json.dumps(
+            [
+                {"query": "q1", "query_id": 10, "api_list": [{"n": 1}]},
+                {"query": "q2", "query_id": 11},
+            ]
+        )
+    )
     # A JSON file that is neither shape (e.g. a typo in answer_generation) is named, not
     # silently skipped.
     meta = tmp_path / "b_meta.json"
@@ -901,8 +1032,14 @@ def test_toolbench_refuses_foreign_json_in_folder_and_bad_records(tmp_path: Path
 # ====================================================================== load options
 @pytest.fixture(scope="module")
 def sessions_native(tmp_path_factory: pytest.TempPathFactory) -> tuple[Trace, Path]:
-    tr = generate_sessions(num_sessions=400, mean_turns=3.0, system_tokens=16,
-                           mean_user_tokens=8, mean_output_tokens=8, seed=3)  # fmt: skip
+    tr = generate_sessions(
+        num_sessions=400,
+        mean_turns=3.0,
+        system_tokens=16,
+        mean_user_tokens=8,
+        mean_output_tokens=8,
+        seed=3,
+    )
     path = tmp_path_factory.mktemp("native") / "sessions.jsonl"
     write_native(tr, path)
     return tr, path
@@ -984,18 +1121,35 @@ def test_empty_window_is_a_format_error(sessions_native: tuple[Trace, Path]) -> 
         load_trace(path, start_s=1e12)
 
 
+@pytest.mark.parametrize(("opt", "value"), [("start_s", float("nan")), ("end_s", float("inf"))])
+def test_window_bounds_must_be_finite(tmp_path: Path, opt: str, value: float) -> None:
+    p = _write_jsonl(tmp_path / "t.jsonl", [{"input_tokens": [1], "output_length": 0}])
+    with pytest.raises(ConfigError, match=f"{opt} must be a finite number"):
+        load_trace(p, **{opt: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", ["abc", -1, 1.5, True])
+def test_bad_loader_seed_is_a_config_error(seed: object) -> None:
+    with pytest.raises(ConfigError, match="seed must be an integer >= 0"):
+        load_trace(Path(__file__), "sharegpt", seed=seed)
+
+
 def test_loader_option_names_and_foreign_options(tmp_path: Path, mooncake_path: Path) -> None:
     assert loader_options("sharegpt") == ["tokenizer", "arrival", "seed", "side"]
     assert loader_options("swe-agent") == ["tokenizer", "arrival", "seed"]
     assert loader_options("toolbench") == ["tokenizer", "arrival", "seed"]
     assert loader_options("mooncake") == []
     assert loader_options("parquet") == []
-    with pytest.raises(ConfigError, match="option 'tokenizer' does not apply to the mooncake "
-                       "format; it takes none"):  # fmt: skip
+    with pytest.raises(
+        ConfigError, match="option 'tokenizer' does not apply to the mooncake format; it takes none"
+    ):
         load_trace(mooncake_path, "mooncake", tokenizer="bytes")
     p = _many_conversations(tmp_path / "c.jsonl", 2)
-    with pytest.raises(ConfigError, match="option 'block' does not apply to the sharegpt "
-                       "format; it takes tokenizer, arrival, seed, side"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match="option 'block' does not apply to the sharegpt "
+        "format; it takes tokenizer, arrival, seed, side",
+    ):
         load_trace(p, "sharegpt", block=4)
     with pytest.raises(ConfigError, match="unknown trace format 'sharegtp'"):
         load_trace(p, "sharegtp")
@@ -1101,16 +1255,52 @@ def test_agent_loader_options() -> None:
 # ====================================================================== Parquet
 def _token_trace() -> Trace:
     reqs = [
-        Request(arrival_s=0.0, input_length=3, output_length=2, session_id="a", turn=0,
-                task="chat", input_tokens=[1, 2, 3], output_tokens=[4, 5], prompt_text="hi"),
-        Request(arrival_s=0.5, input_length=1, output_length=7, session_id=None, turn=0,
-                task=None, input_tokens=[9], output_tokens=None, extra_key="lora-1"),
-        Request(arrival_s=2.0, input_length=6, output_length=1, session_id="a", turn=1,
-                task="chat", input_tokens=[1, 2, 3, 4, 5, 6], output_tokens=[0],
-                prompt_text="héllo 🙂", think_s=1.25),
-        Request(arrival_s=3.0, input_length=0, output_length=0, session_id="b", turn=0,
-                task="x", input_tokens=[], output_tokens=[], think_s=0.0),
-    ]  # fmt: skip
+        Request(
+            arrival_s=0.0,
+            input_length=3,
+            output_length=2,
+            session_id="a",
+            turn=0,
+            task="chat",
+            input_tokens=[1, 2, 3],
+            output_tokens=[4, 5],
+            prompt_text="hi",
+        ),
+        Request(
+            arrival_s=0.5,
+            input_length=1,
+            output_length=7,
+            session_id=None,
+            turn=0,
+            task=None,
+            input_tokens=[9],
+            output_tokens=None,
+            extra_key="lora-1",
+        ),
+        Request(
+            arrival_s=2.0,
+            input_length=6,
+            output_length=1,
+            session_id="a",
+            turn=1,
+            task="chat",
+            input_tokens=[1, 2, 3, 4, 5, 6],
+            output_tokens=[0],
+            prompt_text="héllo 🙂",
+            think_s=1.25,
+        ),
+        Request(
+            arrival_s=3.0,
+            input_length=0,
+            output_length=0,
+            session_id="b",
+            turn=0,
+            task="x",
+            input_tokens=[],
+            output_tokens=[],
+            think_s=0.0,
+        ),
+    ]
     return Trace.from_requests(reqs, name="tok")
 
 
@@ -1163,8 +1353,9 @@ def test_parquet_rejects_foreign_files(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
     foreign = tmp_path / "foreign.parquet"
-    pq.write_table(pa.table({"arrival_s": [0.0], "input_length": [1], "output_length": [1]}),
-                   foreign)  # fmt: skip
+    pq.write_table(
+        pa.table({"arrival_s": [0.0], "input_length": [1], "output_length": [1]}), foreign
+    )
     with pytest.raises(TraceFormatError, match="not a prefixlab trace") as exc:
         load_trace(foreign, "parquet")
     assert str(exc.value).startswith(str(foreign))
@@ -1190,7 +1381,9 @@ def test_cli_convert_to_parquet_then_replay(tmp_path: Path) -> None:
     a = runner.invoke(
         app, ["replay", str(pq_path), *cache, "--per-request", str(tmp_path / "a.csv")]
     )
-    b = runner.invoke(app, ["replay", str(src), *load, *cache, "--per-request", str(tmp_path / "b.csv")])  # fmt: skip
+    b = runner.invoke(
+        app, ["replay", str(src), *load, *cache, "--per-request", str(tmp_path / "b.csv")]
+    )
     assert a.exit_code == 0 and b.exit_code == 0, (a.output, b.output)
     ra, rb = json.loads(a.stdout)[0], json.loads(b.stdout)[0]
     assert ra["num_requests"] == rb["num_requests"] == len(EXPECTED_CHAT)

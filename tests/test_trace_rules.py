@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from prefixlab.errors import TraceFormatError
-from prefixlab.workload.loaders import load_trace
+from prefixlab.workload.loaders import load_trace, write_parquet
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -156,3 +156,34 @@ def test_hash_form_needs_its_block_size(tmp_path: Path) -> None:
         with pytest.raises(TraceFormatError, match="1 ids but 40 hashed tokens") as err:
             load_trace(path)
         assert err.value.field == "hash_ids"
+
+
+def _jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_parquet_errors_name_the_column(tmp_path: Path) -> None:
+    p = _jsonl(tmp_path / "t.jsonl", [{"input_tokens": [1, 2], "output_length": 1}] * 3)
+    good = tmp_path / "t.parquet"
+    write_parquet(load_trace(p), good)
+    table = pq.read_table(good)
+    bad_len = table.set_column(
+        table.schema.get_field_index("input_length"), "input_length", pa.array([2, -2, 2])
+    )
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(bad_len.replace_schema_metadata(table.schema.metadata), bad)
+    with pytest.raises(
+        TraceFormatError, match=r"bad\.parquet: row 1: field 'input_length': must be >= 0"
+    ):
+        load_trace(bad)
+    # A row whose content disagrees with its length names the file, not a bare ConfigError.
+    wrong = table.set_column(
+        table.schema.get_field_index("input_length"), "input_length", pa.array([2, 5, 2])
+    )
+    pq.write_table(wrong.replace_schema_metadata(table.schema.metadata), bad)
+    with pytest.raises(
+        TraceFormatError,
+        match=r"bad\.parquet: row 1: field 'input_length': 5 but input_tokens has 2",
+    ):
+        load_trace(bad)

@@ -79,8 +79,15 @@ def row(
     """A request whose tokens nobody else uses (directly driven tests only read its labels,
     arrival and input length)."""
     base = 1000 * (int(t * 10) + 1)
-    return Request(arrival_s=float(t), input_length=n_in, output_length=0, session_id=session,
-                   turn=turn, task=task, input_tokens=list(range(base, base + n_in)))  # fmt: skip
+    return Request(
+        arrival_s=float(t),
+        input_length=n_in,
+        output_length=0,
+        session_id=session,
+        turn=turn,
+        task=task,
+        input_tokens=list(range(base, base + n_in)),
+    )
 
 
 def tok(
@@ -94,9 +101,16 @@ def tok(
     """A token-form request; ``out``: output token ids (keyed blocks) or a bare length."""
     out_tokens = None if isinstance(out, int) else list(out)
     out_len = out if isinstance(out, int) else len(out)
-    return Request(arrival_s=float(t), input_length=len(inp), output_length=out_len,
-                   session_id=session, turn=turn, task=task, input_tokens=list(inp),
-                   output_tokens=out_tokens)  # fmt: skip
+    return Request(
+        arrival_s=float(t),
+        input_length=len(inp),
+        output_length=out_len,
+        session_id=session,
+        turn=turn,
+        task=task,
+        input_tokens=list(inp),
+        output_tokens=out_tokens,
+    )
 
 
 class Drive:
@@ -104,9 +118,12 @@ class Drive:
     then the hook; releases tail first; a hit is on_access, then on_pinned if it was free."""
 
     def __init__(
-        self, policy: EvictionPolicy, rows: list[Request], num_entries: int = 24,
+        self,
+        policy: EvictionPolicy,
+        rows: list[Request],
+        num_entries: int = 24,
         clock: str = "arrival",
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.trace = Trace.from_requests(rows)
         self.policy = policy
         self.view = EntryView(num_entries)
@@ -121,8 +138,13 @@ class Drive:
         self.view.request_index = r
         self.view.now = float(self.trace.arrival_s[r])
 
-    def store(self, r: int, entries: Sequence[int], depths: Sequence[int] | None = None,
-              release: bool = True) -> None:  # fmt: skip
+    def store(
+        self,
+        r: int,
+        entries: Sequence[int],
+        depths: Sequence[int] | None = None,
+        release: bool = True,
+    ) -> None:
         """Request r stores new entries (key 100 + e) at these depths (default 0, 1, ...)."""
         self.at(r)
         e = ids(*entries)
@@ -270,8 +292,13 @@ def _replay_snapshots(
         cached = np.flatnonzero(keys >= 0)
         snaps.append({label[int(keys[b])]: QUEUES[int(pol.queue[b])] for b in cached})
 
-    res = replay(trace, pol, ReplayConfig(capacity_blocks=capacity, block_tokens=BT),
-                 on_step=snap, check_every=1)  # fmt: skip
+    res = replay(
+        trace,
+        pol,
+        ReplayConfig(capacity_blocks=capacity, block_tokens=BT),
+        on_step=snap,
+        check_every=1,
+    )
     return res, snaps
 
 
@@ -330,8 +357,13 @@ def test_replay_tasks_mapping_changes_the_victims() -> None:
 LN100 = math.log(100.0)
 #: given gap models chosen for round numbers at t = 100: chat idle 100 s -> CDF 0.5 (s = 0.5);
 #: chat idle 50 s -> s = 1 - Phi(-ln 2); agentic idle 70 s -> z = 1, s = 1 - Phi(1)
-GIVEN: dict[str, Any] = {"fit": "given", "chat_mu": LN100, "chat_sigma": 1.0,
-                         "agentic_mu": math.log(70.0) - 1.0, "agentic_sigma": 1.0}  # fmt: skip
+GIVEN: dict[str, Any] = {
+    "fit": "given",
+    "chat_mu": LN100,
+    "chat_sigma": 1.0,
+    "agentic_mu": math.log(70.0) - 1.0,
+    "agentic_sigma": 1.0,
+}
 ROWS = [
     row(0, "chat", "a", n_in=8),  # r0: entries 0-3 prompt, 4 reply (still chat)
     row(10, "programming", n_in=8),  # r1: 5-8 structural (offsets 0-3), 9 decode -> evict
@@ -491,8 +523,13 @@ def test_stage2_off_splits_victims_in_proportion() -> None:
     With stage 2 the same blocks go 6, 5 (s 0), 2 (agentic idle 9 s: s = 0.361), 4 (0.5),
     1 0 (chat idle 10 s: 0.971), 3 (1).
     """
-    rows = [row(0, "chat", "a"), row(1, "agentic", "b"), row(2, "programming", n_in=6),
-            row(3, "untemplated"), row(10, "chat", "a", turn=1)]  # fmt: skip
+    rows = [
+        row(0, "chat", "a"),
+        row(1, "agentic", "b"),
+        row(2, "programming", n_in=6),
+        row(3, "untemplated"),
+        row(10, "chat", "a", turn=1),
+    ]
 
     def run(stage2: bool, chunk: int) -> list[int]:
         d = Drive(UniCache(stage2=stage2, fit="given"), rows)
@@ -522,8 +559,9 @@ def test_update_weights_clip_ehat_one_step() -> None:
     alpha = 0.9 * 1 + 0.1 * E^ = (1.9, 1.000501, 0.9001).
     """
     alpha = np.ones(3)
-    new = update_weights(alpha, np.array([2.0, 1.0, 0.0]), np.full(3, 4.0), 0.2, 0.9, 1e-3,
-                         "clip-ehat")  # fmt: skip
+    new = update_weights(
+        alpha, np.array([2.0, 1.0, 0.0]), np.full(3, 4.0), 0.2, 0.9, 1e-3, "clip-ehat"
+    )
     assert new.tolist() == pytest.approx([1.9, 0.9 + 0.1 * 1.001**5, 0.9001], rel=1e-12)
     assert alpha.tolist() == [1.0, 1.0, 1.0]  # the input is not changed
 
@@ -557,8 +595,9 @@ def test_update_weights_empty_queues_and_no_hits() -> None:
     E = (2/4, 0/4), mean 0.25, E^ (T = 1, eps = 0) = (2, 0); mu 1, sigma 1 -> bounds
     [0.001, 3]: (2, 0.001); beta 0.5: (0.25 + 1, 0.5 + 0.0005)."""
     alpha = np.array([0.5, 2.0, 1.0])
-    new = update_weights(alpha, np.array([2.0, 5.0, 0.0]), np.array([4.0, 0.0, 4.0]),
-                         1.0, 0.5, 0.0, "clip-ehat")  # fmt: skip
+    new = update_weights(
+        alpha, np.array([2.0, 5.0, 0.0]), np.array([4.0, 0.0, 4.0]), 1.0, 0.5, 0.0, "clip-ehat"
+    )
     assert new.tolist() == pytest.approx([1.25, 2.0, 0.5005], rel=1e-12)
     # no hits anywhere, or nothing held: unchanged (a copy)
     for hits, held in (([0.0, 0.0, 0.0], [4.0, 1.0, 2.0]), ([3.0, 1.0, 0.0], [0.0, 0.0, 0.0])):
@@ -582,8 +621,7 @@ def test_update_weights_paper_order_one_step() -> None:
     e_hat = (e / (e.mean() + 1e-3)) ** 5
     want = 0.9 + 0.1 * e_hat
     assert want[0] == pytest.approx(4.0960, abs=1e-3) and want[2] == 0.9
-    new = update_weights(np.ones(3), np.array([2.0, 1.0, 0.0]), np.full(3, 0.25), 0.2, 0.9,
-                         1e-3)  # fmt: skip
+    new = update_weights(np.ones(3), np.array([2.0, 1.0, 0.0]), np.full(3, 0.25), 0.2, 0.9, 1e-3)
     assert new.tolist() == pytest.approx(want.tolist(), rel=1e-12)
 
 
@@ -611,15 +649,19 @@ def test_update_weights_paper_order_clamps_the_weight() -> None:
 def _weights_trace(n: int) -> Trace:
     """r0 chat a, r1 agentic b, r2 programming, r3 chat a again (hits r0's 2 blocks); then
     untemplated requests that share nothing."""
-    reqs = [tok(0, "chat", "a", [1, 2, 3, 4]), tok(1, "agentic", "b", [11, 12, 13, 14]),
-            tok(2, "programming", None, [21, 22, 23, 24]),
-            tok(3, "chat", "a", [1, 2, 3, 4, 5, 6, 7, 8], turn=1)]  # fmt: skip
+    reqs = [
+        tok(0, "chat", "a", [1, 2, 3, 4]),
+        tok(1, "agentic", "b", [11, 12, 13, 14]),
+        tok(2, "programming", None, [21, 22, 23, 24]),
+        tok(3, "chat", "a", [1, 2, 3, 4, 5, 6, 7, 8], turn=1),
+    ]
     reqs += [tok(r, "untemplated", None, [100 * r + 1, 100 * r + 2]) for r in range(4, n)]
     return Trace.from_requests(reqs)
 
 
-@pytest.mark.parametrize(("update_every", "ats"), [(10, [9, 19]), (7, [6, 13, 20]),
-                                                    (1, list(range(25)))])  # fmt: skip
+@pytest.mark.parametrize(
+    ("update_every", "ats"), [(10, [9, 19]), (7, [6, 13, 20]), (1, list(range(25)))]
+)
 def test_weights_update_every_n_requests(update_every: int, ats: list[int]) -> None:
     """25 requests, each with a hook: an update when each update_every-th request is seen."""
     pol = UniCache(update_every=update_every)
@@ -661,17 +703,19 @@ def _gap_trace() -> Trace:
     """Chat a at t = 0, 10, 30, 70 (gaps 10, 20, 40); chat b at 5, 6 (gap 1); agentic c at
     2, 4 (gap 2); one programming request. r6 (chat a) reuses r0's prompt: a hit and an
     insert, and its gap must still count once."""
-    return Trace.from_requests([
-        tok(0, "chat", "a", [1, 2, 3, 4]),
-        tok(2, "agentic", "c", [11, 12]),
-        tok(3, "programming", None, [21, 22]),
-        tok(4, "agentic", "c", [31, 32], turn=1),
-        tok(5, "chat", "b", [41, 42]),
-        tok(6, "chat", "b", [51, 52], turn=1),
-        tok(10, "chat", "a", [1, 2, 3, 4, 5, 6], turn=1),
-        tok(30, "chat", "a", [61, 62], turn=2),
-        tok(70, "chat", "a", [71, 72], turn=3),
-    ])  # fmt: skip
+    return Trace.from_requests(
+        [
+            tok(0, "chat", "a", [1, 2, 3, 4]),
+            tok(2, "agentic", "c", [11, 12]),
+            tok(3, "programming", None, [21, 22]),
+            tok(4, "agentic", "c", [31, 32], turn=1),
+            tok(5, "chat", "b", [41, 42]),
+            tok(6, "chat", "b", [51, 52], turn=1),
+            tok(10, "chat", "a", [1, 2, 3, 4, 5, 6], turn=1),
+            tok(30, "chat", "a", [61, 62], turn=2),
+            tok(70, "chat", "a", [71, 72], turn=3),
+        ]
+    )
 
 
 def test_online_gap_fit_is_the_mle_after_min_gaps() -> None:
@@ -703,8 +747,9 @@ def test_gap_fit_floor_given_and_custom_presets() -> None:
     replay(_gap_trace(), pol, ReplayConfig(capacity_blocks=64, block_tokens=BT))
     assert pol.gap_params(AGENTIC) == pytest.approx((math.log(2.0), 1e-6), rel=1e-12)
     # fit=given never fits; the given values are what it returns
-    given = UniCache(fit="given", min_gaps=1, chat_mu=3.0, chat_sigma=0.5, agentic_mu=-1.0,
-                     agentic_sigma=2.0)  # fmt: skip
+    given = UniCache(
+        fit="given", min_gaps=1, chat_mu=3.0, chat_sigma=0.5, agentic_mu=-1.0, agentic_sigma=2.0
+    )
     replay(_gap_trace(), given, ReplayConfig(capacity_blocks=64, block_tokens=BT))
     assert given.gap_params(CHAT) == (3.0, 0.5) and given.gap_params(AGENTIC) == (-1.0, 2.0)
 
@@ -800,9 +845,16 @@ def test_opt_online_unneeded_lru_first_then_farthest_waiting() -> None:
 
 # ----------------------------------------------------------------------------- WA
 def test_wa_categories() -> None:
-    rows = [row(0, "chat", "a"), row(1, "chat", "a", turn=1), row(2, "chat", "a", turn=2),
-            row(3, "chat", "a", turn=3), row(4, "chat", "a", turn=9), row(5, None),
-            row(6, "programming"), row(7, "chat", "b")]  # fmt: skip
+    rows = [
+        row(0, "chat", "a"),
+        row(1, "chat", "a", turn=1),
+        row(2, "chat", "a", turn=2),
+        row(3, "chat", "a", turn=3),
+        row(4, "chat", "a", turn=9),
+        row(5, None),
+        row(6, "programming"),
+        row(7, "chat", "b"),
+    ]
     trace = Trace.from_requests(rows)
     names, cat = categories(trace, 4)
     # turn + 1 < 4 keeps its own label; turns 3 and 9 (4th and 10th) merge as "4+"
@@ -817,10 +869,16 @@ def _layout(seqs: list[list[int]]) -> BlockLayout:
     keys = np.array([k for s in seqs for k in s], dtype=np.int64)
     offs = np.concatenate([[0], np.cumsum([len(s) for s in seqs])]).astype(np.int64)
     n = np.array([len(s) for s in seqs], dtype=np.int64)
-    return BlockLayout(block_tokens=BT, keys=keys, key_offsets=offs, num_lookup_blocks=n,
-                       lookup_end_tokens=n * BT, num_blocks_held=n,
-                       num_distinct_keys=int(keys.max()) + 1,
-                       raw_keys=keys.astype(np.uint64))  # fmt: skip
+    return BlockLayout(
+        block_tokens=BT,
+        keys=keys,
+        key_offsets=offs,
+        num_lookup_blocks=n,
+        lookup_end_tokens=n * BT,
+        num_blocks_held=n,
+        num_distinct_keys=int(keys.max()) + 1,
+        raw_keys=keys.astype(np.uint64),
+    )
 
 
 def test_wa_fit_categories_by_hand() -> None:
@@ -860,11 +918,13 @@ def test_wa_fit_through_replay() -> None:
     (10, cat 0). p = (1, 1/3, 0); rate = (2/20, 1/30, pooled 3/50); share = (2/3, 1/3, 0).
     profile = 0.5 -> ceil(1.5) = 2 requests: K0, K1 reused from r0 only: p = (1, 0, pooled
     2/5), rate = (0.1, pooled 2/20, pooled 0.1)."""
-    trace = Trace.from_requests([
-        tok(0, "chat", "a", [1, 2, 3, 4]),
-        tok(10, "chat", "a", [1, 2, 3, 4, 5, 6], turn=1),
-        tok(40, "programming", None, [1, 2, 7, 8]),
-    ])  # fmt: skip
+    trace = Trace.from_requests(
+        [
+            tok(0, "chat", "a", [1, 2, 3, 4]),
+            tok(10, "chat", "a", [1, 2, 3, 4, 5, 6], turn=1),
+            tok(40, "programming", None, [1, 2, 7, 8]),
+        ]
+    )
     cfg = ReplayConfig(capacity_blocks=16, block_tokens=BT)
     pol = WorkloadAware(profile=1.0, min_samples=1)
     res = replay(trace, pol, cfg)
@@ -948,8 +1008,13 @@ class RefUniCache:
     """A naive UniCache (stage 2, given gap models, fixed weights): scans every evictable
     entry at each choice."""
 
-    MAP = {"chat": CHAT, "agentic": AGENTIC, "programming": STRUCT, "tool-use": STRUCT,
-           "untemplated": EVICT}  # fmt: skip
+    MAP = {
+        "chat": CHAT,
+        "agentic": AGENTIC,
+        "programming": STRUCT,
+        "tool-use": STRUCT,
+        "untemplated": EVICT,
+    }
 
     def __init__(
         self, trace: Trace, view: EntryView, alpha: list[float], offset: str = "global"
@@ -959,10 +1024,11 @@ class RefUniCache:
         self.alpha = [1.0, *alpha]
         self.models = {CHAT: GAP_PRESETS["chat"], AGENTIC: GAP_PRESETS["agentic"]}
         self.base = [
-            self.MAP.get(t, CHAT if s is not None else STRUCT) if t is not None else
-            (CHAT if s is not None else STRUCT)
+            self.MAP.get(t, CHAT if s is not None else STRUCT)
+            if t is not None
+            else (CHAT if s is not None else STRUCT)
             for t, s in zip(trace.task, trace.session_id, strict=True)
-        ]  # fmt: skip
+        ]
         self.inputs = trace.input_length.tolist()
         self.arrival = trace.arrival_s.tolist()
         self.queue: dict[int, int] = {}
@@ -1000,8 +1066,9 @@ class RefUniCache:
         if q == STRUCT:
             scale = self.max_offset
             if self.offset == "cached":  # the deepest structural block cached now
-                scale = max([int(self.view.depth[x]) for x, qx in self.queue.items()
-                             if qx == STRUCT] + [1])  # fmt: skip
+                scale = max(
+                    [int(self.view.depth[x]) for x, qx in self.queue.items() if qx == STRUCT] + [1]
+                )
             return 1.0 - float(self.view.depth[e]) / scale
         mu, sigma = self.models[q]
         gap = self.now() - self.t_last[e]
@@ -1021,8 +1088,11 @@ class RefUniCache:
                     members = [e for e in free if self.queue[e] == q]
                     if not members:
                         continue
-                    rank = (lambda e: self.t_last[e]) if q != STRUCT else (
-                        lambda e: -int(self.view.depth[e]))  # fmt: skip
+                    rank = (
+                        (lambda e: self.t_last[e])
+                        if q != STRUCT
+                        else (lambda e: -int(self.view.depth[e]))
+                    )
                     h = min(members, key=lambda e: (rank(e), self.order[e]))
                     heads.append((self.alpha[q] * self.s(h), q, h))
                 e = min(heads)[2]
@@ -1159,15 +1229,23 @@ def small_traces(draw: st.DrawFn) -> Trace:
         n_out = draw(st.integers(0, 3))
         out = [next(fresh) for _ in range(n_out)] if draw(st.booleans()) else None
         seqs.append(inp + (out or []))
-        reqs.append(Request(arrival_s=t, input_length=len(inp), output_length=n_out,
-                            session_id=draw(st.sampled_from([None, "s0", "s1"])),
-                            task=draw(st.sampled_from(TASKS)), input_tokens=inp,
-                            output_tokens=out))  # fmt: skip
+        reqs.append(
+            Request(
+                arrival_s=t,
+                input_length=len(inp),
+                output_length=n_out,
+                session_id=draw(st.sampled_from([None, "s0", "s1"])),
+                task=draw(st.sampled_from(TASKS)),
+                input_tokens=inp,
+                output_tokens=out,
+            )
+        )
     return Trace.from_requests(reqs)
 
 
-def drive_window(trace: Trace, policy: EvictionPolicy, capacity: int, window: int,
-                 lookahead: int) -> None:  # fmt: skip
+def drive_window(
+    trace: Trace, policy: EvictionPolicy, capacity: int, window: int, lookahead: int
+) -> None:
     """Runs requests in order on a BlockCache, up to ``window`` at once (the oldest released
     when a new one is admitted, or when it does not fit); before each admission the policy
     sees the lookup keys of the next ``lookahead`` requests (the waiting queue)."""
@@ -1181,12 +1259,17 @@ def drive_window(trace: Trace, policy: EvictionPolicy, capacity: int, window: in
         cache.view.now = float(trace.arrival_s[r])
         cache.view.request_index = r
         if lookahead:
-            policy.on_waiting([layout.request_keys(w)[: int(layout.num_lookup_blocks[w])]
-                               for w in range(r, min(n, r + lookahead))])  # fmt: skip
+            policy.on_waiting(
+                [
+                    layout.request_keys(w)[: int(layout.num_lookup_blocks[w])]
+                    for w in range(r, min(n, r + lookahead))
+                ]
+            )
         keys = layout.request_keys(r)
         while True:
-            m = cache.match(keys[: int(layout.num_lookup_blocks[r])],
-                            int(layout.lookup_end_tokens[r]))  # fmt: skip
+            m = cache.match(
+                keys[: int(layout.num_lookup_blocks[r])], int(layout.lookup_end_tokens[r])
+            )
             held = cache.acquire(m, int(layout.num_blocks_held[r]), keys[m.num_hit_blocks :])
             if held is not None:
                 break
@@ -1304,12 +1387,20 @@ class GuardedUniCacheOPT(_Guard, UniCacheOPT):
 
 
 def _same(a: EngineResult, b: EngineResult) -> None:
-    for name in ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "hit_tokens",
-                 "num_preemptions"):  # fmt: skip
+    for name in (
+        "arrival_s",
+        "scheduled_s",
+        "first_token_s",
+        "finish_s",
+        "hit_tokens",
+        "num_preemptions",
+    ):
         assert np.array_equal(getattr(a, name), getattr(b, name), equal_nan=True), name
     # JSON text: NaN latencies (no TPOT for one-token replies) compare equal
-    plain = [json.dumps({k: v for k, v in m.items() if k != "elapsed_s"}, sort_keys=True)
-             for m in (a.metrics, b.metrics)]  # fmt: skip
+    plain = [
+        json.dumps({k: v for k, v in m.items() if k != "elapsed_s"}, sort_keys=True)
+        for m in (a.metrics, b.metrics)
+    ]
     assert plain[0] == plain[1]
 
 
@@ -1357,8 +1448,9 @@ def test_engine_only_clone_and_pickle(name: str) -> None:
 
 # ----------------------------------------------------------------------------- determinism
 @pytest.mark.parametrize(
-    "spec", ["unicache", "unicache:stage2=false,offset=request", "wa-atc25", "wa"],
-)  # fmt: skip
+    "spec",
+    ["unicache", "unicache:stage2=false,offset=request", "wa-atc25", "wa"],
+)
 def test_replay_determinism_on_the_mix(mix: Trace, spec: str) -> None:
     cfg = ReplayConfig(capacity_blocks=230, block_tokens=64)
     a_pol, b_pol = make_policy(spec), make_policy(spec)

@@ -42,16 +42,22 @@ def theorems() -> None:
     lru = simulate(t, capacity=31, policy="lru").num_faults
     opt = simulate(t, capacity=31, policy="opt").num_faults
     warm = opt - 32  # the first use of each of the k + 1 = 32 pages
-    print(f"  Theorem 3.3 (k=31, l=4, n=8, {t.num_requests:,} requests): LRU faults "
-          f"{lru:,} (every request: {lru == t.num_requests}); OPT {opt:,}: 32 first uses, "
-          f"then {warm} in {t.num_requests - 32:,} requests "
-          f"(1 per {(t.num_requests - 32) / warm:.1f})")  # fmt: skip
+    print(
+        f"  Theorem 3.3 (k=31, l=4, n=8, {t.num_requests:,} requests): LRU faults "
+        f"{lru:,} (every request: {lru == t.num_requests}); OPT {opt:,}: 32 first uses, "
+        f"then {warm} in {t.num_requests - 32:,} requests "
+        f"(1 per {(t.num_requests - 32) / warm:.1f})"
+    )
     for rounds in (100, 1000):
         t = generate("thm31", k=8, l=4, num_rounds=rounds)
-        f = {p: simulate(t, capacity=8, policy=p).num_faults for p in ("lru-dist", "opt-dist",
-                                                                       "opt", "llru")}  # fmt: skip
-        print(f"  Theorem 3.1 (k=8, l=4, {rounds:>4} rounds): "
-              + ", ".join(f"{p} {n:,}" for p, n in f.items()))  # fmt: skip
+        f = {
+            p: simulate(t, capacity=8, policy=p).num_faults
+            for p in ("lru-dist", "opt-dist", "opt", "llru")
+        }
+        print(
+            f"  Theorem 3.1 (k=8, l=4, {rounds:>4} rounds): "
+            + ", ".join(f"{p} {n:,}" for p, n in f.items())
+        )
 
 
 def mean_faults(params: dict[str, float | int], capacity: int) -> dict[str, float]:
@@ -89,33 +95,47 @@ def heterogeneity() -> None:
     print("\n5. Layers unlike each other (k = 200, b = 1, mean over 5 seeds): layer j's Zipf")
     print("   exponent is 1 + a_spread * u_j, u_j uniform in [-1, 1] (clipped at 0)")
     print(f"{'':>27} {'opt-dist/opt':>12} {'llru/lru':>9} {'llru/dist':>10} {'lru-dist/lru':>12}")
-    shapes = (("Llama-MoE", {"num_experts": 16, "num_layers": 32, "top_k": 4}),
-              ("Mixtral", {"num_experts": 8, "num_layers": 32, "top_k": 2}))  # fmt: skip
+    shapes = (
+        ("Llama-MoE", {"num_experts": 16, "num_layers": 32, "top_k": 4}),
+        ("Mixtral", {"num_experts": 8, "num_layers": 32, "top_k": 2}),
+    )
     for name, shape in shapes:
         for spread in (0.0, 0.5, 1.0, 2.0, 4.0):
             f = mean_faults({**BASE, **shape, "a_spread": spread}, 200)
-            print(f"{f'{name} a_spread={spread:g}':>27} {f['opt-dist'] / f['opt']:>12.3f}"
-                  f" {f['llru'] / f['lru']:>9.3f} {f['llru'] / f['lru-dist']:>10.3f}"
-                  f" {f['lru-dist'] / f['lru']:>12.3f}")  # fmt: skip
+            print(
+                f"{f'{name} a_spread={spread:g}':>27} {f['opt-dist'] / f['opt']:>12.3f}"
+                f" {f['llru'] / f['lru']:>9.3f} {f['llru'] / f['lru-dist']:>10.3f}"
+                f" {f['lru-dist'] / f['lru']:>12.3f}"
+            )
 
 
 def grid(figures: Path | None) -> None:
     print("\n4. Over n and l (k = 0.4 n l, 1,000 tokens, seeds 0-1), via a results folder")
-    cfg = parse_sweep_config({
-        "name": "experts-n-l",
-        "workload": {"trace": "gen:zipf",
-                     "params": {"num_tokens": 1000, "a": 1.0, "b": 1.0, "r": 0.5},
-                     "vary": {"num_experts": [4, 8, 16, 32, 64], "num_layers": [8, 16, 32]}},
-        "cache": {"capacities": ["0.4nl"], "policies": ["lru", "llru", "opt-dist", "opt"]},
-        "seeds": [0, 1],
-    })  # fmt: skip
+    cfg = parse_sweep_config(
+        {
+            "name": "experts-n-l",
+            "workload": {
+                "trace": "gen:zipf",
+                "params": {"num_tokens": 1000, "a": 1.0, "b": 1.0, "r": 0.5},
+                "vary": {"num_experts": [4, 8, 16, 32, 64], "num_layers": [8, 16, 32]},
+            },
+            "cache": {"capacities": ["0.4nl"], "policies": ["lru", "llru", "opt-dist", "opt"]},
+            "seeds": [0, 1],
+        }
+    )
     with tempfile.TemporaryDirectory() as tmp:
         run_expert_sweep(cfg, tmp)
         res = load_expert_results(tmp)
-        for title, ratio in (("OPT-dist / OPT", lambda w: res.mean("fault_ratio_to_opt", **w,
-                                                                  policy="opt-dist")),
-                             ("LLRU / LRU", lambda w: res.mean("num_faults", **w, policy="llru")
-                              / res.mean("num_faults", **w, policy="lru"))):  # fmt: skip
+        for title, ratio in (
+            ("OPT-dist / OPT", lambda w: res.mean("fault_ratio_to_opt", **w, policy="opt-dist")),
+            (
+                "LLRU / LRU",
+                lambda w: (
+                    res.mean("num_faults", **w, policy="llru")
+                    / res.mean("num_faults", **w, policy="lru")
+                ),
+            ),
+        ):
             print(f"{title:>14} " + " ".join(f"{'l=' + str(x):>7}" for x in cfg.vary["num_layers"]))
             for n in cfg.vary["num_experts"]:
                 vals = [ratio({"num_experts": n, "num_layers": x}) for x in cfg.vary["num_layers"]]

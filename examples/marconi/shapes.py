@@ -42,8 +42,9 @@ def workloads() -> dict[str, Trace]:
 
 
 def hit(trace: Trace, policy: str, capacity_gb: float, model: ModelSpec = HYBRID) -> float:
-    spec = policy if not policy.startswith("marconi") or "alpha" in policy else (
-        "marconi:tune_jobs=2")  # fmt: skip
+    spec = (
+        policy if not policy.startswith("marconi") or "alpha" in policy else ("marconi:tune_jobs=2")
+    )
     res = replay_hybrid(trace, spec, HybridConfig(int(capacity_gb * GB), model))
     return float(res.metrics["token_hit_ratio"])
 
@@ -59,19 +60,31 @@ def part1(traces: dict[str, Trace]) -> None:
     print("1. Token hit ratio vs cache size (Marconi's 7B hybrid)")
     for name, trace in traces.items():
         print(f"\n  {name}: {len(trace):,} requests, {spread(trace)}")
-        print(f"  {'GB':>4} " + " ".join(f"{s:>15}" for s in SYSTEMS)
-              + f" {'x vLLM+':>8} {'vs SGLang+':>11}")  # fmt: skip
+        print(
+            f"  {'GB':>4} "
+            + " ".join(f"{s:>15}" for s in SYSTEMS)
+            + f" {'x vLLM+':>8} {'vs SGLang+':>11}"
+        )
         for gb in (5, 10, 20, 40):
             h = {s: hit(trace, s, gb) for s in SYSTEMS}
             gain = (h["marconi"] - h["sglang+"]) / h["sglang+"] if h["sglang+"] else 0.0
-            print(f"  {gb:>4} " + " ".join(f"{h[s]:15.3f}" for s in SYSTEMS)
-                  + f" {h['marconi'] / h['vllm+']:7.1f}x {gain:+10.1%}")  # fmt: skip
+            print(
+                f"  {gb:>4} "
+                + " ".join(f"{h[s]:15.3f}" for s in SYSTEMS)
+                + f" {h['marconi'] / h['vllm+']:7.1f}x {gain:+10.1%}"
+            )
 
 
 def part2(traces: dict[str, Trace]) -> None:
     print("\n2. A pure Transformer (the hybrid's 24 SSM layers as attention layers), 5 GB")
-    dense = dataclasses.replace(HYBRID, name="transformer-7b", num_attention_layers=28,
-                                num_ssm_layers=0, ssm_d_inner=0, ssm_d_state=0)  # fmt: skip
+    dense = dataclasses.replace(
+        HYBRID,
+        name="transformer-7b",
+        num_attention_layers=28,
+        num_ssm_layers=0,
+        ssm_d_inner=0,
+        ssm_d_state=0,
+    )
     for name, trace in traces.items():
         s, m = hit(trace, "sglang+", 5, dense), hit(trace, "marconi:alpha=1", 5, dense)
         print(f"  {name:24} sglang+ {s:.3f}  marconi {m:.3f}  equal: {s == m}")
@@ -83,8 +96,10 @@ def part3(trace: Trace) -> None:
         v, s = hit(trace, "vllm+", 10, model), hit(trace, "sglang+", 10, model)
         m = hit(trace, "marconi", 10, model)
         ratio = model.state_bytes_per_checkpoint / model.kv_bytes_per_token
-        print(f"  {label:18} state = KV of {ratio:6,.0f} tokens  vllm+ {v:.3f}  sglang+ {s:.3f}  "
-              f"marconi {m:.3f}  {m / v:4.1f}x vLLM+  {(m - s) / s:+.1%} vs SGLang+")  # fmt: skip
+        print(
+            f"  {label:18} state = KV of {ratio:6,.0f} tokens  vllm+ {v:.3f}  sglang+ {s:.3f}  "
+            f"marconi {m:.3f}  {m / v:4.1f}x vLLM+  {(m - s) / s:+.1%} vs SGLang+"
+        )
 
 
 def main() -> None:

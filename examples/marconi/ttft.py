@@ -22,16 +22,24 @@ def main() -> None:
     timing = make_timing(["roofline", "tpot:s=0.02"], "marconi-hybrid-7b", "h100")
     print(f"{len(trace)} requests, {int(trace.input_length.sum()):,} input tokens; {timing.spec()}")
     for gb in (5, 10):
-        config = EngineConfig(capacity_blocks=1, structure="hybrid", capacity_bytes=gb * 10**9,
-                              model="marconi-hybrid-7b")  # fmt: skip
-        print(f"\n{gb} GB  {'system':16} {'token hit':>9} {'mean TTFT':>10} {'P95 TTFT':>9} "
-              f"{'P95 QTTFT':>10} {'P95 vs SGLang+':>15}")  # fmt: skip
+        config = EngineConfig(
+            capacity_blocks=1,
+            structure="hybrid",
+            capacity_bytes=gb * 10**9,
+            model="marconi-hybrid-7b",
+        )
+        print(
+            f"\n{gb} GB  {'system':16} {'token hit':>9} {'mean TTFT':>10} {'P95 TTFT':>9} "
+            f"{'P95 QTTFT':>10} {'P95 vs SGLang+':>15}"
+        )
         rows = {s: simulate(trace, s, config, timing).metrics for s in SYSTEMS}
         base = rows["sglang+"]["p95_ttft_s"]
         for s, m in rows.items():
-            print(f"      {s:16} {m['token_hit_ratio']:9.3f} {m['mean_ttft_s'] * 1e3:8.1f}ms "
-                  f"{m['p95_ttft_s'] * 1e3:7.1f}ms {m['p95_qttft_s'] * 1e3:8.1f}ms "
-                  f"{(m['p95_ttft_s'] - base) / base:+14.1%}")  # fmt: skip
+            print(
+                f"      {s:16} {m['token_hit_ratio']:9.3f} {m['mean_ttft_s'] * 1e3:8.1f}ms "
+                f"{m['p95_ttft_s'] * 1e3:7.1f}ms {m['p95_qttft_s'] * 1e3:8.1f}ms "
+                f"{(m['p95_ttft_s'] - base) / base:+14.1%}"
+            )
 
 
 if __name__ == "__main__":

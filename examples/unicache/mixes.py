@@ -31,8 +31,10 @@ def hit_ratios(
     trace: Trace, capacity: int, block_tokens: int, policies: list[str] | None = None
 ) -> dict[str, float]:
     config = ReplayConfig(capacity_blocks=capacity, block_tokens=block_tokens)
-    return {p: float(replay(trace, p, config).metrics["token_hit_ratio"])
-            for p in policies or [*BASELINES, *OURS, "opt"]}  # fmt: skip
+    return {
+        p: float(replay(trace, p, config).metrics["token_hit_ratio"])
+        for p in policies or [*BASELINES, *OURS, "opt"]
+    }
 
 
 def table(rows: list[tuple[str, dict[str, float]]]) -> None:
@@ -62,8 +64,10 @@ def main() -> None:
             stage2 += hr["unicache"] > hr["unicache:stage2=false"]
             total += 1
         table(rows)
-    print(f"\nunicache >= every online baseline in {wins} of {total} cells; "
-          f"better than without stage 2 in {stage2} of {total}")  # fmt: skip
+    print(
+        f"\nunicache >= every online baseline in {wins} of {total} cells; "
+        f"better than without stage 2 in {stage2} of {total}"
+    )
 
     print("\n2. Block size ablation (trace #2, 10% of its distinct blocks)")
     trace = GENERATORS["mix"].fn(trace=2, num_requests=1000)

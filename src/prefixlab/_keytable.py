@@ -72,9 +72,16 @@ def kslot(ktab: Any, skey: Any, sfree: Any, counts: Any, at: int, key: int) -> i
 
 @jit()
 def sweep_slots(
-    ktab: Any, sfree: Any, counts: Any, at: int, held: Any, ist: Any, ghost_rows: Any,
-    clear_rows: Any, keep_rows: Any,
-) -> int:  # fmt: skip
+    ktab: Any,
+    sfree: Any,
+    counts: Any,
+    at: int,
+    held: Any,
+    ist: Any,
+    ghost_rows: Any,
+    clear_rows: Any,
+    keep_rows: Any,
+) -> int:
     """Free the slots of the keys nothing uses: not ``held`` (by the structure), named by
     no ghost list (rows ``ghost_rows`` of the array policy's ``ist``, -1 when absent), 0 in
     its rows ``keep_rows``. A freed slot's rows ``clear_rows`` are zeroed for its next

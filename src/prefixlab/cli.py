@@ -216,8 +216,18 @@ def replay_cmd(
 ) -> None:
     """Replay a trace through a prefix cache under each policy and compare hit ratios."""
     if structure == "hybrid":
-        _replay_hybrid_cmd(trace, fmt, load or {}, policy, model, capacity_bytes,
-                           capacity_blocks, as_json, per_request, quiet)  # fmt: skip
+        _replay_hybrid_cmd(
+            trace,
+            fmt,
+            load or {},
+            policy,
+            model,
+            capacity_bytes,
+            capacity_blocks,
+            as_json,
+            per_request,
+            quiet,
+        )
         return
 
     def config_for(bt: int) -> ReplayConfig:
@@ -237,8 +247,9 @@ def replay_cmd(
         kwargs = load or {}
         streamed = None
         if stream:
-            streamed = _replay_streamed(trace, fmt, kwargs, policy, block_tokens, config_for,
-                                        quiet, per_request)  # fmt: skip
+            streamed = _replay_streamed(
+                trace, fmt, kwargs, policy, block_tokens, config_for, quiet, per_request
+            )
         if streamed is not None:
             results, seen, written = streamed
             about = (seen.name, seen.num_requests, seen.num_input_tokens)
@@ -315,8 +326,9 @@ def _replay_streamed(
             written = [] if files is None else files.close()
         except NotStreamable:
             return None
-    note = capped_message(seen.num_capped, seen.num_requests, seen.block_tokens,
-                          config.min_recompute_tokens)  # fmt: skip
+    note = capped_message(
+        seen.num_capped, seen.num_requests, seen.block_tokens, config.min_recompute_tokens
+    )
     if note:
         warn(note)
     return results, seen, written
@@ -348,12 +360,15 @@ def _print_replay(
 def _hybrid_table(rows: list[dict[str, Any]]) -> Table:
     gb = rows[0]["capacity_bytes"] / 1e9
     table = FitTable(title=f"hybrid cache replay ({rows[0]['model']}, {gb:,.1f} GB)")
-    cols = [("policy", "policy", "{}"), ("token_hit_ratio", "token hit", "{:.4f}"),
-            ("request_hit_ratio", "request hit", "{:.4f}"),
-            ("flops_saved_ratio", "FLOPs saved", "{:.1%}"),
-            ("num_checkpoints_written", "states written", "{:,}"),
-            ("num_evicted_nodes", "evictions", "{:,}"),
-            ("elapsed_s", "time (s)", "{:.2f}")]  # fmt: skip
+    cols = [
+        ("policy", "policy", "{}"),
+        ("token_hit_ratio", "token hit", "{:.4f}"),
+        ("request_hit_ratio", "request hit", "{:.4f}"),
+        ("flops_saved_ratio", "FLOPs saved", "{:.1%}"),
+        ("num_checkpoints_written", "states written", "{:,}"),
+        ("num_evicted_nodes", "evictions", "{:,}"),
+        ("elapsed_s", "time (s)", "{:.2f}"),
+    ]
     for _, title, _ in cols:
         table.add_column(title, justify="left" if title == "policy" else "right")
     for row in rows:
@@ -391,8 +406,11 @@ def _replay_hybrid_cmd(
         fail(str(exc))
         return
     rows = [r.as_dict() for r in results]
-    notes = [f"{r['policy']}: alpha tuned to {r['alpha']:g} (after request "
-             f"{r['alpha_history'][0][0]})" for r in rows if "alpha_history" in r]  # fmt: skip
+    notes = [
+        f"{r['policy']}: alpha tuned to {r['alpha']:g} (after request {r['alpha_history'][0][0]})"
+        for r in rows
+        if "alpha_history" in r
+    ]
     about = (tr.name, len(tr), int(tr.input_length.sum()))
     _print_replay(rows, as_json, _hybrid_table, notes, about, written)
 

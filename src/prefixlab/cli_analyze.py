@@ -41,16 +41,31 @@ def _num(value: float | None, fmt: str = "{:.3f}") -> str:
 
 def _attribution_table(a: ReuseAnalysis) -> Table:
     table = FitTable(title="reuses by where the reused block came from (most recent holder)")
-    for col in ("task", "lookup blocks", "reuses", "reused", "intra session", "inter session",
-                "intra task", "inter task"):  # fmt: skip
+    for col in (
+        "task",
+        "lookup blocks",
+        "reuses",
+        "reused",
+        "intra session",
+        "inter session",
+        "intra task",
+        "inter task",
+    ):
         table.add_column(col, justify="left" if col == "task" else "right")
     for task in a.groups():
         at = a.attribution[task]
         d = at.as_dict()
-        table.add_row(task, f"{at.num_lookup_blocks:,}", f"{at.num_reuses:,}",
-                      _pct(d["reuse_share_of_lookups"]), _pct(d["intra_session_share"]),
-                      _pct(d["inter_session_share"]), _pct(d["intra_task_share"]),
-                      _pct(d["inter_task_share"]), end_section=task == ALL)  # fmt: skip
+        table.add_row(
+            task,
+            f"{at.num_lookup_blocks:,}",
+            f"{at.num_reuses:,}",
+            _pct(d["reuse_share_of_lookups"]),
+            _pct(d["intra_session_share"]),
+            _pct(d["inter_session_share"]),
+            _pct(d["intra_task_share"]),
+            _pct(d["inter_task_share"]),
+            end_section=task == ALL,
+        )
     return table
 
 
@@ -60,9 +75,14 @@ def _phase_table(a: ReuseAnalysis) -> Table:
         table.add_column(col, justify="left" if col == "task" else "right")
     for task in a.groups():
         p = a.phase[task]
-        table.add_row(task, f"{p.num_prefill_stored:,}", _pct(p.prefill_reuse_fraction),
-                      f"{p.num_decode_stored:,}", _pct(p.decode_reuse_fraction),
-                      end_section=task == ALL)  # fmt: skip
+        table.add_row(
+            task,
+            f"{p.num_prefill_stored:,}",
+            _pct(p.prefill_reuse_fraction),
+            f"{p.num_decode_stored:,}",
+            _pct(p.decode_reuse_fraction),
+            end_section=task == ALL,
+        )
     return table
 
 
@@ -81,20 +101,40 @@ def _position_table(a: ReuseAnalysis) -> Table:
 
 def _gaps_table(a: ReuseAnalysis) -> Table:
     table = FitTable(title="inter-turn gaps (arrival to arrival) and their log-normal fit")
-    for col in ("task", "gaps", "zero", "mu", "sigma", "median (s)", "p90 (s)",
-                "fit median (s)", "fit p90 (s)", "KS"):  # fmt: skip
+    for col in (
+        "task",
+        "gaps",
+        "zero",
+        "mu",
+        "sigma",
+        "median (s)",
+        "p90 (s)",
+        "fit median (s)",
+        "fit p90 (s)",
+        "KS",
+    ):
         table.add_column(col, justify="left" if col == "task" else "right")
     for task, g in a.gaps.items():
-        table.add_row(task, f"{g.num_gaps:,}", f"{g.num_zero_gaps:,}", _num(g.mu),
-                      _num(g.sigma), _num(g.median_s, "{:,.2f}"), _num(g.p90_s, "{:,.2f}"),
-                      _num(g.fit_median_s, "{:,.2f}"), _num(g.fit_p90_s, "{:,.2f}"),
-                      _num(g.ks_distance))  # fmt: skip
+        table.add_row(
+            task,
+            f"{g.num_gaps:,}",
+            f"{g.num_zero_gaps:,}",
+            _num(g.mu),
+            _num(g.sigma),
+            _num(g.median_s, "{:,.2f}"),
+            _num(g.p90_s, "{:,.2f}"),
+            _num(g.fit_median_s, "{:,.2f}"),
+            _num(g.fit_p90_s, "{:,.2f}"),
+            _num(g.ks_distance),
+        )
     return table
 
 
 def _print_tables(a: ReuseAnalysis, out: Console) -> None:
-    out.print(f"trace: {a.name} ({a.num_requests:,} requests, {a.num_sessions:,} sessions, "
-              f"{a.form} form, {a.block_tokens}-token blocks)")  # fmt: skip
+    out.print(
+        f"trace: {a.name} ({a.num_requests:,} requests, {a.num_sessions:,} sessions, "
+        f"{a.form} form, {a.block_tokens}-token blocks)"
+    )
     out.print(_attribution_table(a))
     if not a.num_sessions:
         out.print("no request has a session: every reuse counts as inter-session")

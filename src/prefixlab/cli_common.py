@@ -140,9 +140,14 @@ def progress_bar(what: str, quiet: bool = False) -> Iterator[Advance | None]:
         yield None
         return
     bar = Progress(
-        TextColumn(f"[bold]{escape(what)}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), TextColumn("{task.description}"), console=err, transient=True,
-    )  # fmt: skip
+        TextColumn(f"[bold]{escape(what)}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=err,
+        transient=True,
+    )
     task = bar.add_task("", total=None)
 
     def advance(done: int, total: int | None, description: str = "") -> None:
@@ -215,10 +220,11 @@ def parse_size(text: str) -> int:
 CapacityBytesOpt = Annotated[
     int | None,
     typer.Option(
-        parser=parse_size, metavar="SIZE",
+        parser=parse_size,
+        metavar="SIZE",
         help="Cache capacity in bytes, or with a unit: 8GB, 8GiB (needs --model).",
     ),
-]  # fmt: skip
+]
 SampleOpt = Annotated[
     float | None, typer.Option(help="Keep this fraction of sessions (whole sessions, seeded).")
 ]

@@ -39,9 +39,17 @@ from prefixlab.runner.replay import capped_warning
 
 #: the fields ``--json`` adds to the replay fields (the issue's contract), in order
 LATENCY_FIELDS = (
-    "mean_ttft_s", "mean_qttft_s", "p50_ttft_s", "p95_ttft_s", "p99_ttft_s", "p50_qttft_s",
-    "p95_qttft_s", "mean_tpot_s", "throughput_tokens_per_s", "makespan_s",
-)  # fmt: skip
+    "mean_ttft_s",
+    "mean_qttft_s",
+    "p50_ttft_s",
+    "p95_ttft_s",
+    "p99_ttft_s",
+    "p50_qttft_s",
+    "p95_qttft_s",
+    "mean_tpot_s",
+    "throughput_tokens_per_s",
+    "makespan_s",
+)
 
 
 @with_loader_options
@@ -224,9 +232,15 @@ def fit_timing_cmd(
         fail(str(exc))
         return
     result = {
-        "a": fit.a, "b": fit.b, "c": fit.c, "r2": fit.r2, "r2_log": fit.r2_log,
-        "num_points": fit.num_points, "b_fixed": fit.b_fixed, "spec": fit.spec(),
-    }  # fmt: skip
+        "a": fit.a,
+        "b": fit.b,
+        "c": fit.c,
+        "r2": fit.r2,
+        "r2_log": fit.r2_log,
+        "num_points": fit.num_points,
+        "b_fixed": fit.b_fixed,
+        "spec": fit.spec(),
+    }
     if as_json:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
         return

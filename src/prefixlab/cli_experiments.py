@@ -85,8 +85,15 @@ def _execute(
     folder = out if out is not None else Path("results") / cfg.name
     try:
         with resumable(folder), cell_progress(quiet) as progress:
-            summary = run_sweep(cfg, folder, jobs=jobs, backend=backend, address=address,
-                                detail=detail, progress=progress)  # fmt: skip
+            summary = run_sweep(
+                cfg,
+                folder,
+                jobs=jobs,
+                backend=backend,
+                address=address,
+                detail=detail,
+                progress=progress,
+            )
         report_path = _report(folder) if report else None
     except PrefixlabError as exc:
         fail(_flag_names(str(exc)) if flags else str(exc))
@@ -130,8 +137,14 @@ def _sd(values: list[float]) -> float:
 
 
 #: columns the summary averages over seeds (and gives the spread of, ``_sd``)
-SUMMARY_MEANS = ("token_hit_ratio", "request_hit_ratio", "flops_saved_ratio", "mean_ttft_s",
-                 "p95_ttft_s", "mean_qttft_s")  # fmt: skip
+SUMMARY_MEANS = (
+    "token_hit_ratio",
+    "request_hit_ratio",
+    "flops_saved_ratio",
+    "mean_ttft_s",
+    "p95_ttft_s",
+    "mean_qttft_s",
+)
 
 
 def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -176,8 +189,11 @@ def _summary_columns(rows: list[dict[str, Any]]) -> list[tuple[str, str, Callabl
     if any(not math.isnan(r["flops_saved_ratio"]) for r in rows):
         cols.append(("flops_saved_ratio", "FLOPs saved", "{:.1%}".format))
     if any(r["runner"] == "engine" for r in rows):
-        cols += [("mean_ttft_s", "TTFT mean s", secs), ("p95_ttft_s", "TTFT P95 s", secs),
-                 ("mean_qttft_s", "QTTFT mean s", secs)]  # fmt: skip
+        cols += [
+            ("mean_ttft_s", "TTFT mean s", secs),
+            ("p95_ttft_s", "TTFT P95 s", secs),
+            ("mean_qttft_s", "QTTFT mean s", secs),
+        ]
     return cols
 
 
@@ -226,8 +242,16 @@ def sweep_cmd(
     except PrefixlabError as exc:
         fail(str(exc))
         return
-    _execute(cfg, out, jobs=jobs, backend=backend, address=address, detail=detail,
-             quiet=quiet, report=report)  # fmt: skip
+    _execute(
+        cfg,
+        out,
+        jobs=jobs,
+        backend=backend,
+        address=address,
+        detail=detail,
+        quiet=quiet,
+        report=report,
+    )
 
 
 _INT = re.compile(r"^\d+$")
@@ -284,16 +308,30 @@ def compare_cmd(
     except PrefixlabError as exc:
         fail(_flag_names(str(exc)))
         return
-    _execute(cfg, out, jobs=jobs, backend="local", address=None, detail=detail,
-             quiet=quiet, report=report, flags=True)  # fmt: skip
+    _execute(
+        cfg,
+        out,
+        jobs=jobs,
+        backend="local",
+        address=None,
+        detail=detail,
+        quiet=quiet,
+        report=report,
+        flags=True,
+    )
 
 
 def _flag_names(message: str) -> str:
     """Config key names in a compare error read as the flags the user typed."""
-    for key, flag in (("cache.capacities", "--capacity"), ("runner.kind", "--runner"),
-                      ("cache.structure", "--structure"), ("policies", "--policy"),
-                      ("model.timing", "--timing"), ("model.name", "--model"),
-                      ("model.gpu", "--gpu")):  # fmt: skip
+    for key, flag in (
+        ("cache.capacities", "--capacity"),
+        ("runner.kind", "--runner"),
+        ("cache.structure", "--structure"),
+        ("policies", "--policy"),
+        ("model.timing", "--timing"),
+        ("model.name", "--model"),
+        ("model.gpu", "--gpu"),
+    ):
         message = message.replace(key, flag)
     return message
 
@@ -318,8 +356,9 @@ def demo_cmd(
             f"{len(cfg.policies)} policies x {len(cfg.cache.capacities)} capacities on the "
             f"engine runner, {jobs} jobs"
         )
-    _execute(cfg, out, jobs=jobs, backend="local", address=None, detail=False,
-             quiet=quiet, report=True)  # fmt: skip
+    _execute(
+        cfg, out, jobs=jobs, backend="local", address=None, detail=False, quiet=quiet, report=True
+    )
 
 
 # ------------------------------------------------------------------ results
@@ -346,11 +385,14 @@ def results_list_cmd(
     for path in found:
         rows = read_table(path).to_pylist()
         table.add_row(
-            str(path), rows[0]["experiment"], rows[0]["runner"], f"{len(rows):,}",
+            str(path),
+            rows[0]["experiment"],
+            rows[0]["runner"],
+            f"{len(rows):,}",
             ", ".join(dict.fromkeys(r["policy"] for r in rows)),
             ", ".join(dict.fromkeys(str(r["capacity"]) for r in rows)),
             str(len({r["seed"] for r in rows})),
-        )  # fmt: skip
+        )
     console().print(table)
 
 
@@ -414,12 +456,30 @@ def results_show_cmd(
 
 def _default_columns(table: str, names: list[str]) -> list[str]:
     wanted = {
-        "results": ["variant", "capacity", "capacity_blocks", "policy", "seed", "token_hit_ratio",
-                    "request_hit_ratio", "flops_saved_ratio", "mean_ttft_s", "p95_ttft_s"],
-        "breakdown": ["capacity", "policy", "seed", "dimension", "group", "num_requests",
-                      "token_hit_ratio", "p95_ttft_s"],
+        "results": [
+            "variant",
+            "capacity",
+            "capacity_blocks",
+            "policy",
+            "seed",
+            "token_hit_ratio",
+            "request_hit_ratio",
+            "flops_saved_ratio",
+            "mean_ttft_s",
+            "p95_ttft_s",
+        ],
+        "breakdown": [
+            "capacity",
+            "policy",
+            "seed",
+            "dimension",
+            "group",
+            "num_requests",
+            "token_hit_ratio",
+            "p95_ttft_s",
+        ],
         "cdf": ["capacity", "policy", "seed", "quantile", "ttft_s", "qttft_s"],
-    }.get(table, names[:10])  # fmt: skip
+    }.get(table, names[:10])
     return [c for c in wanted if c in names]
 
 

@@ -72,8 +72,9 @@ def _print_summary(trace: Any, path: Path | str) -> None:
     table.add_column("field")
     table.add_column("value", justify="right")
     for k, v in s.items():
-        table.add_row(k, f"{v:,.4g}" if isinstance(v, float) else f"{v:,}" if isinstance(
-            v, int) else str(v))  # fmt: skip
+        table.add_row(
+            k, f"{v:,.4g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v)
+        )
     console().print(table)
 
 
@@ -124,12 +125,18 @@ def simulate_cmd(
                 if advance is not None:
                     advance(i, len(caps), f"k={k}")
                 rows += sweep_capacities(tr, [k], policies, seed=seed)
-        skipped = [(p, k) for _, k in caps for p in policies
-                   if not any(r["spec"] == p and r["capacity"] == k for r in rows)]  # fmt: skip
+        skipped = [
+            (p, k)
+            for _, k in caps
+            for p in policies
+            if not any(r["spec"] == p and r["capacity"] == k for r in rows)
+        ]
         if not rows:
             p, k = skipped[0]
-            raise PrefixlabError(f"{p} needs a capacity of at least num_layers="
-                                 f"{tr.num_layers} (one page per layer), got {k}")  # fmt: skip
+            raise PrefixlabError(
+                f"{p} needs a capacity of at least num_layers="
+                f"{tr.num_layers} (one page per layer), got {k}"
+            )
     except (PrefixlabError, OSError) as exc:
         fail(str(exc))
         return
@@ -138,20 +145,34 @@ def simulate_cmd(
         sizes = sorted({k for _, k in skipped})
         where = f"capacity {sizes[0]}" if len(sizes) == 1 else f"capacities {sizes[0]}-{sizes[-1]}"
         warn(f"{names} left out at {where}: they need at least num_layers={tr.num_layers}")
-    keys = ["policy", "capacity", "num_requests", "num_faults", "num_first_use_faults",
-            "fault_rate", "fault_ratio_to_opt"]  # fmt: skip
+    keys = [
+        "policy",
+        "capacity",
+        "num_requests",
+        "num_faults",
+        "num_first_use_faults",
+        "fault_rate",
+        "fault_ratio_to_opt",
+    ]
     if as_json:
         for r in rows:
             print(json.dumps({k: r[k] for k in keys}))
         return
-    table = FitTable(title=f"expert cache: {tr.num_layers} layers x {tr.num_experts} experts, "
-                        f"{tr.num_requests:,} requests")  # fmt: skip
+    table = FitTable(
+        title=f"expert cache: {tr.num_layers} layers x {tr.num_experts} experts, "
+        f"{tr.num_requests:,} requests"
+    )
     for h in ("policy", "k", "faults", "first-use", "fault rate", "faults / OPT"):
         table.add_column(h, justify="left" if h == "policy" else "right")
     for r in rows:
-        table.add_row(r["policy"], f"{r['capacity']:,}", f"{r['num_faults']:,}",
-                      f"{r['num_first_use_faults']:,}", f"{r['fault_rate']:.4f}",
-                      f"{r['fault_ratio_to_opt']:.3f}")  # fmt: skip
+        table.add_row(
+            r["policy"],
+            f"{r['capacity']:,}",
+            f"{r['num_faults']:,}",
+            f"{r['num_first_use_faults']:,}",
+            f"{r['fault_rate']:.4f}",
+            f"{r['fault_ratio_to_opt']:.3f}",
+        )
     console().print(table)
 
 
@@ -198,8 +219,12 @@ def sweep_cmd(
     console().print(table)
     ran, skipped = len(summary.ran), len(summary.skipped)
     tail = f"; report: {page}" if page is not None else ""
-    console().print(f"{ran} cells run, {skipped} reused, results: {folder}{tail}",
-                    markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+    console().print(
+        f"{ran} cells run, {skipped} reused, results: {folder}{tail}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def policies_cmd() -> None:

@@ -40,14 +40,24 @@ def record_cmd(
     from prefixlab.experts.record import record_file
 
     try:
-        s = record_file(model, prompts, out, tokenizer=tokenizer, top_k=top_k,
-                        max_new_tokens=max_new_tokens, batch_size=batch_size, dtype=dtype,
-                        device=device)  # fmt: skip
+        s = record_file(
+            model,
+            prompts,
+            out,
+            tokenizer=tokenizer,
+            top_k=top_k,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            dtype=dtype,
+            device=device,
+        )
     except (PrefixlabError, OSError) as exc:
         fail(str(exc))
         return
     console().print(
         f"{out}: {s.num_prompts} prompts, {s.num_tokens:,} tokens, {s.num_layers} MoE layers x "
         f"{s.num_experts} experts, top-{s.top_k}, {s.num_rows:,} routing lines",
-        markup=False, highlight=False, soft_wrap=True,
-    )  # fmt: skip
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )

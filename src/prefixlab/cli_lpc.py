@@ -46,8 +46,14 @@ def train_cmd(
     """Train the continuation predictor on half of the conversations; report the other half."""
     try:
         tr = load_shown(trace, fmt, load or {})
-        cfg = TrainConfig(embedder=embedder, epochs=epochs, seed=seed, history=history,
-                          token_budget=token_budget, replies=replies)  # fmt: skip
+        cfg = TrainConfig(
+            embedder=embedder,
+            epochs=epochs,
+            seed=seed,
+            history=history,
+            token_budget=token_budget,
+            replies=replies,
+        )
         pred, mask = train(tr, cfg, embed_cache)
         path = pred.save(out)
         ev = evaluate(pred, tr, mask, embed_cache=embed_cache)
@@ -58,8 +64,9 @@ def train_cmd(
     if as_json:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
         return
-    console().print(f"model: {path} (best epoch {result['best_epoch']})\n"
-                    f"held-out conversations: {ev.summary()}")  # fmt: skip
+    console().print(
+        f"model: {path} (best epoch {result['best_epoch']})\nheld-out conversations: {ev.summary()}"
+    )
 
 
 @with_loader_options

@@ -29,8 +29,10 @@ def reproduce_cmd(
     """Rerun a paper's table or figure with its setup; write ours beside the paper's."""
     known = reproductions()
     if name is None:
-        rows = [{"name": n, "paper": c.paper, "target": c.target, "title": c.title}
-                for n, c in known.items()]  # fmt: skip
+        rows = [
+            {"name": n, "paper": c.paper, "target": c.target, "title": c.title}
+            for n, c in known.items()
+        ]
         if as_json:
             sys.stdout.write(json.dumps(rows, indent=2) + "\n")
             return
@@ -52,10 +54,16 @@ def reproduce_cmd(
         fail(str(exc))
         return
     if as_json:
-        doc = {"name": name, "scale": sc, "table": outcome.table,
-               "claims": [c.__dict__ if hasattr(c, "__dict__") else {
-                   f: getattr(c, f) for f in c.__slots__} for c in outcome.claims],
-               "files": [str(p) for p in written]}  # fmt: skip
+        doc = {
+            "name": name,
+            "scale": sc,
+            "table": outcome.table,
+            "claims": [
+                c.__dict__ if hasattr(c, "__dict__") else {f: getattr(c, f) for f in c.__slots__}
+                for c in outcome.claims
+            ],
+            "files": [str(p) for p in written],
+        }
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
         return
     cons = console()

@@ -24,9 +24,16 @@ NEVER = 2**63 - 1
 def run_one(ids: list[int], policy: str, capacity: int) -> list[int]:
     import libcachesim as lcs
 
-    cls = {"lru": lcs.LRU, "fifo": lcs.FIFO, "lfu": lcs.LFU, "arc": lcs.ARC,
-           "sieve": lcs.Sieve, "s3fifo": lcs.S3FIFO, "lecar": lcs.LeCaR,
-           "opt": lcs.Belady}[policy]  # fmt: skip
+    cls = {
+        "lru": lcs.LRU,
+        "fifo": lcs.FIFO,
+        "lfu": lcs.LFU,
+        "arc": lcs.ARC,
+        "sieve": lcs.Sieve,
+        "s3fifo": lcs.S3FIFO,
+        "lecar": lcs.LeCaR,
+        "opt": lcs.Belady,
+    }[policy]
     cache = cls(capacity)
     req = lcs.Request(obj_size=1, clock_time=0)
     nxt = [NEVER] * len(ids)
@@ -51,8 +58,12 @@ def main(argv: list[str]) -> int:
     path, policies, capacities = argv[1], argv[2].split(","), argv[3].split(",")
     for policy in policies:
         for cap in capacities:
-            out = subprocess.run([sys.executable, __file__, "--one", path, policy, cap],
-                                 capture_output=True, text=True, check=True)  # fmt: skip
+            out = subprocess.run(
+                [sys.executable, __file__, "--one", path, policy, cap],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             hits = json.loads(out.stdout)
             print(json.dumps({"policy": policy, "capacity": int(cap), "hits": hits}))
     return 0

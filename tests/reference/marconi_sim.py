@@ -53,15 +53,22 @@ def replay(
     """Hit tokens per request, and the alphas the tree used (tuned: 0, then the tuned one)."""
     hybrid, vllm = _modules(path)
     if policy == "vllm+":
-        tree = vllm.RadixCache(capacity_bytes=float(capacity_bytes), use_logical_ts=True,  # type: ignore[attr-defined]
-                               block_size=32, **MODEL)  # fmt: skip
+        tree = vllm.RadixCache(
+            capacity_bytes=float(capacity_bytes),
+            use_logical_ts=True,  # type: ignore[attr-defined]
+            block_size=32,
+            **MODEL,
+        )
     else:
         version = 1 if policy == "sglang+" else (2 if alpha is None else 3)
         tree = hybrid.RadixCache(  # type: ignore[attr-defined]
-            capacity_bytes=float(capacity_bytes), evict_policy_version=version,
-            eff_weight=0.0 if alpha is None else alpha, use_logical_ts=True,
-            bootstrap_multiplier=bootstrap_multiplier, **MODEL,
-        )  # fmt: skip
+            capacity_bytes=float(capacity_bytes),
+            evict_policy_version=version,
+            eff_weight=0.0 if alpha is None else alpha,
+            use_logical_ts=True,
+            bootstrap_multiplier=bootstrap_multiplier,
+            **MODEL,
+        )
     hits: list[int] = []
     alphas: list[float] = []
     devnull = open(os.devnull, "w")  # noqa: SIM115  (its tuner prints)

@@ -22,16 +22,22 @@ import sys
 from pathlib import Path
 
 EDITS = [
-    ("radix_cache_hybrid.py",
-     "(get_mlp_flops(seqlen_total, self.d) - get_attn_flops(seqlen_parent, self.d))",
-     "(get_mlp_flops(seqlen_total, self.d) - get_mlp_flops(seqlen_parent, self.d))"),
-    ("radix_cache_hybrid.py",
-     "get_kvs_size(len(node.value), self.d)",
-     "get_kvs_size(len(node_to_evict.value), self.d)"),
-    ("config_tuner.py",
-     "max(results, key=lambda k: results[k][2])",
-     "max(sorted(results), key=lambda k: results[k][2])"),
-]  # fmt: skip
+    (
+        "radix_cache_hybrid.py",
+        "(get_mlp_flops(seqlen_total, self.d) - get_attn_flops(seqlen_parent, self.d))",
+        "(get_mlp_flops(seqlen_total, self.d) - get_mlp_flops(seqlen_parent, self.d))",
+    ),
+    (
+        "radix_cache_hybrid.py",
+        "get_kvs_size(len(node.value), self.d)",
+        "get_kvs_size(len(node_to_evict.value), self.d)",
+    ),
+    (
+        "config_tuner.py",
+        "max(results, key=lambda k: results[k][2])",
+        "max(sorted(results), key=lambda k: results[k][2])",
+    ),
+]
 
 
 def patch(root: Path) -> list[str]:

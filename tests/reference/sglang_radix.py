@@ -47,11 +47,16 @@ def replay(reqs: list[tuple[list[int], list[int]]], page: int, capacity_pages: i
     if page == 1:
         alloc = TokenToKVPoolAllocator(slots, torch.int64, "cpu", None, need_sort=False)
     else:
-        alloc = PagedTokenToKVPoolAllocator(slots, page, torch.int64, "cpu", None,
-                                            need_sort=False)  # fmt: skip
-    tree = RadixCache(CacheInitParams(disable=False, req_to_token_pool=None,
-                                      token_to_kv_pool_allocator=alloc, page_size=page,
-                                      eviction_policy="lru"))  # fmt: skip
+        alloc = PagedTokenToKVPoolAllocator(slots, page, torch.int64, "cpu", None, need_sort=False)
+    tree = RadixCache(
+        CacheInitParams(
+            disable=False,
+            req_to_token_pool=None,
+            token_to_kv_pool_allocator=alloc,
+            page_size=page,
+            eviction_policy="lru",
+        )
+    )
     hits = []
     for inp, out in reqs:
         key = RadixKey(array("q", inp), limit=max(len(inp) - 1, 0))
@@ -70,8 +75,13 @@ def replay(reqs: list[tuple[list[int], list[int]]], page: int, capacity_pages: i
         stored = (min(len(full), hit + got) // page) * page
         kept = hit
         if stored > 0:
-            res = tree.insert(InsertParams(key=RadixKey(array("q", full[:stored])),
-                                           value=values[:stored], prev_prefix_len=hit))  # fmt: skip
+            res = tree.insert(
+                InsertParams(
+                    key=RadixKey(array("q", full[:stored])),
+                    value=values[:stored],
+                    prev_prefix_len=hit,
+                )
+            )
             kept = res.prefix_len
             if kept > hit:  # already in the tree: the request's copies are duplicates
                 alloc.free(values[hit:kept])

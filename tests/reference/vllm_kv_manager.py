@@ -55,18 +55,30 @@ def replay(
     from vllm.v1.request import Request
 
     spec = FullAttentionSpec(block_size=block, num_kv_heads=1, head_size=1, dtype=torch.float32)
-    cfg = KVCacheConfig(num_blocks=capacity + 1, kv_cache_tensors=[],
-                        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])  # fmt: skip
+    cfg = KVCacheConfig(
+        num_blocks=capacity + 1,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
+    )
     longest = max(len(p) + n for p, _, n in reqs) + block
-    mgr = KVCacheManager(cfg, max_model_len=longest, scheduler_block_size=block,
-                         hash_block_size=block, enable_caching=True)  # fmt: skip
+    mgr = KVCacheManager(
+        cfg,
+        max_model_len=longest,
+        scheduler_block_size=block,
+        hash_block_size=block,
+        enable_caching=True,
+    )
     init_none_hash(hashing.sha256)
     hasher = get_request_block_hasher(block, hashing.sha256)
     hits = []
     for i, (prompt, out, n_out) in enumerate(reqs):
-        req = Request(request_id=str(i), prompt_token_ids=prompt,
-                      sampling_params=SamplingParams(max_tokens=max(1, n_out)),
-                      pooling_params=None, block_hasher=hasher)  # fmt: skip
+        req = Request(
+            request_id=str(i),
+            prompt_token_ids=prompt,
+            sampling_params=SamplingParams(max_tokens=max(1, n_out)),
+            pooling_params=None,
+            block_hasher=hasher,
+        )
         blocks, hit, _ = mgr.get_computed_blocks(req)
         hits.append(int(hit))
         ahead = n_out if out is None else 0

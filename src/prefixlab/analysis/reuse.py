@@ -68,8 +68,17 @@ B = npt.NDArray[np.bool_]
 ALL = "(all)"
 #: (first, last) block position of each bin, last None = open
 POSITION_BINS: tuple[tuple[int, int | None], ...] = (
-    (0, 0), (1, 1), (2, 2), (3, 3), (4, 7), (8, 15), (16, 31), (32, 63), (64, 127), (128, None),
-)  # fmt: skip
+    (0, 0),
+    (1, 1),
+    (2, 2),
+    (3, 3),
+    (4, 7),
+    (8, 15),
+    (16, 31),
+    (32, 63),
+    (64, 127),
+    (128, None),
+)
 POSITION_LABELS = tuple(
     str(lo) if hi == lo else f"{lo}+" if hi is None else f"{lo}-{hi}" for lo, hi in POSITION_BINS
 )

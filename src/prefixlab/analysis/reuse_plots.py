@@ -35,8 +35,9 @@ def _color(i: int) -> str:
 def _figure(num_panels: int, dpi: int, height_in: float = 3.4) -> tuple[Figure, list[Axes]]:
     ncols = min(num_panels, 3)
     nrows = math.ceil(num_panels / ncols)
-    fig = Figure(figsize=(max(6.0, 3.6 * ncols), height_in * nrows + 0.6), dpi=dpi,
-                 layout="constrained")  # fmt: skip
+    fig = Figure(
+        figsize=(max(6.0, 3.6 * ncols), height_in * nrows + 0.6), dpi=dpi, layout="constrained"
+    )
     grid = fig.subplots(nrows, ncols, squeeze=False)
     axes = [ax for row in grid for ax in row]
     for ax in axes[num_panels:]:
@@ -59,8 +60,12 @@ def _ratio_axis(ax: Axes) -> None:
 
 def _group_ticks(ax: Axes, groups: Sequence[str]) -> None:
     slanted = len(groups) * max(map(len, groups)) > 48  # labels would touch
-    ax.set_xticks(np.arange(len(groups)), list(groups), rotation=30 if slanted else 0,
-                  ha="right" if slanted else "center")  # fmt: skip
+    ax.set_xticks(
+        np.arange(len(groups)),
+        list(groups),
+        rotation=30 if slanted else 0,
+        ha="right" if slanted else "center",
+    )
 
 
 def _title(a: ReuseAnalysis, what: str) -> str:
@@ -90,8 +95,12 @@ def sessions_figure(a: ReuseAnalysis, dpi: int = DPI) -> FigureSpec:
         _stacked_shares(right, groups, [r.num_intra_task / r.num_reuses for r in rows], "task")
     fig.legend(fontsize="small", loc="outside right upper", frameon=False)
     caption = "Each reuse is attributed to the most recent earlier request holding the block."
-    return FigureSpec("reuse_sessions", "Reuse by session and task", caption,
-                      _png(fig, _title(a, "who reuses blocks"), dpi))  # fmt: skip
+    return FigureSpec(
+        "reuse_sessions",
+        "Reuse by session and task",
+        caption,
+        _png(fig, _title(a, "who reuses blocks"), dpi),
+    )
 
 
 def phase_figure(a: ReuseAnalysis, dpi: int = DPI) -> FigureSpec:
@@ -99,24 +108,37 @@ def phase_figure(a: ReuseAnalysis, dpi: int = DPI) -> FigureSpec:
     groups = a.groups()
     fig, (ax,) = _figure(1, dpi)
     x = np.arange(len(groups), dtype=np.float64)
-    for j, (label, values) in enumerate((
-        ("prefill blocks", [a.phase[g].prefill_reuse_fraction for g in groups]),
-        ("decode blocks", [a.phase[g].decode_reuse_fraction for g in groups]),
-    )):  # fmt: skip
+    for j, (label, values) in enumerate(
+        (
+            ("prefill blocks", [a.phase[g].prefill_reuse_fraction for g in groups]),
+            ("decode blocks", [a.phase[g].decode_reuse_fraction for g in groups]),
+        )
+    ):
         ys = [math.nan if v is None else v for v in values]
         xs = x + (j - 0.5) * 0.38
         ax.bar(xs, ys, 0.38, color=_color(j), label=label)
         for xi, y in zip(xs, ys, strict=True):
             if not math.isnan(y):  # a 0 % bar is otherwise invisible
-                ax.annotate(f"{y:.0%}", (xi, y), ha="center", va="bottom", xytext=(0, 1),
-                            textcoords="offset points", fontsize="x-small")  # fmt: skip
+                ax.annotate(
+                    f"{y:.0%}",
+                    (xi, y),
+                    ha="center",
+                    va="bottom",
+                    xytext=(0, 1),
+                    textcoords="offset points",
+                    fontsize="x-small",
+                )
     _group_ticks(ax, groups)
     _ratio_axis(ax)
     ax.set_ylabel("fraction reused later")
     fig.legend(fontsize="small", loc="outside right upper", frameon=False)
     caption = "Of the blocks each request stores, the share a later request looks up."
-    return FigureSpec("reuse_phase", "Prefill vs decode block reuse", caption,
-                      _png(fig, _title(a, "prefill vs decode reuse"), dpi))  # fmt: skip
+    return FigureSpec(
+        "reuse_phase",
+        "Prefill vs decode block reuse",
+        caption,
+        _png(fig, _title(a, "prefill vs decode reuse"), dpi),
+    )
 
 
 def position_figure(a: ReuseAnalysis, dpi: int = DPI) -> FigureSpec:
@@ -141,8 +163,12 @@ def position_figure(a: ReuseAnalysis, dpi: int = DPI) -> FigureSpec:
         "Share of stored prefill blocks at each position that a later request looks up; "
         f"bins with fewer than {MIN_PLOTTED_BLOCKS} blocks are not drawn."
     )
-    return FigureSpec("reuse_position", "Reuse probability by position", caption,
-                      _png(fig, _title(a, "reuse probability by position"), dpi))  # fmt: skip
+    return FigureSpec(
+        "reuse_position",
+        "Reuse probability by position",
+        caption,
+        _png(fig, _title(a, "reuse probability by position"), dpi),
+    )
 
 
 def gaps_figure(a: ReuseAnalysis, dpi: int = DPI) -> FigureSpec | None:
@@ -156,8 +182,9 @@ def gaps_figure(a: ReuseAnalysis, dpi: int = DPI) -> FigureSpec | None:
         n = g.gaps_s.shape[0]
         ax.step(g.gaps_s, np.arange(1, n + 1) / n, where="post", color=_color(0), label="empirical")
         grid = np.geomspace(g.gaps_s[0], g.gaps_s[-1], 200)
-        ax.plot(grid, lognormal_cdf(grid, g.mu, g.sigma), "--", color=_color(3),
-                label="log-normal fit")  # fmt: skip
+        ax.plot(
+            grid, lognormal_cdf(grid, g.mu, g.sigma), "--", color=_color(3), label="log-normal fit"
+        )
         ax.set_xscale("log")
         ax.set_title(
             f"{task}: mu={g.mu:.2f}, sigma={g.sigma:.2f}, n={g.num_gaps:,}", fontsize="medium"
@@ -168,8 +195,9 @@ def gaps_figure(a: ReuseAnalysis, dpi: int = DPI) -> FigureSpec | None:
     axes[0].set_ylabel("CDF")
     axes[0].legend(fontsize="small", loc="lower right")
     caption = "Gaps are arrival to arrival, so they include the previous turn's service time."
-    return FigureSpec("reuse_gaps", "Inter-turn gaps", caption,
-                      _png(fig, _title(a, "inter-turn gaps"), dpi))  # fmt: skip
+    return FigureSpec(
+        "reuse_gaps", "Inter-turn gaps", caption, _png(fig, _title(a, "inter-turn gaps"), dpi)
+    )
 
 
 def headroom_figure(a: ReuseAnalysis, dpi: int = DPI) -> FigureSpec:
@@ -177,25 +205,33 @@ def headroom_figure(a: ReuseAnalysis, dpi: int = DPI) -> FigureSpec:
     h = a.headroom
     bars: list[tuple[str, float | None]] = [("infinite cache", h.infinite_token_hit_ratio)]
     if h.capacity_blocks is not None:
-        bars += [(f"OPT @ {h.capacity_blocks:,}", h.opt_token_hit_ratio),
-                 (f"LRU @ {h.capacity_blocks:,}", h.lru_token_hit_ratio)]  # fmt: skip
+        bars += [
+            (f"OPT @ {h.capacity_blocks:,}", h.opt_token_hit_ratio),
+            (f"LRU @ {h.capacity_blocks:,}", h.lru_token_hit_ratio),
+        ]
     fig, (ax,) = _figure(1, dpi)
     values = [math.nan if v is None else v for _, v in bars]
     ax.bar(np.arange(len(bars)), values, 0.6, color=[_color(i) for i in range(len(bars))])
     for i, v in enumerate(values):
-        ax.annotate(f"{v:.1%}", (i, v), ha="center", va="bottom", xytext=(0, 2),
-                    textcoords="offset points")  # fmt: skip
+        ax.annotate(
+            f"{v:.1%}", (i, v), ha="center", va="bottom", xytext=(0, 2), textcoords="offset points"
+        )
     _group_ticks(ax, [b for b, _ in bars])
     _ratio_axis(ax)
     ax.set_ylabel("token hit ratio")
     caption = "Capacity in blocks; OPT is offline Belady (prefix-aware)."
-    return FigureSpec("reuse_headroom", "Hit-ratio headroom", caption,
-                      _png(fig, _title(a, "headroom"), dpi))  # fmt: skip
+    return FigureSpec(
+        "reuse_headroom", "Hit-ratio headroom", caption, _png(fig, _title(a, "headroom"), dpi)
+    )
 
 
 _MAKERS: tuple[Callable[[ReuseAnalysis, int], FigureSpec | None], ...] = (
-    sessions_figure, phase_figure, position_figure, gaps_figure, headroom_figure,
-)  # fmt: skip
+    sessions_figure,
+    phase_figure,
+    position_figure,
+    gaps_figure,
+    headroom_figure,
+)
 
 
 def reuse_figures(a: ReuseAnalysis, dpi: int = DPI) -> list[FigureSpec]:

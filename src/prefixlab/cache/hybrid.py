@@ -335,8 +335,11 @@ class HybridCache:
                     # (its matched nodes evicted or merged). The branch state goes where it
                     # leaves it now, as the simulator's insertion splits (with a state)
                     # where it must; the insertion may exceed the budget, as there.
-                    ckpts = [q for q in self.checkpoint_positions(seq, m_input, self.match(seq))
-                             if q <= seq.shape[0]]  # fmt: skip
+                    ckpts = [
+                        q
+                        for q in self.checkpoint_positions(seq, m_input, self.match(seq))
+                        if q <= seq.shape[0]
+                    ]
             if self.used + need > self.capacity and not overflow:
                 self.num_rejected += 1
                 return False
@@ -437,8 +440,7 @@ class HybridCache:
         assert parent is not None
         # no eviction runs while a request inserts, so the new node needs no lock
         # both parts view the edge's own array (never written in place)
-        upper = Node(self._next_id, parent, child.start, child.tokens[:m],
-                     last_access=self.clock)  # fmt: skip
+        upper = Node(self._next_id, parent, child.start, child.tokens[:m], last_access=self.clock)
         self._next_id += 1
         parent.children[int(upper.tokens[0])] = upper
         self.nodes[upper.id] = upper

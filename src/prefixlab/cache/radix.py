@@ -200,8 +200,10 @@ class RadixCache:
         """Evict unlocked leaves until ``num_blocks`` pages are free, or none is left to
         evict (SGLang's allocator keeps a free page per running request at each decode step
         and one spare page per request at prefill)."""
-        while (self.capacity_blocks - self.tree_blocks - self.reserved_blocks < num_blocks
-               and self.tree_blocks > self.protected_blocks):  # fmt: skip
+        while (
+            self.capacity_blocks - self.tree_blocks - self.reserved_blocks < num_blocks
+            and self.tree_blocks > self.protected_blocks
+        ):
             victims = self.policy.evict(1)
             if not victims.shape[0]:
                 break

@@ -48,8 +48,17 @@ RUNNERS = ("replay", "engine")
 STRUCTURES = ("block", "radix", "hybrid")
 _CAPACITY = re.compile(r"^(?P<f>\d*\.?\d+)(?P<unit>ws|A)$")
 _BYTES = re.compile(r"^(?P<n>\d*\.?\d+)\s*(?P<unit>B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$")
-_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-          "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}  # fmt: skip
+_UNITS = {
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
+}
 
 
 def parse_bytes(text: str) -> int | None:
@@ -157,8 +166,15 @@ def _int(d: dict[str, Any], key: str, where: str, default: int, low: int = 1) ->
     return v
 
 
-def _float(d: dict[str, Any], key: str, where: str, default: float, low: float,
-           high: float = math.inf, low_open: bool = False) -> float:  # fmt: skip
+def _float(
+    d: dict[str, Any],
+    key: str,
+    where: str,
+    default: float,
+    low: float,
+    high: float = math.inf,
+    low_open: bool = False,
+) -> float:
     v = d.get(key, default)
     ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
     if not ok or v > high or v < low or (low_open and v == low):
@@ -244,15 +260,28 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
     _check_workload(workload)
     m = _table(top.get("model", {}), "model")
     _keys(m, "model", {"name", "gpu", "timing", "memory_utilization", "reserve_gib"})
-    model = ModelConfig(_str(m, "name", "model"), _str(m, "gpu", "model"),
-                        _str_list(m, "timing", "model."),
-                        _float(m, "memory_utilization", "model", 1.0, 0.0, 1.0, low_open=True),
-                        _float(m, "reserve_gib", "model", 0.0, 0.0))  # fmt: skip
+    model = ModelConfig(
+        _str(m, "name", "model"),
+        _str(m, "gpu", "model"),
+        _str_list(m, "timing", "model."),
+        _float(m, "memory_utilization", "model", 1.0, 0.0, 1.0, low_open=True),
+        _float(m, "reserve_gib", "model", 0.0, 0.0),
+    )
     if "cache" not in top:
         raise ConfigError("config key 'cache' missing (a table with capacities = [...])")
     c = _table(top["cache"], "cache")
-    _keys(c, "cache", {"capacities", "structure", "block_tokens", "cache_partial",
-                       "max_free_blocks", "min_recompute_tokens"})  # fmt: skip
+    _keys(
+        c,
+        "cache",
+        {
+            "capacities",
+            "structure",
+            "block_tokens",
+            "cache_partial",
+            "max_free_blocks",
+            "min_recompute_tokens",
+        },
+    )
     caps = c.get("capacities")
     if not isinstance(caps, list) or not caps:
         raise ConfigError(f"cache.capacities: expected a non-empty list, got {caps!r}")
@@ -268,19 +297,44 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
         mfb = _int(c, "max_free_blocks", "cache", 0, low=0)
         if structure != "block":
             raise ConfigError("cache.max_free_blocks applies to structure = 'block'")
-    cache = CacheConfig(capacities, structure, bt, _bool(c, "cache_partial", "cache", False),
-                        mfb, _int(c, "min_recompute_tokens", "cache", 1, low=0))  # fmt: skip
+    cache = CacheConfig(
+        capacities,
+        structure,
+        bt,
+        _bool(c, "cache_partial", "cache", False),
+        mfb,
+        _int(c, "min_recompute_tokens", "cache", 1, low=0),
+    )
     r = _table(top.get("runner", {}), "runner")
-    _keys(r, "runner", {"kind", "max_num_seqs", "max_num_batched_tokens", "closed_loop",
-                        "gated", "chunked_prefill", "prefix_caching"})  # fmt: skip
+    _keys(
+        r,
+        "runner",
+        {
+            "kind",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "closed_loop",
+            "gated",
+            "chunked_prefill",
+            "prefix_caching",
+        },
+    )
     kind = _str(r, "kind", "runner", "replay") or "replay"
     if kind not in RUNNERS:
         raise ConfigError(f"runner.kind: {kind!r} unknown; known: {', '.join(RUNNERS)}")
-    defaults = (("closed_loop", False), ("gated", False), ("chunked_prefill", True),
-                ("prefix_caching", True))  # fmt: skip
+    defaults = (
+        ("closed_loop", False),
+        ("gated", False),
+        ("chunked_prefill", True),
+        ("prefix_caching", True),
+    )
     flags = {k: _bool(r, k, "runner", d) for k, d in defaults}
-    runner = RunnerConfig(kind, _int(r, "max_num_seqs", "runner", 256),
-                          _int(r, "max_num_batched_tokens", "runner", 8192), **flags)  # fmt: skip
+    runner = RunnerConfig(
+        kind,
+        _int(r, "max_num_seqs", "runner", 256),
+        _int(r, "max_num_batched_tokens", "runner", 8192),
+        **flags,
+    )
     if structure == "hybrid":
         _check_hybrid(capacities, model)
         if not runner.prefix_caching:
@@ -290,11 +344,14 @@ def parse_config(data: dict[str, Any], name: str = "experiment") -> ExperimentCo
     elif any(isinstance(x, str) and parse_bytes(x) for x in capacities) and not model.name:
         raise ConfigError("a capacity in bytes needs model.name (for the KV bytes per block)")
     if kind == "engine" and cache.cache_partial:
-        raise ConfigError("cache.cache_partial applies to runner.kind = 'replay' (vLLM and "
-                          "SGLang cache full blocks only)")  # fmt: skip
+        raise ConfigError(
+            "cache.cache_partial applies to runner.kind = 'replay' (vLLM and "
+            "SGLang cache full blocks only)"
+        )
     if kind == "replay" and (runner.closed_loop or runner.gated or not runner.chunked_prefill):
-        raise ConfigError("runner.closed_loop, runner.gated and runner.chunked_prefill apply "
-                          "to kind = 'engine'")  # fmt: skip
+        raise ConfigError(
+            "runner.closed_loop, runner.gated and runner.chunked_prefill apply to kind = 'engine'"
+        )
     if runner.closed_loop and runner.gated:
         raise ConfigError("runner.closed_loop and runner.gated are two arrival modes: choose one")
     if kind == "engine" and not model.timing and not (model.name and model.gpu):
@@ -358,8 +415,11 @@ def _check_workload(w: WorkloadConfig) -> None:
             f"workload.source: unknown generator '{name}'; known: {', '.join(sorted(GENERATORS))}"
         )
     known = {f.name for f in fields(GENERATORS[name].params)}
-    for where, keys in (("workload.source", inline), ("workload.params", w.params),
-                        ("workload.vary", w.vary)):  # fmt: skip
+    for where, keys in (
+        ("workload.source", inline),
+        ("workload.params", w.params),
+        ("workload.vary", w.vary),
+    ):
         for key in keys:
             if key not in known:
                 raise ConfigError(
@@ -460,8 +520,7 @@ def resolve_capacity_bytes(
         raise ConfigError(f"capacity {capacity!r} needs model.gpu")
     free = available_kv_bytes(model, gpu, memory_utilization, reserve_gib)
     if free <= 0:
-        raise ConfigError(f"capacity {capacity!r}: {model}'s weights (and the reserve) fill "
-                          f"{gpu}")  # fmt: skip
+        raise ConfigError(f"capacity {capacity!r}: {model}'s weights (and the reserve) fill {gpu}")
     return int(float(m.group("f")) * free)
 
 
@@ -501,6 +560,8 @@ def resolve_capacity(
     free = available_kv_bytes(model, gpu, memory_utilization, reserve_gib)
     per_block = spec.kv_bytes_per_block(block_tokens)
     if free <= 0 or per_block <= 0:
-        raise ConfigError(f"capacity {capacity!r}: {spec.name}'s weights (and the reserve) do "
-                          f"not leave KV room on {g.name}")  # fmt: skip
+        raise ConfigError(
+            f"capacity {capacity!r}: {spec.name}'s weights (and the reserve) do "
+            f"not leave KV room on {g.name}"
+        )
     return max(1, int(f * free // per_block))

@@ -37,20 +37,59 @@ CDF_POINTS = 101
 LAYER_TYPES = ("attention", "mlp", "moe", "ssm")
 
 #: the result row's columns, in order (tidy: one row per cell)
-KEY_COLUMNS = ("experiment", "cell_id", "variant", "capacity", "capacity_index",
-               "capacity_blocks", "policy", "policy_index", "seed")  # fmt: skip
+KEY_COLUMNS = (
+    "experiment",
+    "cell_id",
+    "variant",
+    "capacity",
+    "capacity_index",
+    "capacity_blocks",
+    "policy",
+    "policy_index",
+    "seed",
+)
 METRIC_COLUMNS = (
-    "runner", "structure", "block_tokens", "capacity_bytes", "workload", "working_set_blocks",
-    "capacity_fraction_ws", "num_requests", "num_input_tokens", "num_hit_tokens",
-    "token_hit_ratio", "request_hit_ratio", "num_lookup_blocks", "num_hit_blocks",
-    "block_hit_ratio", "num_evictions", "flops_total", "flops_saved", "flops_saved_ratio",
+    "runner",
+    "structure",
+    "block_tokens",
+    "capacity_bytes",
+    "workload",
+    "working_set_blocks",
+    "capacity_fraction_ws",
+    "num_requests",
+    "num_input_tokens",
+    "num_hit_tokens",
+    "token_hit_ratio",
+    "request_hit_ratio",
+    "num_lookup_blocks",
+    "num_hit_blocks",
+    "block_hit_ratio",
+    "num_evictions",
+    "flops_total",
+    "flops_saved",
+    "flops_saved_ratio",
     *(f"flops_saved_{t}" for t in LAYER_TYPES),
-    "timing", "mean_ttft_s", "p5_ttft_s", "p50_ttft_s", "p95_ttft_s", "p99_ttft_s",
-    "mean_qttft_s", "p50_qttft_s", "p95_qttft_s", "p99_qttft_s", "mean_tpot_s",
-    "p50_tpot_s", "p95_tpot_s", "mean_e2e_s", "p95_e2e_s", "makespan_s",
-    "throughput_tokens_per_s", "total_throughput_tokens_per_s", "num_preemptions",
+    "timing",
+    "mean_ttft_s",
+    "p5_ttft_s",
+    "p50_ttft_s",
+    "p95_ttft_s",
+    "p99_ttft_s",
+    "mean_qttft_s",
+    "p50_qttft_s",
+    "p95_qttft_s",
+    "p99_qttft_s",
+    "mean_tpot_s",
+    "p50_tpot_s",
+    "p95_tpot_s",
+    "mean_e2e_s",
+    "p95_e2e_s",
+    "makespan_s",
+    "throughput_tokens_per_s",
+    "total_throughput_tokens_per_s",
+    "num_preemptions",
     "num_steps",
-)  # fmt: skip
+)
 COLUMNS = KEY_COLUMNS + METRIC_COLUMNS
 
 
@@ -112,8 +151,10 @@ def plan(cfg: ExperimentConfig) -> list[Cell]:
     """Every cell, in table order: variant, capacity, policy, seed."""
     fp = json.dumps(fingerprint(cfg), sort_keys=True, default=str)
     keys = list(cfg.workload.vary)
-    variants = [dict(zip(keys, vals, strict=True))
-                for vals in itertools.product(*(cfg.workload.vary[k] for k in keys))]  # fmt: skip
+    variants = [
+        dict(zip(keys, vals, strict=True))
+        for vals in itertools.product(*(cfg.workload.vary[k] for k in keys))
+    ]
     cells = []
     for variant in variants:
         for ci, cap in enumerate(cfg.cache.capacities):
@@ -187,9 +228,15 @@ def capacity_blocks(cfg: ExperimentConfig, cell: Cell, trace: Trace) -> tuple[in
     ws = int(layout.num_distinct_keys)
     where = f"cache.capacities[{cell.capacity_index}] = {cell.capacity!r}"
     m = cfg.model
-    blocks = resolve_capacity(cell.capacity, working_set_blocks=ws, block_tokens=bt,
-                              model=m.name, gpu=m.gpu, memory_utilization=m.memory_utilization,
-                              reserve_gib=m.reserve_gib)  # fmt: skip
+    blocks = resolve_capacity(
+        cell.capacity,
+        working_set_blocks=ws,
+        block_tokens=bt,
+        model=m.name,
+        gpu=m.gpu,
+        memory_utilization=m.memory_utilization,
+        reserve_gib=m.reserve_gib,
+    )
     need = int(layout.num_blocks_held.max()) if len(trace) else 0
     if blocks < need:
         r = int(np.argmax(layout.num_blocks_held))
@@ -226,8 +273,7 @@ def _cell_bytes(cfg: ExperimentConfig, cell: Cell) -> int:
 
     m = cfg.model
     assert m.name is not None
-    return resolve_capacity_bytes(cell.capacity, m.name, m.gpu, m.memory_utilization,
-                                  m.reserve_gib)  # fmt: skip
+    return resolve_capacity_bytes(cell.capacity, m.name, m.gpu, m.memory_utilization, m.reserve_gib)
 
 
 def _run_hybrid_cell(
@@ -241,12 +287,24 @@ def _run_hybrid_cell(
     spec = policy_spec(cell.policy, cell.seed)
     row: dict[str, Any] = dict.fromkeys(COLUMNS, math.nan)
     row.update(
-        experiment=cfg.name, cell_id=cell.cell_id, variant=variant_label(cell.variant),
-        capacity=str(cell.capacity), capacity_index=cell.capacity_index, capacity_blocks=-1,
-        policy=cell.policy, policy_index=cell.policy_index, seed=cell.seed,
-        runner=cfg.runner.kind, structure="hybrid", block_tokens=-1, capacity_bytes=size,
-        workload=cfg.workload.source, timing="", num_preemptions=0, num_steps=0,
-    )  # fmt: skip
+        experiment=cfg.name,
+        cell_id=cell.cell_id,
+        variant=variant_label(cell.variant),
+        capacity=str(cell.capacity),
+        capacity_index=cell.capacity_index,
+        capacity_blocks=-1,
+        policy=cell.policy,
+        policy_index=cell.policy_index,
+        seed=cell.seed,
+        runner=cfg.runner.kind,
+        structure="hybrid",
+        block_tokens=-1,
+        capacity_bytes=size,
+        workload=cfg.workload.source,
+        timing="",
+        num_preemptions=0,
+        num_steps=0,
+    )
     times: tuple[F64, F64, F64, F64] | None = None
     if cfg.runner.kind == "replay":
         res = replay_hybrid(trace, spec, HybridConfig(size, cfg.model.name))
@@ -260,19 +318,29 @@ def _run_hybrid_cell(
         r = cfg.runner
         timing = make_timing(cfg.model.timing or ["roofline"], cfg.model.name, cfg.model.gpu)
         ec = EngineConfig(
-            capacity_blocks=1, structure="hybrid", capacity_bytes=size, model=cfg.model.name,
-            block_tokens=cfg.cache.block_tokens, max_num_seqs=r.max_num_seqs,
-            max_num_batched_tokens=r.max_num_batched_tokens, chunked_prefill=r.chunked_prefill,
-            closed_loop=r.closed_loop, gated=r.gated,
-        )  # fmt: skip
+            capacity_blocks=1,
+            structure="hybrid",
+            capacity_bytes=size,
+            model=cfg.model.name,
+            block_tokens=cfg.cache.block_tokens,
+            max_num_seqs=r.max_num_seqs,
+            max_num_batched_tokens=r.max_num_batched_tokens,
+            chunked_prefill=r.chunked_prefill,
+            closed_loop=r.closed_loop,
+            gated=r.gated,
+        )
         eres = simulate(trace, spec, ec, timing)
         metrics = {k: v for k, v in eres.metrics.items() if k not in ("by_task", "elapsed_s")}
         row["timing"] = eres.timing
         hits = eres.hit_tokens
         times = (eres.arrival_s, eres.scheduled_s, eres.first_token_s, eres.finish_s)
     for key, value in metrics.items():
-        if key in row and key not in ("capacity_bytes", "num_lookup_blocks", "num_hit_blocks",
-                                      "block_hit_ratio"):  # fmt: skip
+        if key in row and key not in (
+            "capacity_bytes",
+            "num_lookup_blocks",
+            "num_hit_blocks",
+            "block_hit_ratio",
+        ):
             row[key] = value
     if cfg.runner.kind == "engine":
         row.update(_flops(cfg, trace.input_length, hits))
@@ -282,8 +350,9 @@ def _run_hybrid_cell(
     breakdown = _breakdown(row, trace, hits, times)
     cdf = _cdf(row, times) if times is not None else []
     requests = _requests(trace, hits, times) if detail else None
-    return CellResult(cell.cell_id, row, breakdown, cdf, requests,
-                      time.perf_counter() - start, _worker())  # fmt: skip
+    return CellResult(
+        cell.cell_id, row, breakdown, cdf, requests, time.perf_counter() - start, _worker()
+    )
 
 
 def _run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool, start: float) -> CellResult:
@@ -299,23 +368,38 @@ def _run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool, start: float) -> 
     nan = math.nan
     row: dict[str, Any] = dict.fromkeys(COLUMNS, nan)
     row.update(
-        experiment=cfg.name, cell_id=cell.cell_id, variant=variant_label(cell.variant),
-        capacity=str(cell.capacity), capacity_index=cell.capacity_index,
-        capacity_blocks=blocks, policy=cell.policy, policy_index=cell.policy_index,
-        seed=cell.seed, runner=r.kind, structure=cfg.cache.structure, block_tokens=bt,
+        experiment=cfg.name,
+        cell_id=cell.cell_id,
+        variant=variant_label(cell.variant),
+        capacity=str(cell.capacity),
+        capacity_index=cell.capacity_index,
+        capacity_blocks=blocks,
+        policy=cell.policy,
+        policy_index=cell.policy_index,
+        seed=cell.seed,
+        runner=r.kind,
+        structure=cfg.cache.structure,
+        block_tokens=bt,
         capacity_bytes=kv_bytes(blocks, bt, cfg.model.name),
-        workload=cfg.workload.source, working_set_blocks=ws,
-        capacity_fraction_ws=blocks / ws if ws else nan, timing="",
-        num_preemptions=0, num_steps=0,
-    )  # fmt: skip
+        workload=cfg.workload.source,
+        working_set_blocks=ws,
+        capacity_fraction_ws=blocks / ws if ws else nan,
+        timing="",
+        num_preemptions=0,
+        num_steps=0,
+    )
     times: tuple[F64, F64, F64, F64] | None = None
     if r.kind == "replay":
         rc = ReplayConfig(
-            capacity_blocks=blocks, structure=cfg.cache.structure, block_tokens=bt,
-            max_free_blocks=cfg.cache.max_free_blocks, cache_partial=cfg.cache.cache_partial,
-            min_recompute_tokens=cfg.cache.min_recompute_tokens, prefix_caching=r.prefix_caching,
+            capacity_blocks=blocks,
+            structure=cfg.cache.structure,
+            block_tokens=bt,
+            max_free_blocks=cfg.cache.max_free_blocks,
+            cache_partial=cfg.cache.cache_partial,
+            min_recompute_tokens=cfg.cache.min_recompute_tokens,
+            prefix_caching=r.prefix_caching,
             model=cfg.model.name,
-        )  # fmt: skip
+        )
         res = replay(trace, policy, rc)
         hit_tokens = res.hit_tokens
         metrics: dict[str, Any] = dict(res.metrics)
@@ -325,12 +409,19 @@ def _run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool, start: float) -> 
 
         timing = make_timing(cfg.model.timing or ["roofline"], cfg.model.name, cfg.model.gpu)
         ec = EngineConfig(
-            capacity_blocks=blocks, structure=cfg.cache.structure, block_tokens=bt,
-            max_num_seqs=r.max_num_seqs, max_num_batched_tokens=r.max_num_batched_tokens,
-            chunked_prefill=r.chunked_prefill, closed_loop=r.closed_loop, gated=r.gated,
-            prefix_caching=r.prefix_caching, max_free_blocks=cfg.cache.max_free_blocks,
-            min_recompute_tokens=cfg.cache.min_recompute_tokens, model=cfg.model.name,
-        )  # fmt: skip
+            capacity_blocks=blocks,
+            structure=cfg.cache.structure,
+            block_tokens=bt,
+            max_num_seqs=r.max_num_seqs,
+            max_num_batched_tokens=r.max_num_batched_tokens,
+            chunked_prefill=r.chunked_prefill,
+            closed_loop=r.closed_loop,
+            gated=r.gated,
+            prefix_caching=r.prefix_caching,
+            max_free_blocks=cfg.cache.max_free_blocks,
+            min_recompute_tokens=cfg.cache.min_recompute_tokens,
+            model=cfg.model.name,
+        )
         eres = simulate(trace, policy, ec, timing)
         hit_tokens = eres.hit_tokens
         metrics = {k: v for k, v in eres.metrics.items() if k not in ("by_task", "elapsed_s")}
@@ -347,8 +438,9 @@ def _run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool, start: float) -> 
     for k, v in row.items():
         if isinstance(v, np.generic):
             row[k] = v.item()
-    return CellResult(cell.cell_id, row, breakdown, cdf, requests,
-                      time.perf_counter() - start, _worker())  # fmt: skip
+    return CellResult(
+        cell.cell_id, row, breakdown, cdf, requests, time.perf_counter() - start, _worker()
+    )
 
 
 def _worker() -> str:
@@ -398,11 +490,17 @@ def _breakdown(
             sel = arr == label
             num_in = int(inputs[sel].sum())
             num_hit = int(hits[sel].sum())
-            rec: dict[str, Any] = {**keys, "dimension": dim, "group": label,
-                                   "num_requests": int(sel.sum()), "num_input_tokens": num_in,
-                                   "num_hit_tokens": num_hit,
-                                   "token_hit_ratio": num_hit / num_in if num_in else 0.0,
-                                   "mean_ttft_s": math.nan, "p95_ttft_s": math.nan}  # fmt: skip
+            rec: dict[str, Any] = {
+                **keys,
+                "dimension": dim,
+                "group": label,
+                "num_requests": int(sel.sum()),
+                "num_input_tokens": num_in,
+                "num_hit_tokens": num_hit,
+                "token_hit_ratio": num_hit / num_in if num_in else 0.0,
+                "mean_ttft_s": math.nan,
+                "p95_ttft_s": math.nan,
+            }
             if ttft is not None:
                 rec["mean_ttft_s"] = float(ttft[sel].mean())
                 rec["p95_ttft_s"] = float(np.percentile(ttft[sel], 95))
@@ -416,8 +514,10 @@ def _cdf(row: dict[str, Any], times: tuple[F64, F64, F64, F64]) -> list[dict[str
     qs = np.linspace(0.0, 1.0, CDF_POINTS)
     ttft = np.quantile(first - scheduled, qs)
     qttft = np.quantile(first - arrival, qs)
-    return [{**keys, "quantile": round(float(q), 6), "ttft_s": float(a), "qttft_s": float(b)}
-            for q, a, b in zip(qs, ttft, qttft, strict=True)]  # fmt: skip
+    return [
+        {**keys, "quantile": round(float(q), 6), "ttft_s": float(a), "qttft_s": float(b)}
+        for q, a, b in zip(qs, ttft, qttft, strict=True)
+    ]
 
 
 def _requests(

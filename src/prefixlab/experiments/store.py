@@ -68,8 +68,14 @@ def read_cell(path: Path, fields: Mapping[str, type | tuple[type, ...]]) -> dict
 
 
 def _json_kind(value: object) -> str:
-    kinds = ((bool, "boolean"), (int, "number"), (float, "number"), (str, "string"),
-             (list, "array"), (dict, "object"))  # fmt: skip
+    kinds = (
+        (bool, "boolean"),
+        (int, "number"),
+        (float, "number"),
+        (str, "string"),
+        (list, "array"),
+        (dict, "object"),
+    )
     return next((name for t, name in kinds if isinstance(value, t)), "null")
 
 
@@ -124,8 +130,13 @@ class ResultsStore:
 
             path = self.cells_dir / f"{result.cell_id}.requests.parquet"
             write_table(pa.table(result.requests), path)
-        doc = {"row": result.row, "breakdown": result.breakdown, "cdf": result.cdf,
-               "wall_s": result.wall_s, "worker": result.worker}  # fmt: skip
+        doc = {
+            "row": result.row,
+            "breakdown": result.breakdown,
+            "cdf": result.cdf,
+            "wall_s": result.wall_s,
+            "worker": result.worker,
+        }
         atomic_write(self.cells_dir / f"{result.cell_id}.json", json.dumps(doc).encode())
 
     def load_cell(self, cell_id: str) -> dict[str, Any]:
@@ -146,8 +157,14 @@ class ResultsStore:
             rows.append({c: doc["row"].get(c) for c in COLUMNS})
             breakdown += doc["breakdown"]
             cdf += doc["cdf"]
-            timings.append({"cell_id": cell.cell_id, "label": cell.label(),
-                            "wall_s": doc["wall_s"], "worker": doc["worker"]})  # fmt: skip
+            timings.append(
+                {
+                    "cell_id": cell.cell_id,
+                    "label": cell.label(),
+                    "wall_s": doc["wall_s"],
+                    "worker": doc["worker"],
+                }
+            )
             req = self.cells_dir / f"{cell.cell_id}.requests.parquet"
             if req.is_file():
                 t = pq.read_table(req)

@@ -48,7 +48,7 @@ __all__ = [
     "run_marking",
     "run_opt",
     "warm_up",
-]  # fmt: skip
+]
 
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
@@ -71,9 +71,16 @@ class KernelRun:
 # ------------------------------------------------------------------ linked list of pages
 @jit()
 def _list_kernel(
-    pages: Any, capacity: int, num_layers: int, num_pages: int, mode: int,
-    fpl: Any, mask: Any, victims: Any, record: bool,
-) -> int:  # fmt: skip
+    pages: Any,
+    capacity: int,
+    num_layers: int,
+    num_pages: int,
+    mode: int,
+    fpl: Any,
+    mask: Any,
+    victims: Any,
+    record: bool,
+) -> int:
     """mode 0 = lru, 1 = fifo, 2 = llru. The list operations are written out in place:
     numba runs this loop several times faster than with small helper calls."""
     prev = np.full(num_pages, -1, np.int64)
@@ -147,9 +154,17 @@ def _list_kernel(
 # --------------------------------------------------------------------- indexed min-heap
 @jit()
 def _heap_kernel(
-    pages: Any, capacity: int, num_layers: int, num_pages: int, mode: int,
-    fpl: Any, mask: Any, victims: Any, record: bool, okeys: Any,
-) -> int:  # fmt: skip
+    pages: Any,
+    capacity: int,
+    num_layers: int,
+    num_pages: int,
+    mode: int,
+    fpl: Any,
+    mask: Any,
+    victims: Any,
+    record: bool,
+    okeys: Any,
+) -> int:
     """mode 0 = opt (Belady), 1 = lfu.
 
     Every request puts one (key, page) at some slot i of the heap and restores the heap
@@ -231,10 +246,21 @@ def next_use_keys(pages: I64) -> I64:
 # ---------------------------------------------------------------------------- marking
 @jit()
 def _marking_kernel(
-    pages: Any, t0: int, capacity: int, num_layers: int, uniforms: Any, st: Any,
-    res_list: Any, res_pos: Any, unm_list: Any, unm_pos: Any,
-    fpl: Any, mask: Any, victims: Any, record: bool,
-) -> int:  # fmt: skip
+    pages: Any,
+    t0: int,
+    capacity: int,
+    num_layers: int,
+    uniforms: Any,
+    st: Any,
+    res_list: Any,
+    res_pos: Any,
+    unm_list: Any,
+    unm_pos: Any,
+    fpl: Any,
+    mask: Any,
+    victims: Any,
+    record: bool,
+) -> int:
     """Resumable: returns the request where the uniforms ran out (N when done).
 
     ``st`` = [resident count, unmarked count, faults]; res_pos[p] >= 0 iff p is resident,
@@ -302,52 +328,72 @@ def _outputs(n: int, num_layers: int, record: bool) -> tuple[I64, Mask, I64]:
     return fpl, mask, victims
 
 
-def _run(kernel: Any, pages: I64, capacity: int, num_layers: int, num_pages: int, mode: int,
-         record: bool, compiled: bool, heap: bool = False) -> KernelRun:  # fmt: skip
+def _run(
+    kernel: Any,
+    pages: I64,
+    capacity: int,
+    num_layers: int,
+    num_pages: int,
+    mode: int,
+    record: bool,
+    compiled: bool,
+    heap: bool = False,
+) -> KernelRun:
     fn = kernel if compiled else python_function(kernel)
     pages = np.ascontiguousarray(pages, dtype=np.int64)
     fpl, mask, victims = _outputs(pages.shape[0], num_layers, record)
     if heap:
         okeys = -next_use_keys(pages) if mode == 0 else np.zeros(0, np.int64)
-        faults = fn(pages, capacity, num_layers, num_pages, mode, fpl, mask, victims, record,
-                    okeys)  # fmt: skip
+        faults = fn(pages, capacity, num_layers, num_pages, mode, fpl, mask, victims, record, okeys)
     else:
         faults = fn(pages, capacity, num_layers, num_pages, mode, fpl, mask, victims, record)
     return KernelRun(int(faults), fpl, mask if record else None, victims if record else None)
 
 
-def run_lru(pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool,
-            compiled: bool = True) -> KernelRun:  # fmt: skip
+def run_lru(
+    pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool, compiled: bool = True
+) -> KernelRun:
     """LRU over one shared cache."""
     return _run(_list_kernel, pages, capacity, num_layers, num_pages, 0, record, compiled)
 
 
-def run_fifo(pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool,
-            compiled: bool = True) -> KernelRun:  # fmt: skip
+def run_fifo(
+    pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool, compiled: bool = True
+) -> KernelRun:
     """FIFO over one shared cache."""
     return _run(_list_kernel, pages, capacity, num_layers, num_pages, 1, record, compiled)
 
 
-def run_llru(pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool,
-            compiled: bool = True) -> KernelRun:  # fmt: skip
+def run_llru(
+    pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool, compiled: bool = True
+) -> KernelRun:
     """Layered LRU."""
     return _run(_list_kernel, pages, capacity, num_layers, num_pages, 2, record, compiled)
 
 
-def run_opt(pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool,
-            compiled: bool = True) -> KernelRun:  # fmt: skip
+def run_opt(
+    pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool, compiled: bool = True
+) -> KernelRun:
     """Belady's OPT."""
     return _run(_heap_kernel, pages, capacity, num_layers, num_pages, 0, record, compiled, True)
 
 
-def run_lfu(pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool,
-            compiled: bool = True) -> KernelRun:  # fmt: skip
+def run_lfu(
+    pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool, compiled: bool = True
+) -> KernelRun:
     """In-cache LFU, ties to the least recent."""
     return _run(_heap_kernel, pages, capacity, num_layers, num_pages, 1, record, compiled, True)
 
 
-def run_marking(pages: I64, capacity: int, num_layers: int, num_pages: int, record: bool,
-                seed: int, compiled: bool = True) -> KernelRun:  # fmt: skip
+def run_marking(
+    pages: I64,
+    capacity: int,
+    num_layers: int,
+    num_pages: int,
+    record: bool,
+    seed: int,
+    compiled: bool = True,
+) -> KernelRun:
     """Randomised marking with ``np.random.default_rng(seed)``."""
     kernel = _marking_kernel if compiled else python_function(_marking_kernel)
     pages = np.ascontiguousarray(pages, dtype=np.int64)
@@ -363,10 +409,24 @@ def run_marking(pages: I64, capacity: int, num_layers: int, num_pages: int, reco
     while True:
         # One uniform per eviction, drawn in chunks: the same stream as one draw at a time.
         uniforms = rng.random(UNIFORM_CHUNK)
-        t = int(kernel(
-            pages, t, capacity, num_layers, uniforms, st, res_list, res_pos, unm_list,
-            unm_pos, fpl, mask, victims, record,
-        ))  # fmt: skip
+        t = int(
+            kernel(
+                pages,
+                t,
+                capacity,
+                num_layers,
+                uniforms,
+                st,
+                res_list,
+                res_pos,
+                unm_list,
+                unm_pos,
+                fpl,
+                mask,
+                victims,
+                record,
+            )
+        )
         if t >= n:
             break
     return KernelRun(int(st[2]), fpl, mask if record else None, victims if record else None)

@@ -34,8 +34,7 @@ def check_result(
     if result.fault_mask is None or result.victims is None:
         raise ConfigError("check_result needs a recorded result (simulate(..., record=True))")
     shares = make_policy(result.policy).shares(result.capacity, layers)
-    run = KernelRun(result.num_faults, result.faults_per_layer, result.fault_mask,
-                    result.victims)  # fmt: skip
+    run = KernelRun(result.num_faults, result.faults_per_layer, result.fault_mask, result.victims)
     check_record(pages.tolist(), run, shares, result.capacity, layers, layers * experts)
     mask = result.fault_mask
     per_layer = [int(mask[j::layers].sum()) for j in range(layers)]

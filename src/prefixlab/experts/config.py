@@ -47,8 +47,10 @@ class ExpertSweepConfig:
     def variants(self) -> list[dict[str, Scalar]]:
         """The cross product of ``vary``, in the order the config lists keys and values."""
         keys = list(self.vary)
-        return [dict(zip(keys, combo, strict=True))
-                for combo in itertools.product(*(self.vary[k] for k in keys))]  # fmt: skip
+        return [
+            dict(zip(keys, combo, strict=True))
+            for combo in itertools.product(*(self.vary[k] for k in keys))
+        ]
 
     def is_generated(self) -> bool:
         return self.trace.startswith("gen:")

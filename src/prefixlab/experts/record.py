@@ -334,12 +334,18 @@ def record_file(
         model, token_ids, top_k=k, max_new_tokens=max_new_tokens, batch_size=batch_size
     )
     # a header line gives the shape: an expert never chosen still counts in num_experts
-    meta = {"source": "prefixlab experts record", "model": str(model_id_or_path),
-            "max_new_tokens": str(max_new_tokens)}  # fmt: skip
+    meta = {
+        "source": "prefixlab experts record",
+        "model": str(model_id_or_path),
+        "max_new_tokens": str(max_new_tokens),
+    }
     num_rows = write_routing_jsonl(
-        (dataclasses.asdict(r) for r in rows), out_path,
-        num_layers=info.num_layers, num_experts=info.num_experts, meta=meta,
-    )  # fmt: skip
+        (dataclasses.asdict(r) for r in rows),
+        out_path,
+        num_layers=info.num_layers,
+        num_experts=info.num_experts,
+        meta=meta,
+    )
     return RecordSummary(
         model_id_or_path,
         len(prompts),

@@ -108,8 +108,10 @@ def _vs_capacity(res: ExpertResults) -> FigureSpec:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("faults / OPT's faults")
     png = _finish(fig, axes, "Faults relative to OPT by cache size")
-    caption = (f"Each policy's faults divided by Belady's (OPT) on the same trace and cache "
-               f"size; 1 is optimal. {_caption_seeds(res)}.")  # fmt: skip
+    caption = (
+        f"Each policy's faults divided by Belady's (OPT) on the same trace and cache "
+        f"size; 1 is optimal. {_caption_seeds(res)}."
+    )
     return FigureSpec("experts-vs-capacity", "Faults relative to OPT by cache size", caption, png)
 
 
@@ -123,8 +125,10 @@ def _vs_param(res: ExpertResults) -> FigureSpec | None:
     fig, axes = _panels(len(specs))
     for ax, spec in zip(axes, specs, strict=True):
         for pi, pol in enumerate(res.policies):
-            ys = [res.mean("fault_ratio_to_opt", **{key: v}, capacity_spec=spec, policy=pol)
-                  for v in values]  # fmt: skip
+            ys = [
+                res.mean("fault_ratio_to_opt", **{key: v}, capacity_spec=spec, policy=pol)
+                for v in values
+            ]
             st = _style(pi)
             ax.plot(values, ys, label=pol, color=st["color"], marker=st["marker"], markersize=4)
         ax.set_title(f"k = {spec}", fontsize="small")
@@ -147,8 +151,15 @@ def _heatmap(res: ExpertResults) -> FigureSpec | None:
     fig, axes = _panels(len(policies), height_in=3.0)
     grids = []
     for pol in policies:
-        grid = np.array([[res.mean("fault_ratio_to_opt", **{kx: x, ky: y}, capacity_spec=spec,
-                                   policy=pol) for x in xs] for y in ys])  # fmt: skip
+        grid = np.array(
+            [
+                [
+                    res.mean("fault_ratio_to_opt", **{kx: x, ky: y}, capacity_spec=spec, policy=pol)
+                    for x in xs
+                ]
+                for y in ys
+            ]
+        )
         grids.append(grid)
     finite = [float(np.nanmax(g)) for g in grids if np.isfinite(g).any()]
     high = max(finite, default=1.0)  # a panel undefined everywhere (-dist, k < l) is blank
@@ -182,24 +193,28 @@ def _num(x: float, fmt: str) -> str:
 
 def _summary(res: ExpertResults) -> str:
     """Faults and ratio to OPT per variant, capacity entry and policy (means over seeds)."""
-    specs = [res.capacity_specs[i] for i in evenly(len(res.capacity_specs),
-                                                   MAX_SUMMARY_CAPACITIES)]  # fmt: skip
+    specs = [res.capacity_specs[i] for i in evenly(len(res.capacity_specs), MAX_SUMMARY_CAPACITIES)]
     heads = ["Variant", "Capacity", "Policy", "Faults", "Fault rate", "Faults / OPT"]
     out = ["<table>", "<tr>" + "".join(f"<th>{h}</th>" for h in heads) + "</tr>"]
     for v in res.variants:
         for spec in specs:
             for pi, pol in enumerate(res.policies):
                 w = {"variant": v, "capacity_spec": spec, "policy": pol}
-                cells = [_num(res.mean("num_faults", **w), "{:,.0f}"),
-                         _num(res.mean("fault_rate", **w), "{:.4f}"),
-                         _num(res.mean("fault_ratio_to_opt", **w), "{:.3f}")]  # fmt: skip
+                cells = [
+                    _num(res.mean("num_faults", **w), "{:,.0f}"),
+                    _num(res.mean("fault_rate", **w), "{:.4f}"),
+                    _num(res.mean("fault_ratio_to_opt", **w), "{:.3f}"),
+                ]
                 tds = ""
                 if pi == 0:
                     span = len(res.policies)
-                    tds = (f'<td rowspan="{span}">{escape(v)}</td>'
-                           f'<td rowspan="{span}">{escape(spec)}</td>')  # fmt: skip
-                tds += f"<td>{escape(pol)}</td>" + "".join(f'<td class="num">{c}</td>'
-                                                           for c in cells)  # fmt: skip
+                    tds = (
+                        f'<td rowspan="{span}">{escape(v)}</td>'
+                        f'<td rowspan="{span}">{escape(spec)}</td>'
+                    )
+                tds += f"<td>{escape(pol)}</td>" + "".join(
+                    f'<td class="num">{c}</td>' for c in cells
+                )
                 out.append(f'<tr class="first">{tds}</tr>' if pi == 0 else f"<tr>{tds}</tr>")
     out.append("</table>")
     return "\n".join(out)
@@ -207,13 +222,18 @@ def _summary(res: ExpertResults) -> str:
 
 def render_expert_report(res: ExpertResults, figures: list[FigureSpec]) -> str:
     """The page as a string (no timestamp: the same results give the same page)."""
-    meta = (f"expert cache &middot; {len(res.policies)} policies &middot; "
-            f"{len(res.capacity_specs)} cache sizes &middot; {len(res.variants)} workload "
-            f"variants &middot; seeds {escape(', '.join(map(str, res.seeds)))}")  # fmt: skip
-    intro = ("Faults (misses) per variant, cache size and policy; faults / OPT divides by "
-             "Belady's faults on the same trace and size.")  # fmt: skip
-    return page(res.name, meta, res.folder, intro, _summary(res), figures, res.config,
-                res.environment)  # fmt: skip
+    meta = (
+        f"expert cache &middot; {len(res.policies)} policies &middot; "
+        f"{len(res.capacity_specs)} cache sizes &middot; {len(res.variants)} workload "
+        f"variants &middot; seeds {escape(', '.join(map(str, res.seeds)))}"
+    )
+    intro = (
+        "Faults (misses) per variant, cache size and policy; faults / OPT divides by "
+        "Belady's faults on the same trace and size."
+    )
+    return page(
+        res.name, meta, res.folder, intro, _summary(res), figures, res.config, res.environment
+    )
 
 
 def build_expert_report(folder: str | Path, out: str | Path | None = None) -> Path:

@@ -167,8 +167,9 @@ def _as_policy(policy: str | ExpertPolicy, seed: int) -> ExpertPolicy:
 
 
 # ------------------------------------------------------------------------ Python loop
-def _replay_python(ctx: PolicyContext, pol: ExpertPolicy, shares: I64 | None,
-                   record: bool, check: bool) -> KernelRun:  # fmt: skip
+def _replay_python(
+    ctx: PolicyContext, pol: ExpertPolicy, shares: I64 | None, record: bool, check: bool
+) -> KernelRun:
     """The reference loop over the policy's hooks (the structure owns residency)."""
     num_layers, n = ctx.num_layers, ctx.num_experts
     num_pages = num_layers * n
@@ -208,8 +209,9 @@ def _replay_python(ctx: PolicyContext, pol: ExpertPolicy, shares: I64 | None,
     return KernelRun(sum(fpl), np.array(fpl, dtype=np.int64), fault_mask, victim_arr)
 
 
-def _check_step(t: int, p: int, pol: ExpertPolicy, resident: bytearray, sizes: list[int],
-                caps: list[int]) -> None:  # fmt: skip
+def _check_step(
+    t: int, p: int, pol: ExpertPolicy, resident: bytearray, sizes: list[int], caps: list[int]
+) -> None:
     """Invariants after request t: sizes within capacity (per share), the requested page
     resident, and the policy's view equal to the structure's."""
     held = [q for q in range(len(resident)) if resident[q]]
@@ -222,8 +224,14 @@ def _check_step(t: int, p: int, pol: ExpertPolicy, resident: bytearray, sizes: l
         raise AssertionError(f"t={t}: policy tracks {sorted(tracked)}, cache holds {held}")
 
 
-def check_record(seq: list[int], run: KernelRun, shares: I64 | None, capacity: int,
-                 num_layers: int, num_pages: int) -> None:  # fmt: skip
+def check_record(
+    seq: list[int],
+    run: KernelRun,
+    shares: I64 | None,
+    capacity: int,
+    num_layers: int,
+    num_pages: int,
+) -> None:
     """Replay residency from a recorded run's fault mask and victims and fail on the first
     request that breaks demand paging (see :func:`prefixlab.experts.checks.check_result`)."""
     assert run.fault_mask is not None and run.victims is not None
@@ -302,8 +310,10 @@ def simulate(
     compiled = backend != "python" and _kernels.COMPILED
     run = pol.run_fast(ctx, record or check, compiled)
     if run is None and backend == "numba":
-        raise ConfigError(f"backend 'numba' is unavailable for {pol.spec()}: it has no kernel "
-                          "(a policy written with hooks runs on the python backend)")  # fmt: skip
+        raise ConfigError(
+            f"backend 'numba' is unavailable for {pol.spec()}: it has no kernel "
+            "(a policy written with hooks runs on the python backend)"
+        )
     used = "numba" if run is not None and compiled else "python"
     if run is None:
         run = _replay_python(ctx, pol, shares, record, check)
@@ -313,9 +323,16 @@ def simulate(
             run = KernelRun(run.num_faults, run.faults_per_layer, None, None)
     first_use = int(np.count_nonzero(np.bincount(pages, minlength=layers * experts)))
     return ExpertResult(
-        pol.spec(), capacity, int(pages.shape[0]), run.num_faults, first_use,
-        run.faults_per_layer, run.fault_mask, run.victims, used,
-    )  # fmt: skip
+        pol.spec(),
+        capacity,
+        int(pages.shape[0]),
+        run.num_faults,
+        first_use,
+        run.faults_per_layer,
+        run.fault_mask,
+        run.victims,
+        used,
+    )
 
 
 def fault_ratio_to_opt(
@@ -336,9 +353,14 @@ def fault_ratio_to_opt(
 
     def faults(spec: str) -> int:
         return simulate(
-            pages, capacity=capacity, policy=spec, num_layers=layers, num_experts=experts,
-            seed=seed, backend=backend,
-        ).num_faults  # fmt: skip
+            pages,
+            capacity=capacity,
+            policy=spec,
+            num_layers=layers,
+            num_experts=experts,
+            seed=seed,
+            backend=backend,
+        ).num_faults
 
     opt = faults("opt")
     return {spec: faults(spec) / opt if opt else 1.0 for spec in policies}
@@ -369,9 +391,14 @@ def sweep_capacities(
 
         def run(pol: str | ExpertPolicy, capacity: int = capacity) -> ExpertResult:
             return simulate(
-                pages, capacity=capacity, policy=pol, num_layers=layers, num_experts=experts,
-                seed=seed, backend=backend,
-            )  # fmt: skip
+                pages,
+                capacity=capacity,
+                policy=pol,
+                num_layers=layers,
+                num_experts=experts,
+                seed=seed,
+                backend=backend,
+            )
 
         opt = run("opt")
         for spec in policies:
@@ -382,8 +409,11 @@ def sweep_capacities(
             row = res.to_row()
             row.update(
                 spec=spec if isinstance(spec, str) else pol.spec(),
-                seed=seed, num_layers=layers, num_experts=experts, opt_faults=opt.num_faults,
+                seed=seed,
+                num_layers=layers,
+                num_experts=experts,
+                opt_faults=opt.num_faults,
                 fault_ratio_to_opt=res.num_faults / opt.num_faults if opt.num_faults else 1.0,
-            )  # fmt: skip
+            )
             rows.append(row)
     return rows

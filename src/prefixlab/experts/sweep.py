@@ -32,9 +32,20 @@ from prefixlab.io import atomic_write, folder_lock, write_table
 from prefixlab.procs import process_pool
 
 #: columns of results.parquet, in order (variant parameters come after ``variant``)
-COLUMNS = ["variant", "seed", "num_layers", "num_experts", "capacity_spec", "capacity", "policy",
-           "num_requests", "num_faults", "num_first_use_faults", "fault_rate",
-           "fault_ratio_to_opt"]  # fmt: skip
+COLUMNS = [
+    "variant",
+    "seed",
+    "num_layers",
+    "num_experts",
+    "capacity_spec",
+    "capacity",
+    "policy",
+    "num_requests",
+    "num_faults",
+    "num_first_use_faults",
+    "fault_rate",
+    "fault_ratio_to_opt",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +74,11 @@ def variant_label(variant: dict[str, Scalar]) -> str:
 
 def plan(cfg: ExpertSweepConfig) -> list[ExpertCell]:
     """Every (variant, seed), variants in config order, seeds within each."""
-    return [ExpertCell(i, v, s, cfg.trace_spec(v, s))
-            for i, v in enumerate(cfg.variants()) for s in cfg.seeds]  # fmt: skip
+    return [
+        ExpertCell(i, v, s, cfg.trace_spec(v, s))
+        for i, v in enumerate(cfg.variants())
+        for s in cfg.seeds
+    ]
 
 
 def _fingerprint(cfg: ExpertSweepConfig, cell: ExpertCell) -> str:
@@ -98,15 +112,23 @@ def run_cell(cfg: ExpertSweepConfig, cell: ExpertCell) -> dict[str, Any]:
     label_of = {pages: label for label, pages in caps}
     rows = []
     for r in sweep_capacities(trace, [p for _, p in caps], cfg.policies, seed=cell.seed):
-        row: dict[str, Any] = {"variant": cell.label(), **cell.variant, "seed": cell.seed,
-                               "num_layers": trace.num_layers,
-                               "num_experts": trace.num_experts,
-                               "capacity_spec": label_of[int(str(r["capacity"]))]}  # fmt: skip
+        row: dict[str, Any] = {
+            "variant": cell.label(),
+            **cell.variant,
+            "seed": cell.seed,
+            "num_layers": trace.num_layers,
+            "num_experts": trace.num_experts,
+            "capacity_spec": label_of[int(str(r["capacity"]))],
+        }
         row.update({k: r[k] for k in COLUMNS[5:]})
         row["policy"] = r["spec"]  # as the config names it (the resolved spec adds a seed)
         rows.append(row)
-    return {"rows": rows, "fingerprint": _fingerprint(cfg, cell),
-            "wall_s": time.perf_counter() - start, "worker": f"pid{os.getpid()}"}  # fmt: skip
+    return {
+        "rows": rows,
+        "fingerprint": _fingerprint(cfg, cell),
+        "wall_s": time.perf_counter() - start,
+        "worker": f"pid{os.getpid()}",
+    }
 
 
 @dataclass(slots=True)
@@ -204,8 +226,14 @@ def consolidate(cfg: ExpertSweepConfig, folder: Path, cells: list[ExpertCell]) -
     for cell in cells:
         doc = read_cell(folder / "cells" / f"{cell.cell_id}.json", CELL_FIELDS)
         rows += doc["rows"]
-        timings.append({"cell_id": cell.cell_id, "label": cell.label(),
-                        "wall_s": doc["wall_s"], "worker": doc["worker"]})  # fmt: skip
+        timings.append(
+            {
+                "cell_id": cell.cell_id,
+                "label": cell.label(),
+                "wall_s": doc["wall_s"],
+                "worker": doc["worker"],
+            }
+        )
     if not rows:
         raise ConfigError(
             "no results: every policy is undefined at these capacities (-dist policies need "

@@ -167,8 +167,13 @@ class SentenceTransformerEmbedder(Embedder):
     def embed(self, features: Features, texts: list[str] | None = None) -> F32:
         if texts is None:
             raise ConfigError(f"{self.name} embeds text: pass the decoded windows")
-        vecs = self._loaded().encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
-                                  show_progress_bar=False, convert_to_numpy=True)  # fmt: skip
+        vecs = self._loaded().encode(
+            texts,
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+            convert_to_numpy=True,
+        )
         return np.asarray(vecs, dtype=np.float32)
 
 

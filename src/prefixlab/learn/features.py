@@ -165,8 +165,15 @@ def build_features(
     ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     part_offsets = np.concatenate([[0], np.cumsum(part_lengths, dtype=np.int64)]).astype(np.int64)
-    return Features(ids.astype(np.int64), offsets, position + 1, continuation_labels(trace), keys,
-                    part_offsets, row_parts)  # fmt: skip
+    return Features(
+        ids.astype(np.int64),
+        offsets,
+        position + 1,
+        continuation_labels(trace),
+        keys,
+        part_offsets,
+        row_parts,
+    )
 
 
 def window_texts(features: Features, tokenizer: str | Tokenizer) -> list[str]:

@@ -111,8 +111,12 @@ class ContinuationPredictor:
         arrays = {f"w{i}": w for i, w in enumerate(self.weights)}
         arrays.update({f"b{i}": b for i, b in enumerate(self.biases)})
         np.savez(p.with_suffix(".npz"), **arrays)  # type: ignore[arg-type]
-        meta = {"config": asdict(self.config), "threshold": self.threshold,
-                "layers": len(self.weights), "history": self.history}  # fmt: skip
+        meta = {
+            "config": asdict(self.config),
+            "threshold": self.threshold,
+            "layers": len(self.weights),
+            "history": self.history,
+        }
         p.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         return p.with_suffix(".npz")
 
@@ -133,8 +137,13 @@ class ContinuationPredictor:
             config = TrainConfig(**meta["config"])
         except (KeyError, TypeError, ValueError, OSError) as exc:
             raise ConfigError(f"{p}: not a valid LPC model ({exc})") from None
-        return cls(weights, biases, config, float(meta.get("threshold", 0.5)),
-                   dict(meta.get("history", {})))  # fmt: skip
+        return cls(
+            weights,
+            biases,
+            config,
+            float(meta.get("threshold", 0.5)),
+            dict(meta.get("history", {})),
+        )
 
 
 def embed_features(cfg: TrainConfig, feats: Features, embed_cache: str | Path | None) -> F32:
@@ -189,9 +198,15 @@ def train(
     wf = class_weights(yf)
     xv, yv = x[val_mask], y[val_mask]
     wv = class_weights(yv)
-    clf = MLPClassifier(hidden_layer_sizes=(cfg.hidden, cfg.hidden), activation="relu",
-                        solver="adam", learning_rate_init=cfg.lr, batch_size=cfg.batch_size,
-                        random_state=cfg.seed, shuffle=True)  # fmt: skip
+    clf = MLPClassifier(
+        hidden_layer_sizes=(cfg.hidden, cfg.hidden),
+        activation="relu",
+        solver="adam",
+        learning_rate_init=cfg.lr,
+        batch_size=cfg.batch_size,
+        random_state=cfg.seed,
+        shuffle=True,
+    )
     best: tuple[float, list[F64], list[F64], int] | None = None
     losses = []
     for epoch in range(cfg.epochs):
@@ -201,11 +216,19 @@ def train(
         losses.append(loss)
         if best is None or loss < best[0]:
             # float64 copies: the same numbers a saved and reloaded model computes with
-            best = (loss, [w.astype(np.float64) for w in clf.coefs_],
-                    [b.astype(np.float64) for b in clf.intercepts_], epoch + 1)  # fmt: skip
+            best = (
+                loss,
+                [w.astype(np.float64) for w in clf.coefs_],
+                [b.astype(np.float64) for b in clf.intercepts_],
+                epoch + 1,
+            )
     assert best is not None
-    history = {"val_loss": losses, "best_epoch": best[3], "train_rows": int(fit_mask.sum()),
-               "val_rows": int(val_mask.sum())}  # fmt: skip
+    history = {
+        "val_loss": losses,
+        "best_epoch": best[3],
+        "train_rows": int(fit_mask.sum()),
+        "val_rows": int(val_mask.sum()),
+    }
     pred = ContinuationPredictor(best[1], best[2], cfg, 0.5, history)
     return pred, train_mask
 
@@ -221,8 +244,10 @@ class Evaluation:
         return asdict(self)
 
     def summary(self) -> str:
-        return (f"MCC {self.mcc:.3f}, macro-F1 {self.f1_macro:.3f}, turns-only MCC "
-                f"{self.turns_only_mcc:.3f} ({self.num_examples:,} requests)")  # fmt: skip
+        return (
+            f"MCC {self.mcc:.3f}, macro-F1 {self.f1_macro:.3f}, turns-only MCC "
+            f"{self.turns_only_mcc:.3f} ({self.num_examples:,} requests)"
+        )
 
 
 def mcc(y: B, p: B) -> float:
@@ -244,8 +269,9 @@ def f1_macro(y: B, p: B) -> float:
     return sum(scores) / 2
 
 
-def turns_only(train_turns: npt.NDArray[np.int64], train_y: B,
-               test_turns: npt.NDArray[np.int64]) -> B:  # fmt: skip
+def turns_only(
+    train_turns: npt.NDArray[np.int64], train_y: B, test_turns: npt.NDArray[np.int64]
+) -> B:
     """The ablation: the majority label of the training rows with the same turn count (the
     overall majority for turn counts never seen)."""
     overall = bool(train_y.mean() >= 0.5) if train_y.shape[0] else False
@@ -275,5 +301,6 @@ def evaluate(
     y = feats.labels
     guess = prob[test] >= pred.threshold
     base = turns_only(feats.turns[fit], y[fit], feats.turns[test])
-    return Evaluation(mcc(y[test], guess), f1_macro(y[test], guess),
-                      mcc(y[test], base), int(test.sum()))  # fmt: skip
+    return Evaluation(
+        mcc(y[test], guess), f1_macro(y[test], guess), mcc(y[test], base), int(test.sum())
+    )

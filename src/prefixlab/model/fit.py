@@ -63,9 +63,14 @@ def fit_power_law(batch_size: np.ndarray, tokens: np.ndarray, seconds: np.ndarra
     a = float(np.exp(log_a))
     pred = a * bs**b * n**c
     return PowerFit(
-        a=a, b=float(b), c=float(c), r2=_r2(t, pred), r2_log=_r2(y, np.log(pred)),
-        num_points=int(t.shape[0]), b_fixed=bool(b_fixed),
-    )  # fmt: skip
+        a=a,
+        b=float(b),
+        c=float(c),
+        r2=_r2(t, pred),
+        r2_log=_r2(y, np.log(pred)),
+        num_points=int(t.shape[0]),
+        b_fixed=bool(b_fixed),
+    )
 
 
 def _r2(y: np.ndarray, pred: np.ndarray) -> float:

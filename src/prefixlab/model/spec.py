@@ -160,18 +160,24 @@ class ModelSpec:
         """
         if num_new_tokens <= 0:
             return dict.fromkeys(LAYER_TYPES, 0.0)
-        return {k: float(v) for k, v in self._flops(
-            float(num_new_tokens), float(num_cached_tokens), causal).items()}  # fmt: skip
+        return {
+            k: float(v)
+            for k, v in self._flops(float(num_new_tokens), float(num_cached_tokens), causal).items()
+        }
 
     def prefill_flops_array(
-        self, num_new_tokens: npt.NDArray[np.float64], num_cached_tokens: npt.NDArray[np.float64],
+        self,
+        num_new_tokens: npt.NDArray[np.float64],
+        num_cached_tokens: npt.NDArray[np.float64],
         causal: bool = False,
-    ) -> dict[str, npt.NDArray[np.float64]]:  # fmt: skip
+    ) -> dict[str, npt.NDArray[np.float64]]:
         """:meth:`prefill_flops` of many requests at once (same formula, element-wise)."""
         n = np.maximum(np.asarray(num_new_tokens, dtype=np.float64), 0.0)
         p = np.asarray(num_cached_tokens, dtype=np.float64)
-        return {k: np.broadcast_to(np.asarray(v, dtype=np.float64), n.shape)
-                for k, v in self._flops(n, p, causal).items()}  # fmt: skip
+        return {
+            k: np.broadcast_to(np.asarray(v, dtype=np.float64), n.shape)
+            for k, v in self._flops(n, p, causal).items()
+        }
 
     def flops_saved(self, inputs: npt.ArrayLike, hits: npt.ArrayLike) -> dict[str, float]:
         """Prefill FLOPs of the prompts without a cache (``flops_total``) and what the hit
@@ -196,8 +202,9 @@ class ModelSpec:
             out[f"flops_saved_{t}"] = b
             total += a
             saved += b
-        out.update(flops_total=total, flops_saved=saved,
-                   flops_saved_ratio=saved / total if total else 0.0)  # fmt: skip
+        out.update(
+            flops_total=total, flops_saved=saved, flops_saved_ratio=saved / total if total else 0.0
+        )
         return out
 
     def _flops(self, n: Any, p: Any, causal: bool) -> dict[str, Any]:
@@ -274,9 +281,17 @@ def _llama(
     tie: bool = False,
 ) -> ModelSpec:
     return ModelSpec(
-        name, d, num_attention_layers=layers, num_heads=heads, num_kv_heads=kv, head_dim=hd,
-        num_mlp_layers=layers, intermediate_size=ff, vocab_size=v, tie_embeddings=tie,
-    )  # fmt: skip
+        name,
+        d,
+        num_attention_layers=layers,
+        num_heads=heads,
+        num_kv_heads=kv,
+        head_dim=hd,
+        num_mlp_layers=layers,
+        intermediate_size=ff,
+        vocab_size=v,
+        tie_embeddings=tie,
+    )
 
 
 MODEL_PRESETS: dict[str, ModelSpec] = {

@@ -231,9 +231,11 @@ def _read_table(path: Path) -> tuple[np.ndarray, np.ndarray]:
     for i, t in enumerate(tokens):
         if t in seen:
             raise TraceFormatError(
-                str(path), i + 2, "input_tokens",
+                str(path),
+                i + 2,
+                "input_tokens",
                 f"length {t:g} appears twice (also on line {seen[t] + 2}); give each once",
-            )  # fmt: skip
+            )
         seen[t] = i
     return np.array(tokens), np.array(seconds)
 
@@ -360,9 +362,10 @@ def _component(text: str, model: ModelSpec | None, gpu: GPU | None) -> TimingMod
         if missing:
             raise ConfigError(f"timing 'power' needs a, b and c (or preset=); missing {missing}")
         return PowerLaw(
-            _number(kind, "a", kw["a"]), _number(kind, "b", kw["b"], -1e9),
+            _number(kind, "a", kw["a"]),
+            _number(kind, "b", kw["b"], -1e9),
             _number(kind, "c", kw["c"]),  # c > 0: cost grows with length
-        )  # fmt: skip
+        )
     if kind == "tpot":
         return ConstantTPOT(_number(kind, "s", kw.get("s", 0.02), -1e-300))
     if kind == "table":

@@ -51,9 +51,17 @@ def reserve(code: int, ist: I64, fst: Any, n: int) -> tuple[I64, Any]:
 
 @jit(nrt=False)
 def hook(
-    code: int, ist: I64, fst: Any, h: int, x: int, y: int, key: I64, depth: I64, rng: Any,
+    code: int,
+    ist: I64,
+    fst: Any,
+    h: int,
+    x: int,
+    y: int,
+    key: I64,
+    depth: I64,
+    rng: Any,
     aux: Any,
-) -> int:  # fmt: skip
+) -> int:
     """Run hook h of policy ``code`` on entry (or key) x (y: a split's lower entry)."""
     if code == LPC:
         return int(lpc.lpc_hook(ist, fst, h, x, y, aux))
@@ -142,9 +150,17 @@ def waiting(code: int, ist: I64, fst: Any, keys: I64, pos: I64, key: I64, depth:
 
 @jit()
 def batch(
-    code: int, ist: I64, fst: Any, h: int, xs: I64, y: int, key: I64, depth: I64, rng: Any,
+    code: int,
+    ist: I64,
+    fst: Any,
+    h: int,
+    xs: I64,
+    y: int,
+    key: I64,
+    depth: I64,
+    rng: Any,
     aux: Any,
-) -> int:  # fmt: skip
+) -> int:
     """Run hook h on every x in order; for EVICT fill xs with up to len(xs) victims and
     return how many."""
     if h == EVICT:

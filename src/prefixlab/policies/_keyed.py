@@ -181,10 +181,21 @@ def next_use(occ_start: Any, occ_req: Any, key: int, after: int) -> float:
 
 @jit(inline=True)
 def entry_key(
-    cols: Any, signs: Any, e: int, la: Any, hits: Any, depth: Any, created: Any,
-    primary: Any, key: Any, occ_start: Any, occ_req: Any, after: int, out: Any,
+    cols: Any,
+    signs: Any,
+    e: int,
+    la: Any,
+    hits: Any,
+    depth: Any,
+    created: Any,
+    primary: Any,
+    key: Any,
+    occ_start: Any,
+    occ_req: Any,
+    after: int,
+    out: Any,
     nu: float = np.nan,
-) -> None:  # fmt: skip
+) -> None:
     """Write entry e's sort key (three floats) into out. ``nu``: e's next use when the
     caller knows it already (the replay kernel, from :func:`next_use_at`), else NaN."""
     for c in range(3):
@@ -215,10 +226,25 @@ def entry_key(
 # ----------------------------------------------------------------------------- batches
 @jit()
 def push_batch(
-    hk: Any, he: Any, pos: Any, hn: Any, entries: Any, orders: Any, only_present: bool,
-    cols: Any, signs: Any, la: Any, hits: Any, depth: Any, created: Any, primary: Any,
-    key: Any, occ_start: Any, occ_req: Any, after: int,
-) -> None:  # fmt: skip
+    hk: Any,
+    he: Any,
+    pos: Any,
+    hn: Any,
+    entries: Any,
+    orders: Any,
+    only_present: bool,
+    cols: Any,
+    signs: Any,
+    la: Any,
+    hits: Any,
+    depth: Any,
+    created: Any,
+    primary: Any,
+    key: Any,
+    occ_start: Any,
+    occ_req: Any,
+    after: int,
+) -> None:
     """(Re-)key entries; ``orders[i] < 0`` keeps an entry's tie order. With
     ``only_present`` entries not in the heap are skipped (re-ranking on access)."""
     k = np.empty(3, np.float64)
@@ -228,8 +254,9 @@ def push_batch(
         if only_present and p < 0:
             continue
         order = orders[i] if orders[i] >= 0 else hk[p, 3]
-        entry_key(cols, signs, e, la, hits, depth, created, primary, key, occ_start, occ_req,
-                  after, k)  # fmt: skip
+        entry_key(
+            cols, signs, e, la, hits, depth, created, primary, key, occ_start, occ_req, after, k
+        )
         heap_set(hk, he, pos, hn, e, k[0], k[1], k[2], order)
 
 
@@ -264,8 +291,18 @@ def key_columns(sort_key: tuple[tuple[str, int], ...]) -> tuple[I64, F64]:
     return cols, signs
 
 
-_HOOKS = ("on_insert", "on_access", "on_pinned", "on_evictable", "on_remove", "on_update",
-          "on_miss", "on_split", "evict", "bind")  # fmt: skip
+_HOOKS = (
+    "on_insert",
+    "on_access",
+    "on_pinned",
+    "on_evictable",
+    "on_remove",
+    "on_update",
+    "on_miss",
+    "on_split",
+    "evict",
+    "bind",
+)
 
 
 def is_plain_keyed(pol: EvictionPolicy) -> bool:
@@ -319,10 +356,25 @@ class KeyedPolicy(EvictionPolicy):
     def _push(self, entries: I64, orders: I64, only_present: bool) -> None:
         v = self.view
         push_batch(
-            self._hk, self._he, self._pos, self._hn, entries, orders, only_present,
-            self.cols, self.signs, v.last_access, v.hits, v.depth, v.created, v.is_primary,
-            v.key, self.occ_start, self.occ_req, v.request_index,
-        )  # fmt: skip
+            self._hk,
+            self._he,
+            self._pos,
+            self._hn,
+            entries,
+            orders,
+            only_present,
+            self.cols,
+            self.signs,
+            v.last_access,
+            v.hits,
+            v.depth,
+            v.created,
+            v.is_primary,
+            v.key,
+            self.occ_start,
+            self.occ_req,
+            v.request_index,
+        )
 
     def on_evictable(self, entries: I64) -> None:
         self._grow()

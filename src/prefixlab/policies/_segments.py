@@ -139,9 +139,16 @@ def sq_unpark(stamp: Any, pk: Any, hst: Any, hid: Any, qs: Any, e: int) -> None:
 
 @jit(nrt=False)
 def sq_pop_parked(
-    ids: Any, sts: Any, stamp: Any, elig: Any, busy_if_set: bool, qs: Any, pk: Any, hst: Any,
+    ids: Any,
+    sts: Any,
+    stamp: Any,
+    elig: Any,
+    busy_if_set: bool,
+    qs: Any,
+    pk: Any,
+    hst: Any,
     hid: Any,
-) -> int:  # fmt: skip
+) -> int:
     """:func:`sq_pop` with parking: the same victim (or -1)."""
     i = qs[0]
     a = -1

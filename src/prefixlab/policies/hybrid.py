@@ -161,8 +161,7 @@ def lru_leaf_key(nd: Node) -> tuple[float, int, int]:
 def _lru_leaves(cache: HybridCache, need: int) -> int:
     """Evict least recently used unlocked leaves until ``need`` bytes are freed (the order
     of :func:`lru_leaf_key`, each key taken when the leaf is pushed: a lazy heap)."""
-    heap = [(*lru_leaf_key(nd), nd) for nd in cache.iter_nodes()
-            if not nd.children and not nd.lock]  # fmt: skip
+    heap = [(*lru_leaf_key(nd), nd) for nd in cache.iter_nodes() if not nd.children and not nd.lock]
     heapq.heapify(heap)
     freed = 0
     while freed < need and heap:
@@ -189,10 +188,14 @@ class VllmPlus(_LRULeaves):
 
     admission: ClassVar[str] = "all-blocks"
 
-    def __init__(self, block_tokens: int = 32, partial_blocks: bool = True,
-                 sizing: str = "exact") -> None:  # fmt: skip
-        if (isinstance(block_tokens, bool) or not isinstance(block_tokens, int)
-                or not 1 <= block_tokens <= MAX_INT):  # fmt: skip
+    def __init__(
+        self, block_tokens: int = 32, partial_blocks: bool = True, sizing: str = "exact"
+    ) -> None:
+        if (
+            isinstance(block_tokens, bool)
+            or not isinstance(block_tokens, int)
+            or not 1 <= block_tokens <= MAX_INT
+        ):
             raise ValueError(
                 f"block_tokens must be an integer from 1 to 2**62, got {block_tokens!r}"
             )
@@ -224,8 +227,11 @@ class SglangPlus(_LRULeaves):
 
 
 def _chunk(chunk_tokens: Any) -> int:
-    if (isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int)
-            or not 0 <= chunk_tokens <= MAX_INT):  # fmt: skip
+    if (
+        isinstance(chunk_tokens, bool)
+        or not isinstance(chunk_tokens, int)
+        or not 0 <= chunk_tokens <= MAX_INT
+    ):
         raise ValueError(f"chunk_tokens must be an integer from 0 to 2**62, got {chunk_tokens!r}")
     return int(chunk_tokens)
 
@@ -251,15 +257,24 @@ class Marconi(HybridPolicy):
         chunk_tokens: int = 0,
         tune_jobs: int = 1,
     ) -> None:
-        if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, int | float)
-                                  or not 0 <= alpha < math.inf):  # fmt: skip
+        if alpha is not None and (
+            isinstance(alpha, bool)
+            or not isinstance(alpha, int | float)
+            or not 0 <= alpha < math.inf
+        ):
             raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
-        for name, v in (("bootstrap_multiplier", bootstrap_multiplier), ("alpha_max", alpha_max),
-                        ("alpha_step", alpha_step)):  # fmt: skip
+        for name, v in (
+            ("bootstrap_multiplier", bootstrap_multiplier),
+            ("alpha_max", alpha_max),
+            ("alpha_step", alpha_step),
+        ):
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
                 raise ValueError(f"{name} must be a positive finite number, got {v!r}")
-        for name, iv in (("retune_every", retune_every), ("tune_jobs", tune_jobs),
-                         ("score_window", score_window)):  # fmt: skip
+        for name, iv in (
+            ("retune_every", retune_every),
+            ("tune_jobs", tune_jobs),
+            ("score_window", score_window),
+        ):
             if isinstance(iv, bool) or not isinstance(iv, int) or not 0 <= iv <= MAX_INT:
                 raise ValueError(f"{name} must be an integer from 0 to 2**62, got {iv!r}")
         self.alpha = None if alpha is None else float(alpha)
@@ -292,12 +307,20 @@ class Marconi(HybridPolicy):
         self.current_alpha = 0.0 if self.alpha is None else self.alpha
 
     def params(self) -> dict[str, Any]:
-        return {"alpha": self.alpha, "bootstrap_multiplier": self.bootstrap_multiplier,
-                "alpha_max": self.alpha_max, "alpha_step": self.alpha_step,
-                "objective": self.objective, "score_window": self.score_window,
-                "recency": self.recency, "efficiency": self.efficiency_of,
-                "branch": self.branch, "retune_every": self.retune_every,
-                "chunk_tokens": self.chunk_tokens, "tune_jobs": self.tune_jobs}  # fmt: skip
+        return {
+            "alpha": self.alpha,
+            "bootstrap_multiplier": self.bootstrap_multiplier,
+            "alpha_max": self.alpha_max,
+            "alpha_step": self.alpha_step,
+            "objective": self.objective,
+            "score_window": self.score_window,
+            "recency": self.recency,
+            "efficiency": self.efficiency_of,
+            "branch": self.branch,
+            "retune_every": self.retune_every,
+            "chunk_tokens": self.chunk_tokens,
+            "tune_jobs": self.tune_jobs,
+        }
 
     def with_alpha(self, alpha: float) -> Marconi:
         """The same policy with ``alpha`` fixed (what the tuner replays)."""
@@ -326,8 +349,15 @@ class Marconi(HybridPolicy):
         f = np.array([self.efficiency(nd) for nd in cands], dtype=np.float64)
         ok = np.array([nd.lock == 0 for nd in cands], dtype=np.bool_)
         score = np.empty(len(cands), dtype=np.float64)
-        least = marconi_scores(r, f, ok, float(self.cache.clock), self.current_alpha,
-                               RECENCIES.index(self.recency), score)  # fmt: skip
+        least = marconi_scores(
+            r,
+            f,
+            ok,
+            float(self.cache.clock),
+            self.current_alpha,
+            RECENCIES.index(self.recency),
+            score,
+        )
         return score, int(least)
 
     def touched(self, m: HybridMatch) -> None:
@@ -374,8 +404,11 @@ class Marconi(HybridPolicy):
             live = ix.live()
             score = np.empty(live.shape[0], dtype=np.float64)
             ok = ix.evictable[live]
-            least = int(marconi_scores(ix.r[live], ix.f[live], ok, float(cache.clock),
-                                       self.current_alpha, rec, score))  # fmt: skip
+            least = int(
+                marconi_scores(
+                    ix.r[live], ix.f[live], ok, float(cache.clock), self.current_alpha, rec, score
+                )
+            )
             self.num_scored += int(live.shape[0])
             if least < 0:
                 break
@@ -452,8 +485,9 @@ class _CandidateIndex:
 
 
 @jit(nrt=False)
-def node_efficiency(tot: Any, start: int, end: int, ckpt: bool, kv: int, state: int,
-                    mode: int) -> float:  # fmt: skip
+def node_efficiency(
+    tot: Any, start: int, end: int, ckpt: bool, kv: int, state: int, mode: int
+) -> float:
     """FLOPs a node saves over its parent per byte. ``tot[n]``: the prefill FLOPs of n
     tokens (:meth:`ModelSpec.prefill_flops_table`). ``mode`` 0 (``prefix``, Marconi's
     simulator) divides by one checkpoint plus the KV of the node's *whole prefix*; 1
@@ -466,8 +500,9 @@ def node_efficiency(tot: Any, start: int, end: int, ckpt: bool, kv: int, state: 
 
 
 @jit(nrt=False)
-def marconi_scores(r: Any, f: Any, ok: Any, clock: float, alpha: float, recency: int,
-                   score: Any) -> int:  # fmt: skip
+def marconi_scores(
+    r: Any, f: Any, ok: Any, clock: float, alpha: float, recency: int, score: Any
+) -> int:
     """Marconi's score of each candidate into ``score``: ``norm(recency) + alpha x
     norm(efficiency)``, each min-max normalised over all the candidates (a constant column
     adds 0); the index of the least score among those with ``ok`` (the first of equal

@@ -394,10 +394,14 @@ class _LPCBase(ArrayPolicy):
     reads_access_metadata = True  # not for ranking: kept for inspection (hits per block)
     code = CODE
 
-    def __init__(self, update_interval_s: float = 10.0, scale: float = 1e-2,
-                 predictor_bytes: int = 0) -> None:  # fmt: skip
-        if isinstance(predictor_bytes, bool) or not isinstance(predictor_bytes, int) or (
-                predictor_bytes < 0):  # fmt: skip
+    def __init__(
+        self, update_interval_s: float = 10.0, scale: float = 1e-2, predictor_bytes: int = 0
+    ) -> None:
+        if (
+            isinstance(predictor_bytes, bool)
+            or not isinstance(predictor_bytes, int)
+            or (predictor_bytes < 0)
+        ):
             raise ValueError(f"predictor_bytes must be an integer >= 0, got {predictor_bytes!r}")
         self.predictor_bytes = predictor_bytes
         self.reserved_bytes = predictor_bytes
@@ -413,8 +417,11 @@ class _LPCBase(ArrayPolicy):
         self.scale = float(scale)
 
     def params(self) -> dict[str, Any]:
-        return {"update_interval_s": self.update_interval_s, "scale": self.scale,
-                "predictor_bytes": self.predictor_bytes}  # fmt: skip
+        return {
+            "update_interval_s": self.update_interval_s,
+            "scale": self.scale,
+            "predictor_bytes": self.predictor_bytes,
+        }
 
     def init_state(self, num_entries: int) -> State:
         ist, fst = new_state(num_entries, 1, (0, 0), (14, 5))
@@ -435,8 +442,7 @@ class _LPCBase(ArrayPolicy):
 
         probs = np.asarray(self.request_probabilities(trace), dtype=np.float64)
         if probs.shape[0] != len(trace):
-            raise ConfigError(f"{self.name}: {probs.shape[0]} probabilities, "
-                              f"{len(trace)} requests")  # fmt: skip
+            raise ConfigError(f"{self.name}: {probs.shape[0]} probabilities, {len(trace)} requests")
         self._conv_ids, self._next_conv = {}, 0
         conv, _ = self._numbered(trace.session_id)
         super().prepare_trace(trace, clock)
@@ -497,8 +503,13 @@ class _LPCBase(ArrayPolicy):
 class LPC(_LPCBase):
     """LPC: evict the lowest decayed predicted continuation probability (needs model=)."""
 
-    def __init__(self, model: str = "", update_interval_s: float = 10.0,
-                 scale: float = 1e-2, predictor_bytes: int = 2**30) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: str = "",
+        update_interval_s: float = 10.0,
+        scale: float = 1e-2,
+        predictor_bytes: int = 2**30,
+    ) -> None:
         super().__init__(update_interval_s, scale, predictor_bytes)
         if not isinstance(model, str):
             raise ValueError(f"model must be a path, got {model!r}")

@@ -129,8 +129,18 @@ DEFAULT_TASKS = {
     "document-qa": "structural",
 }
 CODE = 6
-__all__ = ["AGENTIC", "CHAT", "EVICT", "QUEUES", "STRUCT", "UniCache", "UniCacheOPT",
-           "lognormal_cdf", "parse_tasks", "update_weights"]  # fmt: skip
+__all__ = [
+    "AGENTIC",
+    "CHAT",
+    "EVICT",
+    "QUEUES",
+    "STRUCT",
+    "UniCache",
+    "UniCacheOPT",
+    "lognormal_cdf",
+    "parse_tasks",
+    "update_weights",
+]
 
 # int rows: per entry (PREV, NEXT: the session queues' links); per session queue its list's
 # head and tail; the evict-first (h = 0) and structural (h = 1) heaps (entries HEAP0 + 2h,
@@ -202,9 +212,15 @@ def _pow(x: float, y: float) -> float:
 
 @jit(nrt=False)
 def _alg2(
-    w: F64, row: int, base: int, n: int, temperature: float, beta: float, eps: float,
+    w: F64,
+    row: int,
+    base: int,
+    n: int,
+    temperature: float,
+    beta: float,
+    eps: float,
     paper: bool,
-) -> None:  # fmt: skip
+) -> None:
     """Algorithm 2 on ``n`` queues laid out in ``w[row, base:]`` as seven runs of n: the
     weights, hits and holdings (inputs), the new weights (output), then scratch (E, E^ and
     the live queues' indices). No allocation: the hooks call it."""
@@ -650,9 +666,12 @@ class UniCache(ArrayPolicy):
         alg2: str = "paper",
         hits: str = "window",
     ) -> None:
-        for name, v, low in (("temperature", temperature, 0.0), ("eps", eps, 0.0),
-                             ("chat_sigma", chat_sigma, 0.0),
-                             ("agentic_sigma", agentic_sigma, 0.0)):  # fmt: skip
+        for name, v, low in (
+            ("temperature", temperature, 0.0),
+            ("eps", eps, 0.0),
+            ("chat_sigma", chat_sigma, 0.0),
+            ("agentic_sigma", agentic_sigma, 0.0),
+        ):
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
                 raise ValueError(f"{name} must be a finite number, got {v!r}")
             if v <= low:
@@ -829,10 +848,25 @@ class UniCache(ArrayPolicy):
         return float(_local(*self.state, self.view.depth, e, q, float(now)))
 
     def params(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in (
-            "update_every", "temperature", "beta", "eps", "fit", "min_gaps", "chat_mu",
-            "chat_sigma", "agentic_mu", "agentic_sigma", "stage2", "tasks", "offset",
-            "alg2")} | {"hits": self.hit_count}  # fmt: skip
+        return {
+            name: getattr(self, name)
+            for name in (
+                "update_every",
+                "temperature",
+                "beta",
+                "eps",
+                "fit",
+                "min_gaps",
+                "chat_mu",
+                "chat_sigma",
+                "agentic_mu",
+                "agentic_sigma",
+                "stage2",
+                "tasks",
+                "offset",
+                "alg2",
+            )
+        } | {"hits": self.hit_count}
 
 
 @register("unicache-opt")

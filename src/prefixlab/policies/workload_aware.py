@@ -131,8 +131,18 @@ class CategoryFit:
         ncat = max(int(cat[:count].max()) + 1, self.acc.shape[1])
         if ncat > self.acc.shape[1]:
             self.acc = np.pad(self.acc, ((0, 0), (0, ncat - self.acc.shape[1])))
-        self.used = _fit_pass(keys, offs, arrival, cat, count, self.table, self.last_cat,
-                              self.last_at, self.used, self.acc)  # fmt: skip
+        self.used = _fit_pass(
+            keys,
+            offs,
+            arrival,
+            cat,
+            count,
+            self.table,
+            self.last_cat,
+            self.last_at,
+            self.used,
+            self.acc,
+        )
 
     def result(self, num_cats: int, min_samples: int) -> tuple[F64, F64, F64]:
         """Per category: reuse probability, exponential rate, and the number of reuses
@@ -152,9 +162,17 @@ class CategoryFit:
 
 @jit()
 def _fit_pass(
-    keys: I64, offs: I64, arrival: F64, cat: I64, count: int, table: I64, last_cat: I64,
-    last_at: F64, used: int, acc: F64,
-) -> int:  # fmt: skip
+    keys: I64,
+    offs: I64,
+    arrival: F64,
+    cat: I64,
+    count: int,
+    table: I64,
+    last_cat: I64,
+    last_at: F64,
+    used: int,
+    acc: F64,
+) -> int:
     for r in range(count):
         c, t = cat[r], arrival[r]
         for j in range(offs[r], offs[r + 1]):
@@ -316,8 +334,12 @@ class WorkloadAware(ArrayPolicy):
             or not 0 < profile <= 1
         ):
             raise ValueError(f"profile must be in (0, 1], got {profile!r}")
-        if (isinstance(window_s, bool) or not isinstance(window_s, int | float)
-                or not math.isfinite(window_s) or window_s <= 0):  # fmt: skip
+        if (
+            isinstance(window_s, bool)
+            or not isinstance(window_s, int | float)
+            or not math.isfinite(window_s)
+            or window_s <= 0
+        ):
             raise ValueError(f"window_s must be a finite number > 0, got {window_s!r}")
         for name, v in (("max_turn", max_turn), ("min_samples", min_samples)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -331,8 +353,12 @@ class WorkloadAware(ArrayPolicy):
         self._fit: tuple[F64, F64, F64] = (np.zeros(0), np.zeros(0), np.zeros(0))
 
     def params(self) -> dict[str, Any]:
-        return {"profile": self.profile, "window_s": self.window_s, "max_turn": self.max_turn,
-                "min_samples": self.min_samples}  # fmt: skip
+        return {
+            "profile": self.profile,
+            "window_s": self.window_s,
+            "max_turn": self.max_turn,
+            "min_samples": self.min_samples,
+        }
 
     # ------------------------------------------------------------------ set-up
     def init_state(self, num_entries: int) -> State:
@@ -359,8 +385,13 @@ class WorkloadAware(ArrayPolicy):
         self.names, req_cat = categories(trace, self.max_turn)
         super().prepare_trace(trace, clock)
         fit = CategoryFit()
-        fit.add(self._layout.keys, self._layout.key_offsets, self._arrival, req_cat,
-                self._window(len(trace)))  # fmt: skip
+        fit.add(
+            self._layout.keys,
+            self._layout.key_offsets,
+            self._arrival,
+            req_cat,
+            self._window(len(trace)),
+        )
         self._fitted(fit)
         self.aux = np.stack([self._arrival, req_cat.astype(np.float64)])
 
@@ -393,8 +424,13 @@ class WorkloadAware(ArrayPolicy):
             if r0 >= upto:
                 break
             count = min(upto - r0, cols.shape[1])
-            fit.add(layout.raw_keys.view(np.int64), layout.key_offsets, cols[0],
-                    cols[AUX_CAT].astype(np.int64), count)  # fmt: skip
+            fit.add(
+                layout.raw_keys.view(np.int64),
+                layout.key_offsets,
+                cols[0],
+                cols[AUX_CAT].astype(np.int64),
+                count,
+            )
         self._fitted(fit)
 
     def on_evictable(self, entries: I64) -> None:

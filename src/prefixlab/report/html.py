@@ -158,10 +158,10 @@ def render(res: Results, figures: list[FigureSpec]) -> str:
     if len(res.variants) > 1:
         meta += f" &middot; {len(res.variants)} workload variants"
     note = "mean over seeds" if len(res.seeds) > 1 else "one seed"
-    intro = (f"Per cache size and policy, {note}; the best value of each cache size in "
-             "bold.")  # fmt: skip
-    return page(res.name, meta, res.folder, intro, _summary(res), figures, res.config,
-                res.environment)  # fmt: skip
+    intro = f"Per cache size and policy, {note}; the best value of each cache size in bold."
+    return page(
+        res.name, meta, res.folder, intro, _summary(res), figures, res.config, res.environment
+    )
 
 
 def page(

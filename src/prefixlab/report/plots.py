@@ -38,8 +38,18 @@ GroupKey = tuple[str, str, int]
 
 DPI = 100
 #: one colour and marker per policy index, the same in every figure
-_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-           "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
+_COLORS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 #: target token hit ratios of ``size_for_target``, as fractions of the best one reached
 TARGET_FRACTIONS = (0.5, 0.75, 0.9)
@@ -120,8 +130,7 @@ class Results:
         """``0.5ws (1,474 blocks)``, and the variant when there are several."""
         spec = self.capacities[capacity_index]
         size = self.blocks(variant, capacity_index)
-        blocks = (f"{size:,.1f} GB" if self.size_unit == "GB"
-                  else f"{size:,.0f} blocks")  # fmt: skip
+        blocks = f"{size:,.1f} GB" if self.size_unit == "GB" else f"{size:,.0f} blocks"
         label = blocks if spec.isdigit() else f"{spec} ({blocks})"
         several = with_variant and len(self.variants) > 1
         return f"{label}, {variant}" if several else label

@@ -170,8 +170,17 @@ def to_markdown(rows: Sequence[Row]) -> str:
 
 
 def claim_rows(claims: Sequence[Claim]) -> list[Row]:
-    return [{"what": c.what, "where": c.where, "paper": c.paper, "ours": c.ours,
-             "verdict": c.verdict, "why": c.why} for c in claims]  # fmt: skip
+    return [
+        {
+            "what": c.what,
+            "where": c.where,
+            "paper": c.paper,
+            "ours": c.ours,
+            "verdict": c.verdict,
+            "why": c.why,
+        }
+        for c in claims
+    ]
 
 
 def figure_png(draw: Callable[[Figure, list[Row]], None], rows: list[Row]) -> bytes:
@@ -189,8 +198,10 @@ def write_outcome(rep: Reproduction, outcome: Outcome, scale: Scale, out: Path) 
     """Write the table (CSV, Markdown), the claims (CSV, Markdown) and the figure."""
     folder = out / rep.name
     folder.mkdir(parents=True, exist_ok=True)
-    header = (f"# {rep.title}\n\n{rep.paper}, {rep.target}; scale `{scale}` "
-              f"(`prefixlab reproduce {rep.name} --scale {scale}`).\n\n")  # fmt: skip
+    header = (
+        f"# {rep.title}\n\n{rep.paper}, {rep.target}; scale `{scale}` "
+        f"(`prefixlab reproduce {rep.name} --scale {scale}`).\n\n"
+    )
     notes = "".join(f"- {n}\n" for n in outcome.notes)
     files: dict[str, bytes] = {
         "table.csv": to_csv(outcome.table).encode(),

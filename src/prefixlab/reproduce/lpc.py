@@ -57,9 +57,15 @@ class Setup:
 
 SETUPS = {
     "ci": Setup(600, ("hashed",), 5, 1500, 10.0, (32_000, 48_000, 64_000, 96_000)),
-    "paper": Setup(2000, ("hashed", "minilm"), 20, 3000, 20.0,
-                   (48_000, 64_000, 85_000, 110_000, 135_000, 160_000)),
-}  # fmt: skip
+    "paper": Setup(
+        2000,
+        ("hashed", "minilm"),
+        20,
+        3000,
+        20.0,
+        (48_000, 64_000, 85_000, 110_000, 135_000, 160_000),
+    ),
+}
 
 
 @functools.lru_cache(maxsize=4)
@@ -78,8 +84,9 @@ def _trained(scale: Scale, embedder: str) -> tuple[str, dict[str, float]]:
     ev = evaluate(pred, trace, mask)
     # the ceiling: each turn's true probability of going on, thresholded at 0.5
     rng = np.random.default_rng(0)
-    probs = [q for _ in range(s.train_conversations)
-             for q in conversation_texts(LPCParams(), rng)[1]]  # fmt: skip
+    probs = [
+        q for _ in range(s.train_conversations) for q in conversation_texts(LPCParams(), rng)[1]
+    ]
     conv = np.array([int(str(x)[1:]) for x in trace.session_id], dtype=np.int64)
     order = np.lexsort((trace.turn, conv))
     truth = np.empty(len(trace))
@@ -115,32 +122,51 @@ class LPCPredictor(Reproduction):
         table.append({"predictor": "true probability > 0.5 (ceiling)", "mcc": ev["ceiling_mcc"]})
         claims = [_mcc_claim(emb, ev["mcc"], s) for emb, ev in evs.items()]
         claims += [
-            Claim("turns-only MCC", "A.3, Table 3", "Chatbot-Arena 0.0775; ShareGPT below 0; "
-                  "LMSys comparable to LPC", f"{ev['turns_only_mcc']:.3f}", "n/a",
-                  "the generator makes long conversations slightly less likely to go on "
-                  "(turn_slope -0.05), so the turn count carries a little information"),
-            Claim("LPC better than turns only", "A.3", "always",
-                  ", ".join(f"{e}: {'yes' if v['mcc'] > v['turns_only_mcc'] else 'no'}"
-                            for e, v in evs.items()),
-                  "agree" if all(v["mcc"] > v["turns_only_mcc"] for v in evs.values())
-                  else "differ",
-                  "MiniLM's sentence embedding of the five-prompt window dilutes the short cue "
-                  "clause that carries the signal here"),
-            Claim("macro-F1", "A.3, Table 3", "Chatbot-Arena 0.6837",
-                  ", ".join(f"{e}: {v['f1_macro']:.3f}" for e, v in evs.items()), "n/a",
-                  "one dataset's number; ours is a synthetic one"),
-        ]  # fmt: skip
+            Claim(
+                "turns-only MCC",
+                "A.3, Table 3",
+                "Chatbot-Arena 0.0775; ShareGPT below 0; LMSys comparable to LPC",
+                f"{ev['turns_only_mcc']:.3f}",
+                "n/a",
+                "the generator makes long conversations slightly less likely to go on "
+                "(turn_slope -0.05), so the turn count carries a little information",
+            ),
+            Claim(
+                "LPC better than turns only",
+                "A.3",
+                "always",
+                ", ".join(
+                    f"{e}: {'yes' if v['mcc'] > v['turns_only_mcc'] else 'no'}"
+                    for e, v in evs.items()
+                ),
+                "agree" if all(v["mcc"] > v["turns_only_mcc"] for v in evs.values()) else "differ",
+                "MiniLM's sentence embedding of the five-prompt window dilutes the short cue "
+                "clause that carries the signal here",
+            ),
+            Claim(
+                "macro-F1",
+                "A.3, Table 3",
+                "Chatbot-Arena 0.6837",
+                ", ".join(f"{e}: {v['f1_macro']:.3f}" for e, v in evs.items()),
+                "n/a",
+                "one dataset's number; ours is a synthetic one",
+            ),
+        ]
         notes = [
             f"{s.train_conversations:,} synthetic conversations (the `lpc` generator, latent "
             "engagement), half for training, half evaluated; synthetic, not the paper's data.",
             "embedders: `hashed` (token n-grams, 384-d)"
-            + (", `minilm` (all-MiniLM-L6-v2, 384-d; the paper's multilingual-e5-small is "
-               "not available offline)" if "minilm" in s.embedders else "")
+            + (
+                ", `minilm` (all-MiniLM-L6-v2, 384-d; the paper's multilingual-e5-small is "
+                "not available offline)"
+                if "minilm" in s.embedders
+                else ""
+            )
             + f"; MLP 128-128, {s.epochs} epochs at most. p5 / p95: the spread of the "
             "probabilities a predictor gives the held-out requests.",
             "the ceiling thresholds each turn's true probability of going on (known to the "
             "generator): no predictor of the text can do better on average.",
-        ]  # fmt: skip
+        ]
         return Outcome(table, claims, _draw_predictor, notes)
 
 
@@ -156,9 +182,14 @@ def _mcc_claim(embedder: str, value: float, s: Setup) -> Claim:
         )
     elif not in_range:
         why += f"; {s.train_conversations // 2:,} training conversations only"
-    return Claim(f"predictor MCC ({embedder} embedder)", "A.3, Table 3",
-                 "0.28 to 0.36 (Chatbot-Arena 0.3689)", f"{value:.3f}",
-                 "agree" if in_range else "differ", why)  # fmt: skip
+    return Claim(
+        f"predictor MCC ({embedder} embedder)",
+        "A.3, Table 3",
+        "0.28 to 0.36 (Chatbot-Arena 0.3689)",
+        f"{value:.3f}",
+        "agree" if in_range else "differ",
+        why,
+    )
 
 
 def _draw_predictor(fig: Figure, rows: list[Row]) -> None:
@@ -194,13 +225,17 @@ class LPCSavings(Reproduction):
 
         s = SETUPS[scale]
         models = {e: _trained(scale, e)[0] for e in s.embedders}
-        full = GENERATORS["lpc"].fn(num_conversations=s.replay_conversations, seed=11,
-                                    lambda_chat=100.0, n_conv=200)  # fmt: skip
+        full = GENERATORS["lpc"].fn(
+            num_conversations=s.replay_conversations, seed=11, lambda_chat=100.0, n_conv=200
+        )
         trace = full.take(np.flatnonzero(full.arrival_s < s.minutes * 60.0))
         sizes = [t // BLOCK for t in s.capacity_tokens]
-        specs = {"lru": "lru", "lpc": f"lpc:model={models['hashed']}",
-                 "lpc_no_memory": f"lpc:model={models['hashed']},predictor_bytes=0",
-                 "oracle": "lpc-oracle"}  # fmt: skip
+        specs = {
+            "lru": "lru",
+            "lpc": f"lpc:model={models['hashed']}",
+            "lpc_no_memory": f"lpc:model={models['hashed']},predictor_bytes=0",
+            "oracle": "lpc-oracle",
+        }
         if "minilm" in models:
             specs["lpc_minilm"] = f"lpc:model={models['minilm']}"
         curves: dict[str, list[float]] = {k: [] for k in specs}
@@ -212,17 +247,21 @@ class LPCSavings(Reproduction):
         for i, blocks in enumerate(sizes):
             lru, lpc, orc = curves["lru"][i], curves["lpc"][i], curves["oracle"][i]
             need = _size_for(lru, sizes, curves["lpc"])
-            table.append({
-                "capacity_tokens": s.capacity_tokens[i],
-                "capacity_gib": blocks * BLOCK * 2**18 / 2**30,
-                "lru": lru, "lpc": lpc, "lpc_without_its_memory": curves["lpc_no_memory"][i],
-                **({"lpc_minilm": curves["lpc_minilm"][i]} if "lpc_minilm" in curves else {}),
-                "oracle": orc,
-                "lpc_tokens_for_lru_hit": need * BLOCK if not math.isnan(need) else None,
-                "cache_saved": 1 - need / blocks if not math.isnan(need) else None,
-                "hit_gain_over_lru": lpc / lru - 1 if lru else None,
-                "gap_closed": (lpc - lru) / (orc - lru) if orc > lru else None,
-            })  # fmt: skip
+            table.append(
+                {
+                    "capacity_tokens": s.capacity_tokens[i],
+                    "capacity_gib": blocks * BLOCK * 2**18 / 2**30,
+                    "lru": lru,
+                    "lpc": lpc,
+                    "lpc_without_its_memory": curves["lpc_no_memory"][i],
+                    **({"lpc_minilm": curves["lpc_minilm"][i]} if "lpc_minilm" in curves else {}),
+                    "oracle": orc,
+                    "lpc_tokens_for_lru_hit": need * BLOCK if not math.isnan(need) else None,
+                    "cache_saved": 1 - need / blocks if not math.isnan(need) else None,
+                    "hit_gain_over_lru": lpc / lru - 1 if lru else None,
+                    "gap_closed": (lpc - lru) / (orc - lru) if orc > lru else None,
+                }
+            )
         return Outcome(table, _savings_claims(table), _draw_savings, _savings_notes(s, trace))
 
 
@@ -236,35 +275,61 @@ def _pct(span: tuple[float, float] | None) -> str:
 
 
 def _savings_claims(rows: list[Row]) -> list[Claim]:
-    saved, gain, gap = _span(rows, "cache_saved"), _span(rows, "hit_gain_over_lru"), _span(
-        rows, "gap_closed")  # fmt: skip
+    saved, gain, gap = (
+        _span(rows, "cache_saved"),
+        _span(rows, "hit_gain_over_lru"),
+        _span(rows, "gap_closed"),
+    )
     cost = [num(r["lpc_without_its_memory"]) / num(r["lpc"]) - 1 for r in rows if r["lpc"]]
-    why = ("the conversations are synthetic (the paper's LMSys, ShareGPT and Chatbot-Arena "
-           "traces are not available offline). Measured here: the predictor is of the paper's "
-           "quality (MCC about 0.3, lpc-predictor), the oracle has the headroom (its hit "
-           "ratio is 1.3-2.2x LRU's), and the 1 GiB costs what A.2 reports; yet a predictor of "
-           "that MCC turns a smaller share of the headroom into hits than the paper's. Which "
-           "requests a predictor gets right, and how many blocks ride on them, MCC does not "
-           "say, and only the real conversations could; the turns also arrive open loop (the "
-           "paper's next turn waits for the reply)")  # fmt: skip
+    why = (
+        "the conversations are synthetic (the paper's LMSys, ShareGPT and Chatbot-Arena "
+        "traces are not available offline). Measured here: the predictor is of the paper's "
+        "quality (MCC about 0.3, lpc-predictor), the oracle has the headroom (its hit "
+        "ratio is 1.3-2.2x LRU's), and the 1 GiB costs what A.2 reports; yet a predictor of "
+        "that MCC turns a smaller share of the headroom into hits than the paper's. Which "
+        "requests a predictor gets right, and how many blocks ride on them, MCC does not "
+        "say, and only the real conversations could; the turns also arrive open loop (the "
+        "paper's next turn waits for the reply)"
+    )
 
     def verdict(span: tuple[float, float] | None, lo: float, hi: float) -> str:
         """agree: our range overlaps the paper's."""
         return "agree" if span and span[1] >= lo and span[0] <= hi else "differ"
 
     return [
-        Claim("cache saved at LRU's hit ratio", "Sec. 4.3, Fig. 4 caption (A1)",
-              "18% to 47% (7.2-18.8 GB of 40 GB)", _pct(saved), verdict(saved, 0.18, 0.47), why),
-        Claim("hit-ratio gain over LRU", "Sec. 4.3", "LMSys 13-38%, ShareGPT 14-98%, "
-              "Chatbot-Arena 15-30%", _pct(gain), verdict(gain, 0.13, 0.98), why),
-        Claim("share of the LRU-to-oracle gap closed", "B.4, Fig. 9",
-              "LMSys 22-30%, ShareGPT 28-64%, Chatbot-Arena 25-28%", _pct(gap),
-              verdict(gap, 0.22, 0.64), why),
-        Claim("hit ratio lost to the predictor's 1 GB", "A.2, Fig. 8",
-              "0.6-2.4% at 160K tokens, 2.3-8.1% at 64K tokens",
-              f"{min(cost):.1%} to {max(cost):.1%}" if cost else "none measured", "n/a",
-              "the smaller the cache, the larger the share its 256 blocks take"),
-    ]  # fmt: skip
+        Claim(
+            "cache saved at LRU's hit ratio",
+            "Sec. 4.3, Fig. 4 caption (A1)",
+            "18% to 47% (7.2-18.8 GB of 40 GB)",
+            _pct(saved),
+            verdict(saved, 0.18, 0.47),
+            why,
+        ),
+        Claim(
+            "hit-ratio gain over LRU",
+            "Sec. 4.3",
+            "LMSys 13-38%, ShareGPT 14-98%, Chatbot-Arena 15-30%",
+            _pct(gain),
+            verdict(gain, 0.13, 0.98),
+            why,
+        ),
+        Claim(
+            "share of the LRU-to-oracle gap closed",
+            "B.4, Fig. 9",
+            "LMSys 22-30%, ShareGPT 28-64%, Chatbot-Arena 25-28%",
+            _pct(gap),
+            verdict(gap, 0.22, 0.64),
+            why,
+        ),
+        Claim(
+            "hit ratio lost to the predictor's 1 GB",
+            "A.2, Fig. 8",
+            "0.6-2.4% at 160K tokens, 2.3-8.1% at 64K tokens",
+            f"{min(cost):.1%} to {max(cost):.1%}" if cost else "none measured",
+            "n/a",
+            "the smaller the cache, the larger the share its 256 blocks take",
+        ),
+    ]
 
 
 def _savings_notes(s: Setup, trace: object) -> list[str]:
@@ -287,8 +352,11 @@ def _savings_notes(s: Setup, trace: object) -> list[str]:
 def _draw_savings(fig: Figure, rows: list[Row]) -> None:
     ax = fig.subplots()
     x = [num(r["capacity_tokens"]) / 1000 for r in rows]
-    for key, label, style in (("lru", "LRU", "o-"), ("lpc", "LPC", "s-"),
-                              ("oracle", "Oracle", "^--")):  # fmt: skip
+    for key, label, style in (
+        ("lru", "LRU", "o-"),
+        ("lpc", "LPC", "s-"),
+        ("oracle", "Oracle", "^--"),
+    ):
         ax.plot(x, [num(r[key]) for r in rows], style, label=label)
     ax.set_xlabel("cache capacity (K tokens, Qwen3-32B)")
     ax.set_ylabel("token hit ratio")

@@ -55,19 +55,42 @@ FIT_1B = (5.56e-5, 0.992, 1.034)
 TPOT_3B = 0.02
 MODELS = {"1B": "llama-3.2-1b", "3B": "llama-3.2-3b", "8B": "llama-3.1-8b"}
 #: the paper's online baselines (Sec. 6.1), UniCache, and offline OPT
-ONLINE = {"LRU": "lru", "LFU": "lfu", "FIFO": "fifo", "LeCaR": "lecar", "ARC": "arc",
-          "WA": "wa"}  # fmt: skip
+ONLINE = {"LRU": "lru", "LFU": "lfu", "FIFO": "fifo", "LeCaR": "lecar", "ARC": "arc", "WA": "wa"}
 UNICACHE = "unicache:fit=given"
 POLICIES = {**ONLINE, "UniCache": UNICACHE, "OPT": "opt"}
 #: Table 5: mean QTTFT (s), Llama-3.2-3B, A100, 0.9A
 TABLE5 = {
-    1: {"LRU": 4.94, "LFU": 8.47, "FIFO": 6.87, "LeCaR": 7.42, "ARC": 4.54, "WA": 5.14,
-        "OPT": 3.84, "UniCache": 3.87},
-    2: {"LRU": 0.28, "LFU": 0.53, "FIFO": 0.36, "LeCaR": 0.47, "ARC": 0.26, "WA": 0.29,
-        "OPT": 0.21, "UniCache": 0.24},
-    3: {"LRU": 0.13, "LFU": 0.37, "FIFO": 0.25, "LeCaR": 0.35, "ARC": 0.12, "WA": 0.27,
-        "OPT": 0.08, "UniCache": 0.10},
-}  # fmt: skip
+    1: {
+        "LRU": 4.94,
+        "LFU": 8.47,
+        "FIFO": 6.87,
+        "LeCaR": 7.42,
+        "ARC": 4.54,
+        "WA": 5.14,
+        "OPT": 3.84,
+        "UniCache": 3.87,
+    },
+    2: {
+        "LRU": 0.28,
+        "LFU": 0.53,
+        "FIFO": 0.36,
+        "LeCaR": 0.47,
+        "ARC": 0.26,
+        "WA": 0.29,
+        "OPT": 0.21,
+        "UniCache": 0.24,
+    },
+    3: {
+        "LRU": 0.13,
+        "LFU": 0.37,
+        "FIFO": 0.25,
+        "LeCaR": 0.35,
+        "ARC": 0.12,
+        "WA": 0.27,
+        "OPT": 0.08,
+        "UniCache": 0.10,
+    },
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +135,15 @@ def a_blocks(s: Setup, model: str, block_tokens: int = BLOCK) -> int:
         return s.a_blocks * BLOCK // block_tokens
     from prefixlab.experiments.config import resolve_capacity
 
-    return resolve_capacity("1A", working_set_blocks=1, block_tokens=block_tokens,
-                            model=MODELS[model], gpu=GPU,
-                            memory_utilization=MEMORY_UTILIZATION,
-                            reserve_gib=RESERVE_GIB)  # fmt: skip
+    return resolve_capacity(
+        "1A",
+        working_set_blocks=1,
+        block_tokens=block_tokens,
+        model=MODELS[model],
+        gpu=GPU,
+        memory_utilization=MEMORY_UTILIZATION,
+        reserve_gib=RESERVE_GIB,
+    )
 
 
 MIX_PARAMS: dict[str, object] = {
@@ -129,8 +157,9 @@ MIX_PARAMS: dict[str, object] = {
 def mix_trace(trace_no: int, num_requests: int, duration_s: float, seed: int = 0) -> object:
     from prefixlab.workload.generators import GENERATORS
 
-    return GENERATORS["mix"].fn(trace=trace_no, num_requests=num_requests,
-                                duration_s=duration_s, seed=seed, **MIX_PARAMS)  # fmt: skip
+    return GENERATORS["mix"].fn(
+        trace=trace_no, num_requests=num_requests, duration_s=duration_s, seed=seed, **MIX_PARAMS
+    )
 
 
 def run_cell(
@@ -143,12 +172,16 @@ def run_cell(
 
     trace = mix_trace(trace_no, requests_for(s, model), s.duration_s)
     assert isinstance(trace, Trace)
-    cfg = EngineConfig(capacity_blocks=capacity_blocks, block_tokens=block_tokens, gated=True,
-                       model=MODELS[model])  # fmt: skip
+    cfg = EngineConfig(
+        capacity_blocks=capacity_blocks, block_tokens=block_tokens, gated=True, model=MODELS[model]
+    )
     m = simulate(trace, spec, cfg, make_timing(timing_spec(model))).metrics
-    return {"token_hit_ratio": float(m["token_hit_ratio"]),
-            "mean_qttft_s": float(m["mean_qttft_s"]), "p50_qttft_s": float(m["p50_qttft_s"]),
-            "p99_qttft_s": float(m["p99_qttft_s"])}  # fmt: skip
+    return {
+        "token_hit_ratio": float(m["token_hit_ratio"]),
+        "mean_qttft_s": float(m["mean_qttft_s"]),
+        "p50_qttft_s": float(m["p50_qttft_s"]),
+        "p99_qttft_s": float(m["p99_qttft_s"]),
+    }
 
 
 def _run_job(job: tuple[str, int, Setup, int, str, int]) -> dict[str, float]:
@@ -187,11 +220,14 @@ def _setup_notes(s: Setup) -> list[str]:
         + " (the paper's 1B A100 fit, Fig. 3, scaled by parameters).",
         "capacity A: "
         + ", ".join(f"{m} {a_blocks(s, m):,} blocks" for m in s.models)
-        + (" (ci: a small A so that the short traces evict)" if s.a_blocks else
-           " (0.9 x 80 GiB - weights - 3 GiB: Table 4's 63 GB for 3B)"),
+        + (
+            " (ci: a small A so that the short traces evict)"
+            if s.a_blocks
+            else " (0.9 x 80 GiB - weights - 3 GiB: Table 4's 63 GB for 3B)"
+        ),
         "WA is the paper's (LRU within each task category, `wa`); UniCache's gap models are "
         "given (`fit=given`); OPT ranks next uses in trace order.",
-    ]  # fmt: skip
+    ]
 
 
 @register("unicache-grid")
@@ -202,9 +238,13 @@ class UniCacheGrid(Reproduction):
 
     def run(self, scale: Scale) -> Outcome:
         s = SETUPS[scale]
-        jobs = [(model, t, s, int(f * a_blocks(s, model)), spec, BLOCK)
-                for model in s.models for t in s.traces for f in s.fractions
-                for spec in POLICIES.values()]  # fmt: skip
+        jobs = [
+            (model, t, s, int(f * a_blocks(s, model)), spec, BLOCK)
+            for model in s.models
+            for t in s.traces
+            for f in s.fractions
+            for spec in POLICIES.values()
+        ]
         results = iter(run_cells(jobs, parallel=scale == "paper"))
         table: list[Row] = []
         for model in s.models:
@@ -216,14 +256,27 @@ class UniCacheGrid(Reproduction):
                     hits = {k: v["token_hit_ratio"] for k, v in got.items()}
                     qttft = {k: v["mean_qttft_s"] for k, v in got.items()}
                     for k, v in got.items():
-                        table.append({"model": model, "trace": t, "budget": f"{f:g}A",
-                                      "capacity_blocks": blocks, "policy": k, **v})  # fmt: skip
-                    table.append({
-                        "model": model, "trace": t, "budget": f"{f:g}A",
-                        "capacity_blocks": blocks, "policy": "UniCache rank (of 7 online)",
-                        "token_hit_ratio": float(_rank(hits, "UniCache", True)),
-                        "mean_qttft_s": float(_rank(qttft, "UniCache", False)),
-                    })  # fmt: skip
+                        table.append(
+                            {
+                                "model": model,
+                                "trace": t,
+                                "budget": f"{f:g}A",
+                                "capacity_blocks": blocks,
+                                "policy": k,
+                                **v,
+                            }
+                        )
+                    table.append(
+                        {
+                            "model": model,
+                            "trace": t,
+                            "budget": f"{f:g}A",
+                            "capacity_blocks": blocks,
+                            "policy": "UniCache rank (of 7 online)",
+                            "token_hit_ratio": float(_rank(hits, "UniCache", True)),
+                            "mean_qttft_s": float(_rank(qttft, "UniCache", False)),
+                        }
+                    )
         return Outcome(table, _grid_claims(table, s), _draw_grid, _setup_notes(s))
 
 
@@ -242,14 +295,16 @@ def _grid_claims(rows: list[Row], s: Setup) -> list[Claim]:
     hr_ranks = [int(num(c[rank_key]["token_hit_ratio"])) for c in cells.values()]
     q_ranks = [int(num(c[rank_key]["mean_qttft_s"])) for c in cells.values()]
     n = len(cells)
-    why_rank = ("Algorithm 2 as written (T = 0.2) drives the chat queue's weight to its lower "
-                "bound (0.001) and the agentic and structural queues' to 10 (measured on 3B, "
-                "trace #1): a chat block, whose next turn comes a median 63 s later (agentic: "
-                "6 s), earns fewer hits per block held, so chat histories go first, and chat's "
-                "hit ratio falls to about half LRU's (0.31 against 0.58 at 20,450 requests per "
-                "hour); T = 1, the clip-on-E^ order, offset=cached and cumulative hits do the "
-                "same. Near the load knee the lost hits push the engine into a backlog that "
-                "LRU avoids")  # fmt: skip
+    why_rank = (
+        "Algorithm 2 as written (T = 0.2) drives the chat queue's weight to its lower "
+        "bound (0.001) and the agentic and structural queues' to 10 (measured on 3B, "
+        "trace #1): a chat block, whose next turn comes a median 63 s later (agentic: "
+        "6 s), earns fewer hits per block held, so chat histories go first, and chat's "
+        "hit ratio falls to about half LRU's (0.31 against 0.58 at 20,450 requests per "
+        "hour); T = 1, the clip-on-E^ order, offset=cached and cumulative hits do the "
+        "same. Near the load knee the lost hits push the engine into a backlog that "
+        "LRU avoids"
+    )
     claims.append(
         Claim(
             "UniCache first in token hit ratio among online policies",
@@ -260,12 +315,16 @@ def _grid_claims(rows: list[Row], s: Setup) -> list[Claim]:
             "" if hr_ranks.count(1) == n else why_rank,
         )
     )
-    claims.append(Claim(
-        "UniCache's mean QTTFT lowest among online policies", "Sec. 6.4, Table 5",
-        "lowest in all three traces (1.10x to 3.63x lower, abstract)",
-        f"lowest in {q_ranks.count(1)} of {n} cells (ranks {_counts(q_ranks)})",
-        "agree" if q_ranks.count(1) == n else "differ",
-        "" if q_ranks.count(1) == n else why_rank))  # fmt: skip
+    claims.append(
+        Claim(
+            "UniCache's mean QTTFT lowest among online policies",
+            "Sec. 6.4, Table 5",
+            "lowest in all three traces (1.10x to 3.63x lower, abstract)",
+            f"lowest in {q_ranks.count(1)} of {n} cells (ranks {_counts(q_ranks)})",
+            "agree" if q_ranks.count(1) == n else "differ",
+            "" if q_ranks.count(1) == n else why_rank,
+        )
+    )
     if ("3B", 1, "0.9A") in cells:
         for t in s.traces:
             c = cells.get(("3B", t, "0.9A"))
@@ -274,36 +333,76 @@ def _grid_claims(rows: list[Row], s: Setup) -> list[Claim]:
             ours = ", ".join(f"{k} {num(c[k]['mean_qttft_s']):.2f}" for k in TABLE5[t])
             paper = ", ".join(f"{k} {v:.2f}" for k, v in TABLE5[t].items())
             same_order = _order(c, TABLE5[t])
-            claims.append(Claim(
-                f"mean QTTFT (s), trace #{t}, 3B, A100, 0.9A", "Sec. 6.4, Table 5", paper, ours,
-                "agree" if same_order else "differ",
-                ("the load is set at the knee where LRU on #1 crosses 4.94 s (20,450 requests per "
-                 "hour give 0.52 s, 20,500 give 9.2 s); " if t == 1 else "")
-                + ("the order of the policies is the paper's" if same_order else
-                   "the order of the policies differs; " + why_rank)))  # fmt: skip
+            claims.append(
+                Claim(
+                    f"mean QTTFT (s), trace #{t}, 3B, A100, 0.9A",
+                    "Sec. 6.4, Table 5",
+                    paper,
+                    ours,
+                    "agree" if same_order else "differ",
+                    (
+                        "the load is set at the knee where LRU on #1 crosses 4.94 s (20,450 "
+                        "requests per hour give 0.52 s, 20,500 give 9.2 s); "
+                        if t == 1
+                        else ""
+                    )
+                    + (
+                        "the order of the policies is the paper's"
+                        if same_order
+                        else "the order of the policies differs; " + why_rank
+                    ),
+                )
+            )
     if ("1B", 1, "0.7A") in cells:
         c = cells[("1B", 1, "0.7A")]
         paper = "LRU 91.64%, FIFO 91.19%, UniCache 92.32%, LFU 79.42%"
-        ours = ", ".join(f"{k} {num(c[k]['token_hit_ratio']):.2%}"
-                         for k in ("LRU", "FIFO", "UniCache", "LFU"))  # fmt: skip
-        claims.append(Claim("token hit ratio, trace #1, 1B, 0.7A", "Sec. 6.2", paper, ours,
-                            "n/a", "synthetic traces: the levels depend on the stand-in "
-                            "workload's reuse; compare the order"))  # fmt: skip
-    margins = [num(c["UniCache"]["token_hit_ratio"]) - num(c["LRU"]["token_hit_ratio"])
-               for (m, _, b), c in cells.items() if m == "8B" and b == "0.7A"]  # fmt: skip
+        ours = ", ".join(
+            f"{k} {num(c[k]['token_hit_ratio']):.2%}" for k in ("LRU", "FIFO", "UniCache", "LFU")
+        )
+        claims.append(
+            Claim(
+                "token hit ratio, trace #1, 1B, 0.7A",
+                "Sec. 6.2",
+                paper,
+                ours,
+                "n/a",
+                "synthetic traces: the levels depend on the stand-in "
+                "workload's reuse; compare the order",
+            )
+        )
+    margins = [
+        num(c["UniCache"]["token_hit_ratio"]) - num(c["LRU"]["token_hit_ratio"])
+        for (m, _, b), c in cells.items()
+        if m == "8B" and b == "0.7A"
+    ]
     if margins:
-        claims.append(Claim(
-            "UniCache over LRU, 8B, 0.7A, each trace", "Sec. 6.2",
-            "+2.27% to +4.63% (points)", f"{min(margins):+.2%} to {max(margins):+.2%}",
-            "agree" if min(margins) >= 0.0227 - 0.01 and max(margins) <= 0.0463 + 0.01
-            else "differ", why_rank if min(margins) < 0.0127 else "larger gains here"))  # fmt: skip
-    slow = [num(c["UniCache"]["mean_qttft_s"]) for (_, _, b), c in cells.items()
-            if b == f"{min(s.fractions):g}A"]  # fmt: skip
-    claims.append(Claim(
-        f"QTTFT at the smallest budget ({min(s.fractions):g}A)", "Sec. 6.4, Table 5",
-        "seconds (0.10-8.47 s at 0.9A)",
-        f"UniCache {min(slow):.2f} to {max(slow):.2f} s", "n/a",
-        "the paper gives QTTFT at 0.9A only"))  # fmt: skip
+        claims.append(
+            Claim(
+                "UniCache over LRU, 8B, 0.7A, each trace",
+                "Sec. 6.2",
+                "+2.27% to +4.63% (points)",
+                f"{min(margins):+.2%} to {max(margins):+.2%}",
+                "agree"
+                if min(margins) >= 0.0227 - 0.01 and max(margins) <= 0.0463 + 0.01
+                else "differ",
+                why_rank if min(margins) < 0.0127 else "larger gains here",
+            )
+        )
+    slow = [
+        num(c["UniCache"]["mean_qttft_s"])
+        for (_, _, b), c in cells.items()
+        if b == f"{min(s.fractions):g}A"
+    ]
+    claims.append(
+        Claim(
+            f"QTTFT at the smallest budget ({min(s.fractions):g}A)",
+            "Sec. 6.4, Table 5",
+            "seconds (0.10-8.47 s at 0.9A)",
+            f"UniCache {min(slow):.2f} to {max(slow):.2f} s",
+            "n/a",
+            "the paper gives QTTFT at 0.9A only",
+        )
+    )
     return claims
 
 
@@ -330,8 +429,16 @@ def _draw_grid(fig: Figure, rows: list[Row]) -> None:
     models = sorted({m for m, _, _ in cells}, key=list(MODELS).index)
     traces = sorted({t for _, t, _ in cells})
     axes = fig.subplots(2, len(traces), squeeze=False)
-    styles = {"LRU": "o-", "LFU": "v-", "FIFO": "<-", "LeCaR": ">-", "ARC": "D-", "WA": "x-",
-              "UniCache": "s-", "OPT": "^--"}  # fmt: skip
+    styles = {
+        "LRU": "o-",
+        "LFU": "v-",
+        "FIFO": "<-",
+        "LeCaR": ">-",
+        "ARC": "D-",
+        "WA": "x-",
+        "UniCache": "s-",
+        "OPT": "^--",
+    }
     model = "3B" if "3B" in models else models[0]
     for j, t in enumerate(traces):
         budgets = sorted({b for m, tt, b in cells if m == model and tt == t}, key=float_a)
@@ -354,8 +461,12 @@ def float_a(budget: str) -> float:
 
 
 # ------------------------------------------------------------------ ablations
-ABLATIONS = {"UniCache": UNICACHE, "w/o stage 2": f"{UNICACHE},stage2=false",
-             "UniCache-OPT": "unicache-opt:fit=given", "OPT-Online": "opt-online"}  # fmt: skip
+ABLATIONS = {
+    "UniCache": UNICACHE,
+    "w/o stage 2": f"{UNICACHE},stage2=false",
+    "UniCache-OPT": "unicache-opt:fit=given",
+    "OPT-Online": "opt-online",
+}
 
 
 @register("unicache-ablations")
@@ -372,11 +483,14 @@ class UniCacheAblations(Reproduction):
         variants = [(label, spec, BLOCK) for label, spec in ABLATIONS.items()]
         variants += [("UniCache", UNICACHE, 8), ("UniCache", UNICACHE, 32)]
         cells = [(t, label, spec, bt) for t in s.traces for label, spec, bt in variants]
-        jobs = [(model, t, s, int(f * a_blocks(s, model, bt)), spec, bt)
-                for t, _, spec, bt in cells]  # fmt: skip
+        jobs = [
+            (model, t, s, int(f * a_blocks(s, model, bt)), spec, bt) for t, _, spec, bt in cells
+        ]
         got = run_cells(jobs, parallel=scale == "paper")
-        table: list[Row] = [{"trace": t, "variant": label, "block_tokens": bt, **g}
-                            for (t, label, _, bt), g in zip(cells, got, strict=True)]  # fmt: skip
+        table: list[Row] = [
+            {"trace": t, "variant": label, "block_tokens": bt, **g}
+            for (t, label, _, bt), g in zip(cells, got, strict=True)
+        ]
         notes = [
             *_setup_notes(s),
             f"{MODELS[model]} (Sec. 6.5, Fig. 12: Llama-3.1-8B), A100, {f:g}A (the paper "
@@ -395,49 +509,94 @@ def _ablation_claims(rows: list[Row]) -> list[Claim]:
     def span(v: list[float]) -> str:
         return f"{min(v):+.2%} to {max(v):+.2%}"
 
-    stage2 = [num(by[(t, "UniCache", BLOCK)]["token_hit_ratio"])
-              - num(by[(t, "w/o stage 2", BLOCK)]["token_hit_ratio"]) for t in traces]  # fmt: skip
-    uopt = [num(by[(t, "UniCache-OPT", BLOCK)]["token_hit_ratio"])
-            - num(by[(t, "UniCache", BLOCK)]["token_hit_ratio"]) for t in traces]  # fmt: skip
-    oopt = [num(by[(t, "UniCache", BLOCK)]["token_hit_ratio"])
-            - num(by[(t, "OPT-Online", BLOCK)]["token_hit_ratio"]) for t in traces]  # fmt: skip
-    b8 = [num(by[(t, "UniCache", 8)]["token_hit_ratio"])
-          - num(by[(t, "UniCache", 16)]["token_hit_ratio"]) for t in traces]  # fmt: skip
-    b32 = [num(by[(t, "UniCache", 8)]["token_hit_ratio"])
-           - num(by[(t, "UniCache", 32)]["token_hit_ratio"]) for t in traces]  # fmt: skip
+    stage2 = [
+        num(by[(t, "UniCache", BLOCK)]["token_hit_ratio"])
+        - num(by[(t, "w/o stage 2", BLOCK)]["token_hit_ratio"])
+        for t in traces
+    ]
+    uopt = [
+        num(by[(t, "UniCache-OPT", BLOCK)]["token_hit_ratio"])
+        - num(by[(t, "UniCache", BLOCK)]["token_hit_ratio"])
+        for t in traces
+    ]
+    oopt = [
+        num(by[(t, "UniCache", BLOCK)]["token_hit_ratio"])
+        - num(by[(t, "OPT-Online", BLOCK)]["token_hit_ratio"])
+        for t in traces
+    ]
+    b8 = [
+        num(by[(t, "UniCache", 8)]["token_hit_ratio"])
+        - num(by[(t, "UniCache", 16)]["token_hit_ratio"])
+        for t in traces
+    ]
+    b32 = [
+        num(by[(t, "UniCache", 8)]["token_hit_ratio"])
+        - num(by[(t, "UniCache", 32)]["token_hit_ratio"])
+        for t in traces
+    ]
     metric = "points of token hit ratio (Sec. 6.5 does not say points or relative)"
 
     def overlaps(v: list[float], lo: float, hi: float) -> bool:
         return min(v) <= hi and max(v) >= lo
 
     return [
-        Claim("full UniCache over w/o stage 2 (hit ratio)", "Sec. 6.5, Fig. 12",
-              "5.36% to 31.30%", span(stage2),
-              "agree" if overlaps(stage2, 0.0536, 0.3130) else "differ",
-              metric if overlaps(stage2, 0.0536, 0.3130) else metric + "; stage 2 with "
-              "Algorithm 2's weights takes chat histories first (unicache-grid's cause), "
-              "where the proportional split that stands in for w/o stage 2 (the paper does "
-              "not say how it shares the victims) does not"),
-        Claim("UniCache-OPT over UniCache (hit ratio)", "Sec. 6.5, Fig. 12",
-              "at most 0.74%, most on trace #1", span(uopt),
-              "agree" if max(uopt) <= 0.0074 + 0.005 else "differ",
-              metric + "; the waiting queue is deep only when the engine is backlogged, as "
-              "UniCache is on trace #1 here, where the hints then save the most"),
-        Claim("UniCache over OPT-Online (hit ratio)", "Sec. 6.5, Fig. 12",
-              "1.53% to 4.90%", span(oopt),
-              "agree" if overlaps(oopt, 0.0153, 0.0490) else "differ",
-              metric + ("" if overlaps(oopt, 0.0153, 0.0490) else "; OPT-Online is LRU for "
-              "every block no waiting request needs, and LRU keeps the chat histories that "
-              "UniCache gives up (unicache-grid's cause)")),
-        Claim("block size 8 over 16 (hit ratio)", "Sec. 6.5, Fig. 13", "+0.39% on average",
-              f"{sum(b8) / len(b8):+.2%} on average", "agree" if sum(b8) >= 0 else "differ",
-              "smaller blocks leave fewer prompt tokens in a partial block" if sum(b8) >= 0
-              else "within a few tenths of a point: the hit ratio here turns on which queue "
-              "loses its blocks, not on partial blocks"),
-        Claim("block size 8 over 32 (hit ratio)", "Sec. 6.5, Fig. 13", "+0.94% on average",
-              f"{sum(b32) / len(b32):+.2%} on average", "agree" if sum(b32) >= 0 else "differ",
-              "smaller blocks leave fewer prompt tokens in a partial block"),
-    ]  # fmt: skip
+        Claim(
+            "full UniCache over w/o stage 2 (hit ratio)",
+            "Sec. 6.5, Fig. 12",
+            "5.36% to 31.30%",
+            span(stage2),
+            "agree" if overlaps(stage2, 0.0536, 0.3130) else "differ",
+            metric
+            if overlaps(stage2, 0.0536, 0.3130)
+            else metric + "; stage 2 with "
+            "Algorithm 2's weights takes chat histories first (unicache-grid's cause), "
+            "where the proportional split that stands in for w/o stage 2 (the paper does "
+            "not say how it shares the victims) does not",
+        ),
+        Claim(
+            "UniCache-OPT over UniCache (hit ratio)",
+            "Sec. 6.5, Fig. 12",
+            "at most 0.74%, most on trace #1",
+            span(uopt),
+            "agree" if max(uopt) <= 0.0074 + 0.005 else "differ",
+            metric + "; the waiting queue is deep only when the engine is backlogged, as "
+            "UniCache is on trace #1 here, where the hints then save the most",
+        ),
+        Claim(
+            "UniCache over OPT-Online (hit ratio)",
+            "Sec. 6.5, Fig. 12",
+            "1.53% to 4.90%",
+            span(oopt),
+            "agree" if overlaps(oopt, 0.0153, 0.0490) else "differ",
+            metric
+            + (
+                ""
+                if overlaps(oopt, 0.0153, 0.0490)
+                else "; OPT-Online is LRU for "
+                "every block no waiting request needs, and LRU keeps the chat histories that "
+                "UniCache gives up (unicache-grid's cause)"
+            ),
+        ),
+        Claim(
+            "block size 8 over 16 (hit ratio)",
+            "Sec. 6.5, Fig. 13",
+            "+0.39% on average",
+            f"{sum(b8) / len(b8):+.2%} on average",
+            "agree" if sum(b8) >= 0 else "differ",
+            "smaller blocks leave fewer prompt tokens in a partial block"
+            if sum(b8) >= 0
+            else "within a few tenths of a point: the hit ratio here turns on which queue "
+            "loses its blocks, not on partial blocks",
+        ),
+        Claim(
+            "block size 8 over 32 (hit ratio)",
+            "Sec. 6.5, Fig. 13",
+            "+0.94% on average",
+            f"{sum(b32) / len(b32):+.2%} on average",
+            "agree" if sum(b32) >= 0 else "differ",
+            "smaller blocks leave fewer prompt tokens in a partial block",
+        ),
+    ]
 
 
 def _draw_ablations(fig: Figure, rows: list[Row]) -> None:
@@ -451,8 +610,9 @@ def _draw_ablations(fig: Figure, rows: list[Row]) -> None:
         ax1.bar(x, [num(r["token_hit_ratio"]) for r in sub], width, label=f"#{t}")
         ax2.bar(x, [num(r["mean_qttft_s"]) for r in sub], width, label=f"#{t}")
     for ax, label in ((ax1, "token hit ratio"), (ax2, "mean QTTFT (s)")):
-        ax.set_xticks(np.arange(len(variants)) + 0.4 - width / 2, variants, rotation=60,
-                      fontsize="x-small")  # fmt: skip
+        ax.set_xticks(
+            np.arange(len(variants)) + 0.4 - width / 2, variants, rotation=60, fontsize="x-small"
+        )
         ax.set_ylabel(label)
         ax.legend(fontsize="x-small")
     ax2.set_yscale("log")
@@ -471,9 +631,15 @@ class UniCacheMixed(Reproduction):
 
         n = 1500 if scale == "ci" else 6000
         trace = GENERATORS["mix"].fn(
-            trace=2, num_requests=n, duration_s=3600.0 * n / 6000, agentic_fraction=0.0,
-            task_weights="0,0,0,1", document_tokens=1900, seed=0, **MIX_PARAMS,
-        )  # fmt: skip
+            trace=2,
+            num_requests=n,
+            duration_s=3600.0 * n / 6000,
+            agentic_fraction=0.0,
+            task_weights="0,0,0,1",
+            document_tokens=1900,
+            seed=0,
+            **MIX_PARAMS,
+        )
         layout = trace.block_layout(BLOCK)
         cap = int(0.1 * layout.num_distinct_keys)
         tasks = np.array([str(x) for x in trace.task])
@@ -502,26 +668,46 @@ def _mixed_claims(rows: list[Row]) -> list[Claim]:
     def best(col: str) -> str:
         return max(by, key=lambda k: num(by[k][col]))
 
-    ours = ", ".join(f"{k} {num(r['total']):.3f}/{num(r['document_qa']):.3f}/"
-                     f"{num(r['chat']):.3f}" for k, r in by.items())  # fmt: skip
-    paper = ("total/MASH-QA/ShareGPT: LRU 0.5709/0.4247/0.7457, LFU 0.3732/0.3627/0.3858, "
-             "FIFO 0.5469/0.4092/0.7113, WA 0.5827/0.5083/0.6717")  # fmt: skip
+    ours = ", ".join(
+        f"{k} {num(r['total']):.3f}/{num(r['document_qa']):.3f}/{num(r['chat']):.3f}"
+        for k, r in by.items()
+    )
+    paper = (
+        "total/MASH-QA/ShareGPT: LRU 0.5709/0.4247/0.7457, LFU 0.3732/0.3627/0.3858, "
+        "FIFO 0.5469/0.4092/0.7113, WA 0.5827/0.5083/0.6717"
+    )
     split = best("document_qa") != best("chat")
     return [
-        Claim("hit ratios (total / document QA / chat)", "Sec. 2.3, Table 1", paper, ours,
-              "n/a", "synthetic stand-ins for ShareGPT and MASH-QA; the capacity is ours"),
-        Claim("the best policy differs by task", "Sec. 2.3", "WA best on MASH-QA, LRU best "
-              "on ShareGPT (Table 1; the text says the reverse)",
-              f"best on document QA: {best('document_qa')}, on chat: {best('chat')}",
-              "agree" if split else "differ",
-              "" if split else "one policy wins both tasks on the stand-in workload"),
-        Claim("WA best in total", "Sec. 2.3, Table 1", "WA 0.5827 > LRU 0.5709",
-              f"best in total: {best('total')}", "agree" if best("total") == "WA" else "differ",
-              "" if best("total") == "WA" else "the paper does not say how WA's categories "
-              "share the cache; ours shares it by the reuses profiled in the first 20% of the "
-              "trace, where document QA's shared documents far outnumber chat's reuses, so chat "
-              "keeps a small share of the cache"),
-    ]  # fmt: skip
+        Claim(
+            "hit ratios (total / document QA / chat)",
+            "Sec. 2.3, Table 1",
+            paper,
+            ours,
+            "n/a",
+            "synthetic stand-ins for ShareGPT and MASH-QA; the capacity is ours",
+        ),
+        Claim(
+            "the best policy differs by task",
+            "Sec. 2.3",
+            "WA best on MASH-QA, LRU best on ShareGPT (Table 1; the text says the reverse)",
+            f"best on document QA: {best('document_qa')}, on chat: {best('chat')}",
+            "agree" if split else "differ",
+            "" if split else "one policy wins both tasks on the stand-in workload",
+        ),
+        Claim(
+            "WA best in total",
+            "Sec. 2.3, Table 1",
+            "WA 0.5827 > LRU 0.5709",
+            f"best in total: {best('total')}",
+            "agree" if best("total") == "WA" else "differ",
+            ""
+            if best("total") == "WA"
+            else "the paper does not say how WA's categories "
+            "share the cache; ours shares it by the reuses profiled in the first 20% of the "
+            "trace, where document QA's shared documents far outnumber chat's reuses, so chat "
+            "keeps a small share of the cache",
+        ),
+    ]
 
 
 def _draw_mixed(fig: Figure, rows: list[Row]) -> None:

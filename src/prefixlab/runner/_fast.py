@@ -418,8 +418,7 @@ def pin_hits(state: Any, blocks: Any, h: int, now: float, pp: Any, ist: Any, fst
         elif policy == SIEVE:
             sieve_access(flag, b)
         elif policy == ARRAY:  # a hit; on an evictable block it pins it too
-            hook(acode, ist, fst, HIT_FREE if ref[b] == 0 else ACCESS, b, -1, bkey, depth, rng,
-                 aux)  # fmt: skip
+            hook(acode, ist, fst, HIT_FREE if ref[b] == 0 else ACCESS, b, -1, bkey, depth, rng, aux)
         if ref[b] == 0:  # it leaves the evictable pool
             if policy == VLLM:  # touch takes it out of the free queue
                 stamp[b] = -1
@@ -437,12 +436,19 @@ def pin_hits(state: Any, blocks: Any, h: int, now: float, pp: Any, ist: Any, fst
 
 
 @jit(nrt=False)
-def announce_misses(state: Any, keys: Any, k0: int, h: int, nk: int, pp: Any, ist: Any,
-                    fst: Any) -> None:  # fmt: skip
+def announce_misses(
+    state: Any, keys: Any, k0: int, h: int, nk: int, pp: Any, ist: Any, fst: Any
+) -> None:
     """An array-state policy hears the keys keys[k0 + h:k0 + nk] the request will cache
     but missed, before any eviction (raw keys get their slots here)."""
-    bkey, depth, sc, ktab, skey, sfree = state[4], state[13], state[23], state[24], state[25], \
-        state[26]  # fmt: skip
+    bkey, depth, sc, ktab, skey, sfree = (
+        state[4],
+        state[13],
+        state[23],
+        state[24],
+        state[25],
+        state[26],
+    )
     if pp[0] != ARRAY or nk <= h:
         return
     raw = ktab.shape[0] > 1
@@ -454,8 +460,9 @@ def announce_misses(state: Any, keys: Any, k0: int, h: int, nk: int, pp: Any, is
 
 
 @jit(nrt=False)
-def take_blocks(state: Any, need: int, blocks: Any, off: int, r: int, pp: Any, ist: Any,
-                fst: Any, victims: Any) -> None:  # fmt: skip
+def take_blocks(
+    state: Any, need: int, blocks: Any, off: int, r: int, pp: Any, ist: Any, fst: Any, victims: Any
+) -> None:
     """Pin ``need`` new blocks into blocks[off:]: empty ones first (the top of the stack),
     then the policy's victims, whose keys are dropped (the caller knows they exist)."""
     ref, empty, sc = state[3], state[22], state[23]
@@ -477,14 +484,31 @@ def take_blocks(state: Any, need: int, blocks: Any, off: int, r: int, pp: Any, i
 
 
 @jit(nrt=False)
-def commit_blocks(state: Any, blocks: Any, keys: Any, k0: int, lo_: int, hi: int, now: float,
-                  pp: Any, ist: Any, fst: Any) -> None:  # fmt: skip
+def commit_blocks(
+    state: Any,
+    blocks: Any,
+    keys: Any,
+    k0: int,
+    lo_: int,
+    hi: int,
+    now: float,
+    pp: Any,
+    ist: Any,
+    fst: Any,
+) -> None:
     """Blocks blocks[lo_:hi] get the keys keys[k0 + lo_:k0 + hi], each appended to its
     key's holders."""
     bkey, chains, stamp, qb, qs, qstate = state[4], state[5], state[6], state[7], state[8], state[9]
     primary, la, nhits, depth, created = state[10], state[11], state[12], state[13], state[14]
-    link, flag, sst, sc, ktab, skey, sfree = state[19], state[20], state[21], state[23], \
-        state[24], state[25], state[26]  # fmt: skip
+    link, flag, sst, sc, ktab, skey, sfree = (
+        state[19],
+        state[20],
+        state[21],
+        state[23],
+        state[24],
+        state[25],
+        state[26],
+    )
     policy, acode, rng, aux = pp[0], pp[5], pp[6], pp[7]
     raw = ktab.shape[0] > 1
     track = policy in (KEYED, LFU_LISTS, MRU_STACK)
@@ -508,21 +532,51 @@ def commit_blocks(state: Any, blocks: Any, keys: Any, k0: int, lo_: int, hi: int
 
 
 @jit(nrt=False)
-def release_blocks(state: Any, blocks: Any, nh: int, r: int, nu_pos: Any, k0: int,
-                   max_free: int, pp: Any, ist: Any, fst: Any, released: Any,
-                   victims: Any) -> None:  # fmt: skip
+def release_blocks(
+    state: Any,
+    blocks: Any,
+    nh: int,
+    r: int,
+    nu_pos: Any,
+    k0: int,
+    max_free: int,
+    pp: Any,
+    ist: Any,
+    fst: Any,
+    released: Any,
+    victims: Any,
+) -> None:
     """Unpin blocks[:nh], tail first: keyed ones become evictable (``nu_pos[k0 + i]``: a
     keyed policy's next use of position i, when known), keyless ones go back on top of
     the empty stack; then the cached-free pool is trimmed to ``max_free`` (-1: no bound),
     its victims emptied on top of those."""
-    bl, bht, lo, ref, bkey, stamp, qb = state[0], state[1], state[2], state[3], state[4], \
-        state[6], state[7]  # fmt: skip
-    qs, qstate, primary, la, nhits, depth = state[8], state[9], state[10], state[11], state[12], \
-        state[13]  # fmt: skip
-    created, hk, he, hpos, hn, flag, sst = state[14], state[15], state[16], state[17], state[18], \
-        state[20], state[21]  # fmt: skip
-    empty, sc, pk, hst, hid, kbuf = state[22], state[23], state[27], state[28], state[29], \
-        state[30]  # fmt: skip
+    bl, bht, lo, ref, bkey, stamp, qb = (
+        state[0],
+        state[1],
+        state[2],
+        state[3],
+        state[4],
+        state[6],
+        state[7],
+    )
+    qs, qstate, primary, la, nhits, depth = (
+        state[8],
+        state[9],
+        state[10],
+        state[11],
+        state[12],
+        state[13],
+    )
+    created, hk, he, hpos, hn, flag, sst = (
+        state[14],
+        state[15],
+        state[16],
+        state[17],
+        state[18],
+        state[20],
+        state[21],
+    )
+    empty, sc, pk, hst, hid, kbuf = state[22], state[23], state[27], state[28], state[29], state[30]
     policy, cols, signs, occ_start, occ_req, acode, rng, aux, park = pp
     n_rel = 0
     n_mru = 0
@@ -542,8 +596,22 @@ def release_blocks(state: Any, blocks: Any, nh: int, r: int, nu_pos: Any, k0: in
             nu = nu_pos[k0 + i] if nu_pos.shape[0] else np.nan
             if nu == nu and occ_start.shape[0] <= 1:  # streamed: note the key's next use
                 state[5][4, bkey[b]] = _noted(nu)
-            entry_key(cols, signs, b, la, nhits, depth, created, primary, bkey, occ_start,
-                      occ_req, r, kbuf, nu)  # fmt: skip
+            entry_key(
+                cols,
+                signs,
+                b,
+                la,
+                nhits,
+                depth,
+                created,
+                primary,
+                bkey,
+                occ_start,
+                occ_req,
+                r,
+                kbuf,
+                nu,
+            )
             heap_set(hk, he, hpos, hn, b, kbuf[0], kbuf[1], kbuf[2], float(sc[0]))
             sc[0] += 1
         elif policy == SIEVE:
@@ -651,8 +719,7 @@ def block_kernel(
             note_next_uses(state, keys, k0, h, nl, nu_pos)
         take_blocks(state, need, blocks, h, r, pp, ist, fst, victims)
         commit_blocks(state, blocks, keys, k0, h, nk, now, pp, ist, fst)
-        release_blocks(state, blocks, nh, r, nu_pos, k0, max_free, pp, ist, fst, released,
-                       victims)  # fmt: skip
+        release_blocks(state, blocks, nh, r, nu_pos, k0, max_free, pp, ist, fst, released, victims)
     out[0] = sc[3]
     return ist, fst
 
@@ -661,9 +728,39 @@ def block_kernel(
 def _evict(n: int, state: Any, victims: Any, r: int, pp: Any, ist: Any, fst: Any) -> None:
     """Choose n victims (the caller knows they exist), then drop their keys in order (raw
     keys: a key left with no holder leaves the table and gives its slot back)."""
-    (bl, bht, lo, ref, bkey, chains, stamp, qb, qs, qstate, primary, la, nhits, depth,
-     created, hk, he, hpos, hn, link, flag, sst, _empty, sc, ktab, skey, sfree, pk, hst,
-     hid, kbuf) = state  # fmt: skip
+    (
+        bl,
+        bht,
+        lo,
+        ref,
+        bkey,
+        chains,
+        stamp,
+        qb,
+        qs,
+        qstate,
+        primary,
+        la,
+        nhits,
+        depth,
+        created,
+        hk,
+        he,
+        hpos,
+        hn,
+        link,
+        flag,
+        sst,
+        _empty,
+        sc,
+        ktab,
+        skey,
+        sfree,
+        pk,
+        hst,
+        hid,
+        kbuf,
+    ) = state
     policy, cols, signs, occ_start, occ_req, acode, rng, aux, park = pp
     batch = policy == ARRAY and acode == UNICACHE and ist[SC, UCOPT] == 1
     if batch:  # unicache-opt chooses its n victims together (its set-aside blocks)
@@ -700,8 +797,22 @@ def _evict(n: int, state: Any, victims: Any, r: int, pp: Any, ist: Any, fst: Any
             nu = np.nan  # next use after r: from the occurrence lists, or streamed, noted
             if occ_start.shape[0] <= 1:
                 nu = np.inf if chains[4, k] == NOTED_NEVER else float(chains[4, k])
-            entry_key(cols, signs, up, la, nhits, depth, created, primary, bkey, occ_start,
-                      occ_req, r, kbuf, nu)  # fmt: skip
+            entry_key(
+                cols,
+                signs,
+                up,
+                la,
+                nhits,
+                depth,
+                created,
+                primary,
+                bkey,
+                occ_start,
+                occ_req,
+                r,
+                kbuf,
+                nu,
+            )
             heap_set(hk, he, hpos, hn, up, kbuf[0], kbuf[1], kbuf[2], hk[hpos[up], 3])
         elif up >= 0 and policy == ARRAY:  # a promoted duplicate: re-rank it (on_update)
             hook(acode, ist, fst, UPDATE, up, -1, bkey, depth, rng, aux)
@@ -755,20 +866,58 @@ class Prepared:
 
     def policy_args(self) -> tuple[Any, ...]:
         """The policy's arguments to the per-operation functions (``pp``)."""
-        return (self.code, self.cols, self.signs, self.occ_start, self.occ_req, self.acode,
-                self.rng, self.aux, self.engine)  # fmt: skip
+        return (
+            self.code,
+            self.cols,
+            self.signs,
+            self.occ_start,
+            self.occ_req,
+            self.acode,
+            self.rng,
+            self.aux,
+            self.engine,
+        )
 
     def run(
-        self, keys: I64, key_offsets: I64, num_lookup: I64, lookup_end: I64, held: I64,
-        r0: int, max_free_blocks: int | None, hit_tokens: I64, hit_blocks: I64, out: I64,
-    ) -> None:  # fmt: skip
+        self,
+        keys: I64,
+        key_offsets: I64,
+        num_lookup: I64,
+        lookup_end: I64,
+        held: I64,
+        r0: int,
+        max_free_blocks: int | None,
+        hit_tokens: I64,
+        hit_blocks: I64,
+        out: I64,
+    ) -> None:
         """Replay requests r0, r0 + 1, ... (the rows of ``key_offsets``) from the state."""
         st = block_kernel(
-            self.state, keys, key_offsets, num_lookup, lookup_end, held, r0, self.capacity,
-            self.block_tokens, self.code, -1 if max_free_blocks is None else max_free_blocks,
-            self.cols, self.signs, self.occ_start, self.occ_req, self.nu_pos, self.ist,
-            self.fst, self.acode, self.rng, self.aux, hit_tokens, hit_blocks, out,
-        )  # fmt: skip
+            self.state,
+            keys,
+            key_offsets,
+            num_lookup,
+            lookup_end,
+            held,
+            r0,
+            self.capacity,
+            self.block_tokens,
+            self.code,
+            -1 if max_free_blocks is None else max_free_blocks,
+            self.cols,
+            self.signs,
+            self.occ_start,
+            self.occ_req,
+            self.nu_pos,
+            self.ist,
+            self.fst,
+            self.acode,
+            self.rng,
+            self.aux,
+            hit_tokens,
+            hit_blocks,
+            out,
+        )
         self.ist, self.fst = st  # a policy that allocates may have widened its state
         if self.code == ARRAY:
             assert isinstance(self.policy, ArrayPolicy)
@@ -795,8 +944,18 @@ def replay_fast(
     hit_tokens = np.zeros(n, np.int64)
     hit_blocks = np.zeros(n, np.int64)
     out = np.zeros(2, np.int64)
-    prep.run(keys, key_offsets, num_lookup, lookup_end, held, 0, max_free_blocks, hit_tokens,
-             hit_blocks, out)  # fmt: skip
+    prep.run(
+        keys,
+        key_offsets,
+        num_lookup,
+        lookup_end,
+        held,
+        0,
+        max_free_blocks,
+        hit_tokens,
+        hit_blocks,
+        out,
+    )
     return hit_tokens, hit_blocks, int(out[0]), int(out[1])
 
 

@@ -52,16 +52,52 @@ from prefixlab.runner._pairs import pair_find, pair_unmap
 I64 = npt.NDArray[np.int64]
 
 # config (cfg) fields
-(C_ADMISSION, C_BLOCK, C_PARTIAL, C_SIZING, C_CHUNK, C_BRANCH, C_LOCKS, C_STATE, C_KV,
- C_STATEB, C_CAPACITY, C_EVICT, C_TOUCH, C_TOUCH_PARTIAL, C_RECENCY, C_EFF,
- C_TUNES) = range(17)  # fmt: skip
+(
+    C_ADMISSION,
+    C_BLOCK,
+    C_PARTIAL,
+    C_SIZING,
+    C_CHUNK,
+    C_BRANCH,
+    C_LOCKS,
+    C_STATE,
+    C_KV,
+    C_STATEB,
+    C_CAPACITY,
+    C_EVICT,
+    C_TOUCH,
+    C_TOUCH_PARTIAL,
+    C_RECENCY,
+    C_EFF,
+    C_TUNES,
+) = range(17)
 ADM_NONE, ADM_BLOCKS, ADM_JUDICIOUS = 0, 1, 2
 EV_LRU, EV_MARCONI = 0, 1
 T_PATH, T_FULL_BLOCKS, T_REUSED = 0, 1, 2  # path (+partial), vllm+'s full blocks, marconi's node
 # scalar state (st) fields
-(S_USED, S_CLOCK, S_NEXT_ID, S_WRITTEN, S_EVICTED, S_EVICTED_NODES, S_MERGES, S_CKPT_WRITTEN,
- S_REJECTED, S_EVICT_CALLS, S_NFREE, S_SSEQ, S_NODES, S_PEAK, S_CKPTS, S_NEXT, S_PHASE,
- S_TUNE_AT, S_PIN_TOKENS, S_PIN_CKPTS, S_HWM) = range(21)  # fmt: skip
+(
+    S_USED,
+    S_CLOCK,
+    S_NEXT_ID,
+    S_WRITTEN,
+    S_EVICTED,
+    S_EVICTED_NODES,
+    S_MERGES,
+    S_CKPT_WRITTEN,
+    S_REJECTED,
+    S_EVICT_CALLS,
+    S_NFREE,
+    S_SSEQ,
+    S_NODES,
+    S_PEAK,
+    S_CKPTS,
+    S_NEXT,
+    S_PHASE,
+    S_TUNE_AT,
+    S_PIN_TOKENS,
+    S_PIN_CKPTS,
+    S_HWM,
+) = range(21)
 #: S_PIN_TOKENS, S_PIN_CKPTS: the tokens and the checkpoints of the locked nodes (the bytes
 #: the engine's budget cannot free), kept as nodes are locked, split, merged, checkpointed;
 #: S_HWM: one past the highest slot ever used (an eviction's scans stop there)
@@ -183,8 +219,9 @@ def _token(values: Any, N: Any, s: int, p: int) -> int:
 
 # ----------------------------------------------------------------------------- match
 @jit(nrt=False)
-def _match(values: Any, o: int, n: int, N: Any, T: Any, has_state: bool, path: Any,
-           res: Any, npath: int) -> None:  # fmt: skip
+def _match(
+    values: Any, o: int, n: int, N: Any, T: Any, has_state: bool, path: Any, res: Any, npath: int
+) -> None:
     """HybridCache.match of values[o:o + n]: the path into ``path``, the rest into ``res``.
 
     ``path[:npath]`` may hold nodes already known to match (a lookup's path, the tree
@@ -459,8 +496,9 @@ def _sift_down(hk: Any, hi: Any, n: int, i: int) -> None:
 
 
 @jit(nrt=False)
-def _lru_leaves(cfg: Any, N: Any, T: Any, st: Any, values: Any, need: int, hk: Any,
-                hi: Any, hwm: int) -> int:  # fmt: skip
+def _lru_leaves(
+    cfg: Any, N: Any, T: Any, st: Any, values: Any, need: int, hk: Any, hi: Any, hwm: int
+) -> int:
     """LRU over unlocked leaves (policies.hybrid's rule: the least key
     ``lru_leaf_key``), with the stale entries a lazy heap keeps: bytes freed."""
     nid, end, la, lock, nch = N[0], N[4], N[6], N[7], N[8]
@@ -507,9 +545,22 @@ def _before(N: Any, a: int, b: int) -> bool:
 
 
 @jit(nrt=False)
-def _marconi_free(cfg: Any, N: Any, T: Any, st: Any, values: Any, need: int, alpha: float,
-                  tot: Any, cand: Any, r: Any, f: Any, ok: Any, score: Any,
-                  hwm: int) -> int:  # fmt: skip
+def _marconi_free(
+    cfg: Any,
+    N: Any,
+    T: Any,
+    st: Any,
+    values: Any,
+    need: int,
+    alpha: float,
+    tot: Any,
+    cand: Any,
+    r: Any,
+    f: Any,
+    ok: Any,
+    score: Any,
+    hwm: int,
+) -> int:
     """Marconi's eviction: rescore every candidate (every node with at most one child that
     could be evicted, locked ones too), evict the least score among the unlocked ones
     (ties: the first in pre-order), until ``need`` bytes are freed.
@@ -555,8 +606,9 @@ def _marconi_free(cfg: Any, N: Any, T: Any, st: Any, values: Any, need: int, alp
 
 
 @jit(inline=True)
-def _candidate(cfg: Any, N: Any, tot: Any, s: int, i: int, cand: Any, r: Any, f: Any,
-               ok: Any) -> None:  # fmt: skip
+def _candidate(
+    cfg: Any, N: Any, tot: Any, s: int, i: int, cand: Any, r: Any, f: Any, ok: Any
+) -> None:
     """Entry i of Marconi's candidate list: node s, its last access, efficiency, lock."""
     cand[i] = s
     r[i] = N[6][s]
@@ -566,8 +618,9 @@ def _candidate(cfg: Any, N: Any, tot: Any, s: int, i: int, cand: Any, r: Any, f:
 
 # ----------------------------------------------------------------------------- insertion
 @jit(nrt=False)
-def _place_checkpoints(N: Any, T: Any, st: Any, values: Any, o: int, ck: Any,
-                       nck: int, sb: int) -> None:  # fmt: skip
+def _place_checkpoints(
+    N: Any, T: Any, st: Any, values: Any, o: int, ck: Any, nck: int, sb: int
+) -> None:
     """Give the nodes ending at each position of ck[:nck] (ascending) a checkpoint, splitting
     edges where needed, in one walk down the stored sequence values[o:]."""
     end, ckpt = N[4], N[5]
@@ -591,8 +644,19 @@ def _place_checkpoints(N: Any, T: Any, st: Any, values: Any, o: int, ck: Any,
 
 
 @jit(nrt=False)
-def _insert(cfg: Any, N: Any, T: Any, st: Any, values: Any, o: int, n: int, ck: Any,
-            nck: int, path: Any, npath: int) -> None:  # fmt: skip
+def _insert(
+    cfg: Any,
+    N: Any,
+    T: Any,
+    st: Any,
+    values: Any,
+    o: int,
+    n: int,
+    ck: Any,
+    nck: int,
+    path: Any,
+    npath: int,
+) -> None:
     """HybridCache._insert; the walk starts after path[:npath] (the sequence's matched
     nodes, kept by their locks: none of them changed)."""
     node = path[npath - 1] if npath else ROOT
@@ -624,8 +688,9 @@ def _insert(cfg: Any, N: Any, T: Any, st: Any, values: Any, o: int, n: int, ck: 
 
 
 @jit(nrt=False)
-def _fill_partial_blocks(cfg: Any, N: Any, T: Any, st: Any, values: Any, o: int, n: int,
-                         path: Any) -> None:  # fmt: skip
+def _fill_partial_blocks(
+    cfg: Any, N: Any, T: Any, st: Any, values: Any, o: int, n: int, path: Any
+) -> None:
     """vLLM+ with partial blocks: a stored partial block the sequence extends loses its
     state (HybridCache._fill_partial_blocks)."""
     b, sb = cfg[C_BLOCK], cfg[C_STATEB]
@@ -643,23 +708,39 @@ def _fill_partial_blocks(cfg: Any, N: Any, T: Any, st: Any, values: Any, o: int,
 
 
 @jit(nrt=False)
-def _evict(cfg: Any, N: Any, T: Any, st: Any, values: Any, need: int, alpha: float,
-           tot: Any, W: Any) -> None:  # fmt: skip
+def _evict(
+    cfg: Any, N: Any, T: Any, st: Any, values: Any, need: int, alpha: float, tot: Any, W: Any
+) -> None:
     """One eviction call (one tick): the policy frees ``need`` bytes if it can."""
     st[S_CLOCK] += 1
     st[S_EVICT_CALLS] += 1
     hwm = st[S_HWM]
     if cfg[C_EVICT] == EV_MARCONI and cfg[C_STATE]:
-        _marconi_free(cfg, N, T, st, values, need, alpha, tot, W[0], W[1], W[2], W[3], W[4],
-                      hwm)  # fmt: skip
+        _marconi_free(cfg, N, T, st, values, need, alpha, tot, W[0], W[1], W[2], W[3], W[4], hwm)
     else:
         _lru_leaves(cfg, N, T, st, values, need, W[5], W[6], hwm)
 
 
 @jit(nrt=False)
-def _admit(cfg: Any, N: Any, T: Any, st: Any, values: Any, o: int, n: int, alpha: float,
-           tot: Any, W: Any, mi_path: Any, mi_res: Any, path: Any, res: Any, ck: Any,
-           held: Any, heldid: Any) -> None:  # fmt: skip
+def _admit(
+    cfg: Any,
+    N: Any,
+    T: Any,
+    st: Any,
+    values: Any,
+    o: int,
+    n: int,
+    alpha: float,
+    tot: Any,
+    W: Any,
+    mi_path: Any,
+    mi_res: Any,
+    path: Any,
+    res: Any,
+    ck: Any,
+    held: Any,
+    heldid: Any,
+) -> None:
     """HybridCache.admit of values[o:o + n] (input + output); mi_path, mi_res: the
     input's match."""
     if cfg[C_ADMISSION] == ADM_NONE:
@@ -710,8 +791,9 @@ def _admit(cfg: Any, N: Any, T: Any, st: Any, values: Any, o: int, n: int, alpha
         rejected = True
     else:
         # with locks the matched path stands; without, the walk starts at the root
-        _insert(cfg, N, T, st, values, o, n, ck, nck, path,
-                res[M_NPATH] if cfg[C_LOCKS] == 0 else 0)  # fmt: skip
+        _insert(
+            cfg, N, T, st, values, o, n, ck, nck, path, res[M_NPATH] if cfg[C_LOCKS] == 0 else 0
+        )
     for j in range(nheld):
         if cfg[C_LOCKS] == 0 and N[0][held[j]] == heldid[j]:
             _unlock(N, st, held[j])
@@ -724,8 +806,7 @@ def _admit(cfg: Any, N: Any, T: Any, st: Any, values: Any, o: int, n: int, alpha
 
 # ----------------------------------------------------------------------------- lookup
 @jit(nrt=False)
-def _reuse(cfg: Any, N: Any, T: Any, values: Any, o: int, inp: int, ipath: Any,
-           ires: Any) -> int:  # fmt: skip
+def _reuse(cfg: Any, N: Any, T: Any, values: Any, o: int, inp: int, ipath: Any, ires: Any) -> int:
     """HybridCache.reuse of the input values[o:o + inp] into ipath, ires (nothing stamped):
     the tokens it can reuse."""
     _match(values, o, inp, N, T, cfg[C_STATE], ipath, ires, 0)
@@ -740,9 +821,22 @@ def _reuse(cfg: Any, N: Any, T: Any, values: Any, o: int, inp: int, ipath: Any,
 
 # ----------------------------------------------------------------------------- the loop
 @jit(nogil=True)
-def _kernel(values: Any, offsets: Any, inputs: Any, r_end: int, cfg: Any, alpha: float,
-            mult: float, tot: Any, N: Any, T: Any, W: Any, st: Any, mi: Any,
-            hits: Any) -> int:  # fmt: skip
+def _kernel(
+    values: Any,
+    offsets: Any,
+    inputs: Any,
+    r_end: int,
+    cfg: Any,
+    alpha: float,
+    mult: float,
+    tot: Any,
+    N: Any,
+    T: Any,
+    W: Any,
+    st: Any,
+    mi: Any,
+    hits: Any,
+) -> int:
     """Replay requests st[S_NEXT] .. r_end - 1 (resuming an admission when st[S_PHASE] is
     1); a status: ST_DONE, ST_GROW (too few free slots for the next request) or ST_TUNE
     (the tuner runs before request st[S_NEXT]'s insertion)."""
@@ -765,8 +859,7 @@ def _kernel(values: Any, offsets: Any, inputs: Any, r_end: int, cfg: Any, alpha:
             st[S_PHASE] = 1
             if st[S_TUNE_AT] == r + 1:
                 return ST_TUNE
-        _admit(cfg, N, T, st, values, o, n, alpha, tot, W, ipath, ires, path, res, ck, held,
-               heldid)  # fmt: skip
+        _admit(cfg, N, T, st, values, o, n, alpha, tot, W, ipath, ires, path, res, ck, held, heldid)
         window_set(cfg, st, mult, r + 1)
         if st[S_USED] > st[S_PEAK]:
             st[S_PEAK] = st[S_USED]
@@ -818,8 +911,7 @@ def hy_reuse(H: Any, r: int) -> int:
 
 
 @jit(nrt=False, standalone=True)
-def hy_acquire(H: Any, hit: int, num_blocks: int, bt: int, lk: Any, lkid: Any,
-               at: int) -> int:  # fmt: skip
+def hy_acquire(H: Any, hit: int, num_blocks: int, bt: int, lk: Any, lkid: Any, at: int) -> int:
     """HybridEngineCache._try_acquire: lock the hit's path (its nodes ending within the hit,
     and the reused node) into lk[at:], lkid[at:], make room for the blocks beyond the hit
     and a live state, stamp the match. How many nodes it locked, or -1: refused (nothing
@@ -898,8 +990,25 @@ def hy_admit(H: Any, r: int) -> None:
     total = cfg[C_CAPACITY]
     cfg[C_CAPACITY] = E[E_TOTAL] - E[E_RESERVED]
     _match(values, o, inputs[r], N, T, cfg[C_STATE], mi[5], mi[6], 0)
-    _admit(cfg, N, T, st, values, o, offsets[r + 1] - o, hf[F_ALPHA], tot, W, mi[5], mi[6],
-           mi[0], mi[1], mi[2], mi[3], mi[4])  # fmt: skip
+    _admit(
+        cfg,
+        N,
+        T,
+        st,
+        values,
+        o,
+        offsets[r + 1] - o,
+        hf[F_ALPHA],
+        tot,
+        W,
+        mi[5],
+        mi[6],
+        mi[0],
+        mi[1],
+        mi[2],
+        mi[3],
+        mi[4],
+    )
     cfg[C_CAPACITY] = total
     window_set(cfg, st, hf[F_MULT], E[E_LOOKED])
 
@@ -946,10 +1055,15 @@ def _tables(size: int) -> tuple[Any, Any]:
     while tsize < 4 * size:
         tsize *= 2
     T = (np.zeros(tsize, np.int64), np.zeros(tsize, np.int64), np.full(tsize, -1, np.int64))
-    W = (np.zeros(size, np.int64), np.zeros(size, np.float64), np.zeros(size, np.float64),
-         np.zeros(size, np.bool_), np.zeros(size, np.float64),
-         np.zeros((2 * size + 8, 2), np.float64),
-         np.zeros((2 * size + 8, 2), np.int64))  # fmt: skip
+    W = (
+        np.zeros(size, np.int64),
+        np.zeros(size, np.float64),
+        np.zeros(size, np.float64),
+        np.zeros(size, np.bool_),
+        np.zeros(size, np.float64),
+        np.zeros((2 * size + 8, 2), np.float64),
+        np.zeros((2 * size + 8, 2), np.int64),
+    )
     return T, W
 
 
@@ -957,11 +1071,22 @@ def _tables(size: int) -> tuple[Any, Any]:
 def new_nodes(st: Any) -> tuple[Any, Any, Any]:
     """A tree of one slot, the root (id 0, an empty edge at position 0), none free:
     :func:`grow_nodes` adds the rest."""
-    N = (np.zeros(1, np.int64), np.full(1, -1, np.int64), np.zeros(1, np.int64),
-         np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.bool_),
-         np.zeros(1, np.float64), np.zeros(1, np.int64), np.zeros(1, np.int64),
-         np.full(1, -1, np.int64), np.full(1, -1, np.int64), np.full(1, -1, np.int64),
-         np.full(1, -1, np.int64), np.zeros(1, np.int64))  # fmt: skip
+    N = (
+        np.zeros(1, np.int64),
+        np.full(1, -1, np.int64),
+        np.zeros(1, np.int64),
+        np.zeros(1, np.int64),
+        np.zeros(1, np.int64),
+        np.zeros(1, np.bool_),
+        np.zeros(1, np.float64),
+        np.zeros(1, np.int64),
+        np.zeros(1, np.int64),
+        np.full(1, -1, np.int64),
+        np.full(1, -1, np.int64),
+        np.full(1, -1, np.int64),
+        np.full(1, -1, np.int64),
+        np.zeros(1, np.int64),
+    )
     st[S_NFREE] = 0
     T, W = _tables(1)
     return N, T, W
@@ -994,10 +1119,22 @@ def grow_nodes(N: Any, T: Any, W: Any, st: Any, need: int) -> tuple[Any, Any, An
     for j in range(nfree):
         free[k + j] = N[13][j]
     st[S_NFREE] = nfree + size - old
-    N2 = (widened(N[0], size), widened(N[1], size), widened(N[2], size), widened(N[3], size),
-          widened(N[4], size), ckpt, la, widened(N[7], size), widened(N[8], size),
-          widened(N[9], size), widened(N[10], size), widened(N[11], size), widened(N[12], size),
-          free)  # fmt: skip
+    N2 = (
+        widened(N[0], size),
+        widened(N[1], size),
+        widened(N[2], size),
+        widened(N[3], size),
+        widened(N[4], size),
+        ckpt,
+        la,
+        widened(N[7], size),
+        widened(N[8], size),
+        widened(N[9], size),
+        widened(N[10], size),
+        widened(N[11], size),
+        widened(N[12], size),
+        free,
+    )
     T2, W2 = _tables(size)
     _rehash(T[0], T[1], T[2], T2[0], T2[1], T2[2])
     return N2, T2, W2
@@ -1048,8 +1185,16 @@ def _frozen(a: I64) -> I64:
 class HybridKernel:
     """The compiled tree's arrays for one replay, resumable between kernel calls."""
 
-    def __init__(self, values: I64, offsets: I64, inputs: I64, pol: HybridPolicy,
-                 spec: ModelSpec, capacity: int, locks: str) -> None:  # fmt: skip
+    def __init__(
+        self,
+        values: I64,
+        offsets: I64,
+        inputs: I64,
+        pol: HybridPolicy,
+        spec: ModelSpec,
+        capacity: int,
+        locks: str,
+    ) -> None:
         # read-only views, whatever the trace gives: one compiled signature, no copy
         self.values, self.offsets = _frozen(values), _frozen(offsets)
         self.inputs = inputs
@@ -1057,12 +1202,21 @@ class HybridKernel:
         self.cfg = _config(pol, spec, capacity, locks)
         lengths = np.diff(offsets)
         maxlen = int(lengths.max()) if lengths.shape[0] else 0
-        self.tot = (spec.prefill_flops_table(maxlen) if isinstance(pol, Marconi)
-                    else np.zeros(1, np.float64))  # fmt: skip
+        self.tot = (
+            spec.prefill_flops_table(maxlen)
+            if isinstance(pol, Marconi)
+            else np.zeros(1, np.float64)
+        )
         m = maxlen + 4
-        self.mi = (np.zeros(m, np.int64), np.zeros(6, np.int64), np.zeros(m, np.int64),
-                   np.zeros(m, np.int64), np.zeros(m, np.int64), np.zeros(m, np.int64),
-                   np.zeros(6, np.int64))  # fmt: skip
+        self.mi = (
+            np.zeros(m, np.int64),
+            np.zeros(6, np.int64),
+            np.zeros(m, np.int64),
+            np.zeros(m, np.int64),
+            np.zeros(m, np.int64),
+            np.zeros(m, np.int64),
+            np.zeros(6, np.int64),
+        )
         self.st = np.zeros(21, np.int64)
         self.st[S_NEXT_ID] = 1
         self.st[S_TUNE_AT] = -1
@@ -1078,9 +1232,24 @@ class HybridKernel:
         """Replay up to request ``r_end`` (exclusive); ST_DONE or ST_TUNE."""
         mult = float(getattr(self.pol, "bootstrap_multiplier", 1.0))
         while True:
-            status = int(_kernel(self.values, self.offsets, self.inputs, r_end, self.cfg, alpha,
-                                 mult, self.tot, self.N, self.T, self.W, self.st, self.mi,
-                                 self.hits))  # fmt: skip
+            status = int(
+                _kernel(
+                    self.values,
+                    self.offsets,
+                    self.inputs,
+                    r_end,
+                    self.cfg,
+                    alpha,
+                    mult,
+                    self.tot,
+                    self.N,
+                    self.T,
+                    self.W,
+                    self.st,
+                    self.mi,
+                    self.hits,
+                )
+            )
             if status != ST_GROW:
                 return status
             r = int(self.st[S_NEXT])
@@ -1103,13 +1272,17 @@ class HybridKernel:
     def counters(self) -> dict[str, int]:
         st = self.st
         return {
-            "bytes_used": int(st[S_USED]), "peak_bytes": int(st[S_PEAK]),
-            "bytes_written": int(st[S_WRITTEN]), "bytes_evicted": int(st[S_EVICTED]),
-            "num_nodes": int(st[S_NODES]), "num_checkpoints": int(st[S_CKPTS]),
+            "bytes_used": int(st[S_USED]),
+            "peak_bytes": int(st[S_PEAK]),
+            "bytes_written": int(st[S_WRITTEN]),
+            "bytes_evicted": int(st[S_EVICTED]),
+            "num_nodes": int(st[S_NODES]),
+            "num_checkpoints": int(st[S_CKPTS]),
             "num_checkpoints_written": int(st[S_CKPT_WRITTEN]),
-            "num_evicted_nodes": int(st[S_EVICTED_NODES]), "num_merges": int(st[S_MERGES]),
+            "num_evicted_nodes": int(st[S_EVICTED_NODES]),
+            "num_merges": int(st[S_MERGES]),
             "num_rejected": int(st[S_REJECTED]),
-        }  # fmt: skip
+        }
 
     @property
     def num_evict_calls(self) -> int:

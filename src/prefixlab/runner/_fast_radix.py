@@ -100,9 +100,39 @@ def radix_code(pol: EvictionPolicy, engine: bool = False) -> int:
 @jit(nrt=False)
 def _pol(code: int, h: int, e: int, x: int, P: Any, ist: Any, fst: Any) -> int:
     """Hook h of the policy for entry e (x: the lower part of a split)."""
-    (qb, qs, stamp, qstate, qfree, hk, he, hpos, hn, cols, signs, la, nhits, depth, created,
-     primary, nkey, occ_start, occ_req, after, order, link, flag, sst, _ist, _fst, acode,
-     rng, aux, k, nnu) = P  # fmt: skip
+    (
+        qb,
+        qs,
+        stamp,
+        qstate,
+        qfree,
+        hk,
+        he,
+        hpos,
+        hn,
+        cols,
+        signs,
+        la,
+        nhits,
+        depth,
+        created,
+        primary,
+        nkey,
+        occ_start,
+        occ_req,
+        after,
+        order,
+        link,
+        flag,
+        sst,
+        _ist,
+        _fst,
+        acode,
+        rng,
+        aux,
+        k,
+        nnu,
+    ) = P
     if code in (LRU, FIFO):
         if h == H_INSERT or (h == H_ACCESS and code == LRU):
             if qstate[1] == qb.shape[0]:
@@ -121,8 +151,22 @@ def _pol(code: int, h: int, e: int, x: int, P: Any, ist: Any, fst: Any) -> int:
     elif code == KEYED:
         if h == H_EVICTABLE or (h in (H_ACCESS, H_UPDATE) and hpos[e] >= 0):
             nu = nnu[nkey[e]] if nnu.shape[0] else np.nan  # a stream's note (see new_tree)
-            entry_key(cols, signs, e, la, nhits, depth, created, primary, nkey, occ_start,
-                      occ_req, after[0], k, nu)  # fmt: skip
+            entry_key(
+                cols,
+                signs,
+                e,
+                la,
+                nhits,
+                depth,
+                created,
+                primary,
+                nkey,
+                occ_start,
+                occ_req,
+                after[0],
+                k,
+                nu,
+            )
             if h == H_EVICTABLE:
                 heap_set(hk, he, hpos, hn, e, k[0], k[1], k[2], float(order[0]))
                 order[0] += 1
@@ -211,16 +255,27 @@ def new_tree(capacity: int, slots: int = 0, next_uses: bool = False) -> tuple[An
     st[NSLOTS] = slots
     cells = 1 << int(2 * slots - 1).bit_length() if slots else 1
     return (
-        np.full(size, -1, np.int64), np.zeros(size, np.int64), np.zeros(size, np.int64),
-        np.zeros(size, np.int64), np.zeros(size, np.int64), np.zeros(size, np.bool_),
-        np.zeros(tsize, np.int64), np.zeros(tsize, np.int64), np.full(tsize, -1, np.int64),
+        np.full(size, -1, np.int64),
+        np.zeros(size, np.int64),
+        np.zeros(size, np.int64),
+        np.zeros(size, np.int64),
+        np.zeros(size, np.int64),
+        np.zeros(size, np.bool_),
+        np.zeros(tsize, np.int64),
+        np.zeros(tsize, np.int64),
+        np.full(tsize, -1, np.int64),
         np.arange(size - 1, 0, -1).astype(np.int64),  # pop from the end: 1, 2, ...
-        np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.int64), st,
+        np.empty(size, np.int64),
+        np.empty(size, np.int64),
+        np.empty(size, np.int64),
+        st,
         np.empty(2 * half, np.int64),
-        np.full((cells, 2), -1, np.int64), np.zeros(max(slots, 1), np.int64),
+        np.full((cells, 2), -1, np.int64),
+        np.zeros(max(slots, 1), np.int64),
         np.arange(slots - 1, -1, -1).astype(np.int64),
-        np.zeros(max(slots, 1) if next_uses else 0, np.float64), np.zeros(0, np.float64),
-    )  # fmt: skip
+        np.zeros(max(slots, 1) if next_uses else 0, np.float64),
+        np.zeros(0, np.float64),
+    )
 
 
 @jit(inline=True)
@@ -232,9 +287,13 @@ def _slot(key: int, T: Any) -> int:
 
 
 def sweep(
-    T: tuple[Any, ...], P: tuple[Any, ...], ist: I64, ghost_rows: I64, clear_rows: I64,
+    T: tuple[Any, ...],
+    P: tuple[Any, ...],
+    ist: I64,
+    ghost_rows: I64,
+    clear_rows: I64,
     keep_rows: I64,
-) -> int:  # fmt: skip
+) -> int:
     """Free the slots of a raw-key tree's keys that no node starts with, no ghost list
     (rows ``ghost_rows`` of the array policy's ``ist``, -1 when absent) names and whose
     rows ``keep_rows`` hold 0; their rows ``clear_rows`` are zeroed for the next key.
@@ -244,8 +303,9 @@ def sweep(
     held[nkey[parent >= 0]] = True  # the live nodes' (the root has no parent)
     if T[18].shape[0]:  # every key in the tree keeps its note
         _hold_tree_keys(T, held)
-    return int(sweep_slots(T[15], T[17], T[13], NSLOTS, held, ist, ghost_rows, clear_rows,
-                           keep_rows))  # fmt: skip
+    return int(
+        sweep_slots(T[15], T[17], T[13], NSLOTS, held, ist, ghost_rows, clear_rows, keep_rows)
+    )
 
 
 @jit(nrt=False)
@@ -298,9 +358,20 @@ def _pool_put(keys: Any, a: int, n: int, T: Any) -> int:
 
 @jit()
 def _kernel(
-    keys: Any, key_offsets: Any, num_lookup: Any, lookup_end: Any, held: Any, r0: int, T: Any,
-    block_tokens: int, code: int, P: Any, hit_tokens: Any, hit_blocks: Any, out: Any,
-) -> tuple[Any, Any]:  # fmt: skip
+    keys: Any,
+    key_offsets: Any,
+    num_lookup: Any,
+    lookup_end: Any,
+    held: Any,
+    r0: int,
+    T: Any,
+    block_tokens: int,
+    code: int,
+    P: Any,
+    hit_tokens: Any,
+    hit_blocks: Any,
+    out: Any,
+) -> tuple[Any, Any]:
     """Replay requests r0, r0 + 1, ... (the rows of ``key_offsets``) on the tree T.
     out[0] = evicted pages so far, out[1] = the request that could not fit (or -1); returns
     the array policy's state (P[24], P[25] at the start; a policy that allocates may widen
@@ -368,8 +439,20 @@ def rx_grow_room(T: Any) -> int:
 
 
 @jit(nrt=False, standalone=True)
-def rx_acquire(keys: Any, k0: int, h: int, nk: int, npath: int, need: int, spare: int,
-               T: Any, code: int, P: Any, ist: Any, fst: Any) -> int:  # fmt: skip
+def rx_acquire(
+    keys: Any,
+    k0: int,
+    h: int,
+    nk: int,
+    npath: int,
+    need: int,
+    spare: int,
+    T: Any,
+    code: int,
+    P: Any,
+    ist: Any,
+    fst: Any,
+) -> int:
     """RadixCache.acquire after :func:`rx_room` said the request fits: access and lock the
     matched path[:npath] (h pages), announce the misses keys[k0 + h:k0 + nk], reserve
     ``need`` pages. Returns the locked path's end, or -1 if the policy found no victim."""
@@ -414,8 +497,20 @@ def rx_keep_free(num: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> Non
 
 
 @jit(nrt=False, standalone=True)
-def rx_commit(keys: Any, k0: int, n: int, last: int, reserved: int, T: Any, code: int,
-              P: Any, ist: Any, fst: Any, i: int, npath: int) -> tuple[int, int]:  # fmt: skip
+def rx_commit(
+    keys: Any,
+    k0: int,
+    n: int,
+    last: int,
+    reserved: int,
+    T: Any,
+    code: int,
+    P: Any,
+    ist: Any,
+    fst: Any,
+    i: int,
+    npath: int,
+) -> tuple[int, int]:
     """RadixCache.commit of keys[k0:k0 + n] for a request holding the path to ``last`` and
     ``reserved`` pages: walk (stamping) from ``path[:npath]``, which matched the first i
     pages (0, 0: from the root), access the path, add the rest as a leaf (as many pages as
@@ -516,8 +611,9 @@ def _new_node(par: int, es: int, el: int, T: Any, P: Any) -> int:
 
 
 @jit(nrt=False, standalone=True)
-def rx_walk(keys: Any, k0: int, n: int, T: Any, code: int, P: Any, ist: Any, fst: Any, i: int,
-            npath: int) -> tuple[int, int]:  # fmt: skip
+def rx_walk(
+    keys: Any, k0: int, n: int, T: Any, code: int, P: Any, ist: Any, fst: Any, i: int, npath: int
+) -> tuple[int, int]:
     """Longest matched prefix of keys[k0:k0 + n] (pages) and its node path (in T's path),
     splitting the edge where the match ends inside it; stamps as RadixCache._walk does.
     The walk starts after ``path[:npath]``, which matched the first i pages (0, 0: from
@@ -623,14 +719,38 @@ def radix_policy_args(
         st = grow_state(policy.state, size, max(num_keys, 1))
         acode, rng, aux = policy.code, policy.rng, policy.aux
     return (
-        qb, qs, stamp, np.zeros(3, np.int64), np.zeros(size, np.int64),
-        np.zeros((keyed_n, 4), np.float64), np.zeros(keyed_n, np.int64),
-        np.full(size, -1, np.int64), np.zeros(1, np.int64), cols, signs,
-        view.last_access, view.hits, view.depth, view.created, view.is_primary, view.key,
-        occ_start, occ_req, np.zeros(1, np.int64), np.zeros(1, np.int64),
-        link, flag, sst, st[0], st[1], acode, rng, aux, np.empty(3, np.float64),
+        qb,
+        qs,
+        stamp,
+        np.zeros(3, np.int64),
+        np.zeros(size, np.int64),
+        np.zeros((keyed_n, 4), np.float64),
+        np.zeros(keyed_n, np.int64),
+        np.full(size, -1, np.int64),
+        np.zeros(1, np.int64),
+        cols,
+        signs,
+        view.last_access,
+        view.hits,
+        view.depth,
+        view.created,
+        view.is_primary,
+        view.key,
+        occ_start,
+        occ_req,
+        np.zeros(1, np.int64),
+        np.zeros(1, np.int64),
+        link,
+        flag,
+        sst,
+        st[0],
+        st[1],
+        acode,
+        rng,
+        aux,
+        np.empty(3, np.float64),
         np.zeros(0, np.float64),  # nnu: a streamed tree's notes (RadixPrepared binds them)
-    )  # fmt: skip
+    )
 
 
 class RadixPrepared:
@@ -646,8 +766,15 @@ class RadixPrepared:
     runs); ``next_uses``: a keyed policy ranking by next use reads the tree's notes, of
     each run's ``nu_pos`` (the next use of every key position). See :func:`new_tree`."""
 
-    def __init__(self, policy: EvictionPolicy, capacity: int, num_keys: int,
-                 block_tokens: int, slots: int = 0, next_uses: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        policy: EvictionPolicy,
+        capacity: int,
+        num_keys: int,
+        block_tokens: int,
+        slots: int = 0,
+        next_uses: bool = False,
+    ) -> None:
         code = radix_code(policy)
         if code < 0:
             raise ValueError(f"policy '{policy.spec()}' has no compiled radix kernel")
@@ -679,8 +806,7 @@ class RadixPrepared:
         if isinstance(self.policy, ArrayPolicy):
             self.policy.state = st
 
-    def make_slots(self, num_keys: int, ghost_rows: I64, clear_rows: I64,
-                   keep_rows: I64) -> None:  # fmt: skip
+    def make_slots(self, num_keys: int, ghost_rows: I64, clear_rows: I64, keep_rows: I64) -> None:
         """At least ``num_keys`` free key slots for the next run (each of its keys may take
         one): first free those nothing uses (:func:`sweep`), then add slots if still
         short, widening the policy's state to match."""
@@ -698,17 +824,39 @@ class RadixPrepared:
             self._set_state(grow_state((self.P[24], self.P[25]), self.capacity + 2, grown))
 
     def run(
-        self, keys: I64, key_offsets: I64, num_lookup: I64, lookup_end: I64, held: I64,
-        r0: int, max_free_blocks: int | None, hit_tokens: I64, hit_blocks: I64, out: I64,
-    ) -> None:  # fmt: skip
+        self,
+        keys: I64,
+        key_offsets: I64,
+        num_lookup: I64,
+        lookup_end: I64,
+        held: I64,
+        r0: int,
+        max_free_blocks: int | None,
+        hit_tokens: I64,
+        hit_blocks: I64,
+        out: I64,
+    ) -> None:
         """Replay requests r0, r0 + 1, ... (the rows of ``key_offsets``); out[0] = evicted
         pages so far, out[1] = the request that could not fit (or -1). ``max_free_blocks``
         is the block structure's (the radix tree keeps no pool of free blocks)."""
         if self.T[18].shape[0]:  # the next uses the walks note
             self.T = (*self.T[:19], self.nu_pos)
         P = self.P
-        st = _kernel(keys, key_offsets, num_lookup, lookup_end, held, r0, self.T,
-                     self.block_tokens, self.code, P, hit_tokens, hit_blocks, out)  # fmt: skip
+        st = _kernel(
+            keys,
+            key_offsets,
+            num_lookup,
+            lookup_end,
+            held,
+            r0,
+            self.T,
+            self.block_tokens,
+            self.code,
+            P,
+            hit_tokens,
+            hit_blocks,
+            out,
+        )
         if self.code == ARRAY:  # a policy that allocates may have widened its state
             self._set_state(st)
         if out[1] <= -2:
@@ -718,9 +866,16 @@ class RadixPrepared:
 
 
 def replay_radix_fast(
-    keys: I64, key_offsets: I64, num_lookup: I64, lookup_end: I64, held: I64, capacity: int,
-    num_keys: int, block_tokens: int, policy: EvictionPolicy,
-) -> tuple[I64, I64, int, int]:  # fmt: skip
+    keys: I64,
+    key_offsets: I64,
+    num_lookup: I64,
+    lookup_end: I64,
+    held: I64,
+    capacity: int,
+    num_keys: int,
+    block_tokens: int,
+    policy: EvictionPolicy,
+) -> tuple[I64, I64, int, int]:
     """Run the kernel; returns (hit_tokens, hit_blocks, evicted pages, failed request).
 
     ``policy`` is fresh (a keyed policy with ``needs_future`` already prepared); it is
@@ -730,6 +885,5 @@ def replay_radix_fast(
     hit_tokens = np.zeros(n, np.int64)
     hit_blocks = np.zeros(n, np.int64)
     out = np.zeros(2, np.int64)
-    prep.run(keys, key_offsets, num_lookup, lookup_end, held, 0, None, hit_tokens, hit_blocks,
-             out)  # fmt: skip
+    prep.run(keys, key_offsets, num_lookup, lookup_end, held, 0, None, hit_tokens, hit_blocks, out)
     return hit_tokens, hit_blocks, int(out[0]), int(out[1])

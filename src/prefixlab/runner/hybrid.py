@@ -157,20 +157,31 @@ def replay_hybrid(
     if check_every:
         cache.check()
     counters = {
-        "bytes_used": cache.used, "peak_bytes": peak, "bytes_written": cache.bytes_written,
-        "bytes_evicted": cache.bytes_evicted, "num_nodes": cache.num_nodes,
+        "bytes_used": cache.used,
+        "peak_bytes": peak,
+        "bytes_written": cache.bytes_written,
+        "bytes_evicted": cache.bytes_evicted,
+        "num_nodes": cache.num_nodes,
         "num_checkpoints": cache.num_checkpoints,
         "num_checkpoints_written": cache.num_checkpoints_written,
-        "num_evicted_nodes": cache.num_evicted_nodes, "num_merges": cache.num_merges,
+        "num_evicted_nodes": cache.num_evicted_nodes,
+        "num_merges": cache.num_merges,
         "num_rejected": cache.num_rejected,
-    }  # fmt: skip
+    }
     history = tuner.history if tuner is not None else []
     return _result(pol, config, spec, hits, inputs, counters, elapsed, history)
 
 
-def _result(pol: HybridPolicy, config: HybridConfig, spec: ModelSpec, hits: I64, inputs: I64,
-            counters: dict[str, int], elapsed: float,
-            history: list[tuple[int, float]]) -> HybridResult:  # fmt: skip
+def _result(
+    pol: HybridPolicy,
+    config: HybridConfig,
+    spec: ModelSpec,
+    hits: I64,
+    inputs: I64,
+    counters: dict[str, int],
+    elapsed: float,
+    history: list[tuple[int, float]],
+) -> HybridResult:
     metrics = hybrid_metrics(spec, inputs, hits)
     metrics["capacity_bytes"] = config.capacity_bytes
     metrics.update(counters)
@@ -180,12 +191,14 @@ def _result(pol: HybridPolicy, config: HybridConfig, spec: ModelSpec, hits: I64,
     )
     if isinstance(pol, Marconi):
         metrics["alpha"] = pol.current_alpha
-    return HybridResult(pol.spec(), config.capacity_bytes, spec.name, metrics, elapsed,
-                        hits, inputs, history)  # fmt: skip
+    return HybridResult(
+        pol.spec(), config.capacity_bytes, spec.name, metrics, elapsed, hits, inputs, history
+    )
 
 
-def _replay_compiled(trace: Trace, pol: HybridPolicy, config: HybridConfig,
-                     on_step: Callable[[int], None] | None) -> HybridResult:  # fmt: skip
+def _replay_compiled(
+    trace: Trace, pol: HybridPolicy, config: HybridConfig, on_step: Callable[[int], None] | None
+) -> HybridResult:
     """replay_hybrid on the compiled tree; Marconi's tuner runs where the kernel stops for
     it (before request W's insertion), as in the object loop."""
     spec = config.spec()
@@ -231,8 +244,9 @@ class _Tuner:
     def before_insert(self, r: int) -> None:
         if r + 1 != self.tune_at:
             return
-        self.pol.current_alpha = tune_alpha(self.trace.take(np.arange(r + 1)), self.pol,
-                                            self.config, self.fast)  # fmt: skip
+        self.pol.current_alpha = tune_alpha(
+            self.trace.take(np.arange(r + 1)), self.pol, self.config, self.fast
+        )
         self.history.append((r, self.pol.current_alpha))
         every = self.pol.retune_every
         self.tune_at = r + 1 + every if every else len(self.trace) + 1
@@ -271,8 +285,9 @@ def window_score(spec: ModelSpec, inputs: I64, hits: I64, objective: str, window
 
 def _tune_one(trace: Trace, pol: Marconi, config: HybridConfig, fast: bool = True) -> float:
     res = replay_hybrid(trace, pol, config, fast=fast)
-    return window_score(config.spec(), res.input_tokens, res.hit_tokens, pol.objective,
-                        pol.score_window)  # fmt: skip
+    return window_score(
+        config.spec(), res.input_tokens, res.hit_tokens, pol.objective, pol.score_window
+    )
 
 
 def tune_alpha(trace: Trace, pol: Marconi, config: HybridConfig, fast: bool = True) -> float:
@@ -299,8 +314,15 @@ def _tune_compiled(trace: Trace, n: int, pol: Marconi, config: HybridConfig) -> 
     offsets, inputs = offsets[: n + 1], trace.input_length[:n]
 
     def score(alpha: float) -> float:
-        k = HybridKernel(values, offsets, inputs, pol.with_alpha(alpha), spec,
-                         config.capacity_bytes, config.locks)  # fmt: skip
+        k = HybridKernel(
+            values,
+            offsets,
+            inputs,
+            pol.with_alpha(alpha),
+            spec,
+            config.capacity_bytes,
+            config.locks,
+        )
         k.run(n, alpha)
         return window_score(spec, inputs, k.hits, pol.objective, pol.score_window)
 
@@ -324,8 +346,9 @@ def _best(grid: Sequence[float], scores: Sequence[float]) -> float:
     return best
 
 
-def _map_grid(trace: Trace, grid: Sequence[float], pol: Marconi, config: HybridConfig,
-              fast: bool) -> list[float]:  # fmt: skip
+def _map_grid(
+    trace: Trace, grid: Sequence[float], pol: Marconi, config: HybridConfig, fast: bool
+) -> list[float]:
     args = [(trace, pol.with_alpha(a), config, fast) for a in grid]
     try:
         import ray

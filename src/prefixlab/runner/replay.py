@@ -210,8 +210,10 @@ def replay(
     reserved = reserved_blocks(pol, config.model, layout.block_tokens)
     if reserved:
         if reserved >= config.capacity_blocks:
-            raise ConfigError(f"policy '{pol.spec()}' reserves {reserved:,} blocks, the whole "
-                              f"capacity of {config.capacity_blocks:,}")  # fmt: skip
+            raise ConfigError(
+                f"policy '{pol.spec()}' reserves {reserved:,} blocks, the whole "
+                f"capacity of {config.capacity_blocks:,}"
+            )
         config = dataclasses.replace(config, capacity_blocks=config.capacity_blocks - reserved)
     if fast and _fast_applies(pol, config, observers, check_every, on_step):
         res = _replay_fast(trace, pol, config, layout)
@@ -297,9 +299,17 @@ def _replay_fast(
     if pol.needs_trace:
         pol.prepare_trace(trace, "arrival")
     start = time.perf_counter()
-    args = (layout.keys, layout.key_offsets, layout.num_lookup_blocks, layout.lookup_end_tokens,
-            layout.num_blocks_held, config.capacity_blocks, layout.num_distinct_keys,
-            layout.block_tokens, pol)  # fmt: skip
+    args = (
+        layout.keys,
+        layout.key_offsets,
+        layout.num_lookup_blocks,
+        layout.lookup_end_tokens,
+        layout.num_blocks_held,
+        config.capacity_blocks,
+        layout.num_distinct_keys,
+        layout.block_tokens,
+        pol,
+    )
     if config.structure == "block":
         hit_tokens, hit_blocks, evictions, failed = _fast.replay_fast(*args, config.max_free_blocks)
     else:

@@ -226,18 +226,22 @@ def replay_stream(
                     raise NotStreamable("arrivals out of order (a policy reads sessions)")
                 last = float(arr[-1])
             layout = chunk.block_layout(
-                config.block_tokens, config.extra_key, config.cache_partial,
-                config.min_recompute_tokens, intern=False,
-            )  # fmt: skip
+                config.block_tokens,
+                config.extra_key,
+                config.cache_partial,
+                config.min_recompute_tokens,
+                intern=False,
+            )
             bad = first_repeat_row(layout.raw_keys, layout.key_offsets)
             if bad >= 0:  # what interning checks on the whole trace (a key names a prefix)
                 raise ConfigError(f"request {r0 + bad}: a block key appears twice in one sequence")
             facts = _Facts(
-                chunk.name, chunk.input_length.astype(np.int64, copy=False),
+                chunk.name,
+                chunk.input_length.astype(np.int64, copy=False),
                 chunk.output_length.astype(np.int64, copy=False),
                 capped_requests(chunk, layout.block_tokens, config.min_recompute_tokens),
                 {i: _array(policies[i]).chunk_columns(chunk, r0) for i in readers},
-            )  # fmt: skip
+            )
             r0 += len(chunk)
             yield facts, nbytes, layout if config.prefix_caching else without_lookups(layout)
 
@@ -343,8 +347,14 @@ def _step(
         if run.out[1] >= 0:
             r = int(run.out[1]) - seen.num_requests
             held, inp = int(layout.num_blocks_held[r]), int(chunk.input_length[r])
-            raise capacity_error(int(run.out[1]), held, inp, int(chunk.output_length[r]),
-                                 config.capacity_blocks, layout.block_tokens)  # fmt: skip
+            raise capacity_error(
+                int(run.out[1]),
+                held,
+                inp,
+                int(chunk.output_length[r]),
+                config.capacity_blocks,
+                layout.block_tokens,
+            )
     seen.name = chunk.name
     seen.block_tokens = layout.block_tokens
     seen.num_requests += n
@@ -391,8 +401,13 @@ def _start(pol: EvictionPolicy, config: ReplayConfig, block_tokens: int) -> _Run
 
 
 # ----------------------------------------------------------------------------- next uses
-_LAYOUT_FIELDS = ("raw_keys", "key_offsets", "num_lookup_blocks", "lookup_end_tokens",
-                  "num_blocks_held")  # fmt: skip
+_LAYOUT_FIELDS = (
+    "raw_keys",
+    "key_offsets",
+    "num_lookup_blocks",
+    "lookup_end_tokens",
+    "num_blocks_held",
+)
 
 
 def _two_pass(
@@ -416,10 +431,13 @@ def _two_pass(
     starts = []  # each chunk's first request
     for facts, nbytes, layout in items:
         starts.append(requests)
-        np.savez(folder / f"{count}.npz", input_length=facts.input_length,
-                 output_length=facts.output_length,
-                 meta=np.array([facts.num_capped, layout.block_tokens], np.int64),
-                 **{f: getattr(layout, f) for f in _LAYOUT_FIELDS})  # fmt: skip
+        np.savez(
+            folder / f"{count}.npz",
+            input_length=facts.input_length,
+            output_length=facts.output_length,
+            meta=np.array([facts.num_capped, layout.block_tokens], np.int64),
+            **{f: getattr(layout, f) for f in _LAYOUT_FIELDS},
+        )
         for p, cols in facts.columns.items():
             np.save(folder / f"{count}.aux{p}.npy", cols)
         (folder / f"{count}.name").write_text(facts.name)
@@ -431,11 +449,16 @@ def _two_pass(
     def load(i: int) -> tuple[_Facts, BlockLayout]:
         with np.load(folder / f"{i}.npz") as z:
             num_capped, block_tokens = (int(v) for v in z["meta"])
-            facts = _Facts((folder / f"{i}.name").read_text(), z["input_length"],
-                           z["output_length"], num_capped)  # fmt: skip
+            facts = _Facts(
+                (folder / f"{i}.name").read_text(),
+                z["input_length"],
+                z["output_length"],
+                num_capped,
+            )
             arrays = {f: z[f] for f in _LAYOUT_FIELDS}
-        layout = BlockLayout(block_tokens=block_tokens, keys=np.zeros(0, np.int64),
-                             num_distinct_keys=0, **arrays)  # fmt: skip
+        layout = BlockLayout(
+            block_tokens=block_tokens, keys=np.zeros(0, np.int64), num_distinct_keys=0, **arrays
+        )
         return facts, layout
 
     if any(wants_next_use(pol) for pol in policies):
@@ -445,8 +468,9 @@ def _two_pass(
             with np.load(folder / f"{i}.npz") as z:
                 keys = z["raw_keys"].view(np.int64)
                 table = with_room(table, used + int(z["num_lookup_blocks"].sum()))
-                nu, added = next_uses_back(keys, z["key_offsets"], z["num_lookup_blocks"],
-                                           starts[i], table)  # fmt: skip
+                nu, added = next_uses_back(
+                    keys, z["key_offsets"], z["num_lookup_blocks"], starts[i], table
+                )
                 used += added
             np.save(folder / f"{i}.nu.npy", nu)
         del table
@@ -505,9 +529,18 @@ def _chunk(run: _Run, keys: I64, layout: BlockLayout, r0: int, config: ReplayCon
     hit_tokens = np.zeros(n, np.int64)
     hit_blocks = np.zeros(n, np.int64)
     start = time.perf_counter()
-    run.prep.run(keys, layout.key_offsets, layout.num_lookup_blocks, layout.lookup_end_tokens,
-                 layout.num_blocks_held, r0, config.max_free_blocks, hit_tokens, hit_blocks,
-                 run.out)  # fmt: skip
+    run.prep.run(
+        keys,
+        layout.key_offsets,
+        layout.num_lookup_blocks,
+        layout.lookup_end_tokens,
+        layout.num_blocks_held,
+        r0,
+        config.max_free_blocks,
+        hit_tokens,
+        hit_blocks,
+        run.out,
+    )
     run.elapsed_s += time.perf_counter() - start
     run.chunk_hits = hit_tokens
     run.hit_tokens += int(hit_tokens.sum())

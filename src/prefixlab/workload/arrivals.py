@@ -65,8 +65,9 @@ def session_order(
     """The rows that belong to a session, sorted by (session, arrival; ties keep their
     order), and for each but the first whether it continues the previous row's session."""
     codes: dict[str, int] = {}
-    sess = np.array([-1 if s is None else codes.setdefault(s, len(codes)) for s in session_id],
-                    dtype=np.int64)  # fmt: skip
+    sess = np.array(
+        [-1 if s is None else codes.setdefault(s, len(codes)) for s in session_id], dtype=np.int64
+    )
     rows = np.flatnonzero(sess >= 0)
     rows = rows[np.lexsort((arrival_s[rows], sess[rows]))]
     return rows, sess[rows][1:] == sess[rows][:-1]

@@ -211,8 +211,10 @@ class ByteTokenizer(Tokenizer):
 
     def decode_batch(self, ids: I64, offsets: I64) -> list[str]:
         raw = ids.astype(np.uint8).tobytes()
-        return [raw[a:b].decode("utf-8", errors="replace")
-                for a, b in itertools.pairwise(offsets.tolist())]  # fmt: skip
+        return [
+            raw[a:b].decode("utf-8", errors="replace")
+            for a, b in itertools.pairwise(offsets.tolist())
+        ]
 
 
 @functools.lru_cache(maxsize=16)

@@ -485,8 +485,9 @@ def _dense_keys(raw: U64, key_offs: I64) -> tuple[I64, int]:
     if same.any():
         dup = np.flatnonzero(same) + 1  # report the first request's smallest repeated key
         i = int(dup[np.lexsort((ranked[dup], req[dup]))[0]])
-        raise ConfigError(f"request {int(req[i])}: block id {int(ranked[i])} appears twice in one "
-                          "sequence")  # fmt: skip
+        raise ConfigError(
+            f"request {int(req[i])}: block id {int(ranked[i])} appears twice in one sequence"
+        )
     dense = np.empty(n, dtype=np.int64)
     dense[order] = np.cumsum(new) - 1
     return dense, int(np.count_nonzero(new))

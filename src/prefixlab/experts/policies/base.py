@@ -138,8 +138,7 @@ class ExpertPolicy:
         simulator's view)."""
         raise NotImplementedError
 
-    def run_fast(self, ctx: PolicyContext, record: bool, compiled: bool = True
-                 ) -> KernelRun | None:  # fmt: skip
+    def run_fast(self, ctx: PolicyContext, record: bool, compiled: bool = True) -> KernelRun | None:
         """The whole run through the policy's kernel, or None when it has none (then the
         simulator drives the hooks). ``compiled=False`` runs the same kernel interpreted."""
         return None

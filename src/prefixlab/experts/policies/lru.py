@@ -16,5 +16,6 @@ class Lru(ExpertPolicy):
 
     def run_fast(self, ctx: PolicyContext, record: bool, compiled: bool = True) -> KernelRun:
         num_pages = ctx.num_layers * ctx.num_experts
-        return _kernels.run_lru(ctx.pages, ctx.capacity, ctx.num_layers, num_pages, record,
-                                compiled)  # fmt: skip
+        return _kernels.run_lru(
+            ctx.pages, ctx.capacity, ctx.num_layers, num_pages, record, compiled
+        )

@@ -31,5 +31,6 @@ class Opt(ExpertPolicy):
 
     def run_fast(self, ctx: PolicyContext, record: bool, compiled: bool = True) -> KernelRun:
         num_pages = ctx.num_layers * ctx.num_experts
-        return _kernels.run_opt(ctx.pages, ctx.capacity, ctx.num_layers, num_pages, record,
-                                compiled)  # fmt: skip
+        return _kernels.run_opt(
+            ctx.pages, ctx.capacity, ctx.num_layers, num_pages, record, compiled
+        )

@@ -70,8 +70,7 @@ class Partitioned(ExpertPolicy):
         n = self._num_experts
         return [j * n + e for j, part in enumerate(self._parts) for e in part.tracked()]
 
-    def run_fast(self, ctx: PolicyContext, record: bool, compiled: bool = True
-                 ) -> KernelRun | None:  # fmt: skip
+    def run_fast(self, ctx: PolicyContext, record: bool, compiled: bool = True) -> KernelRun | None:
         layers, n = ctx.num_layers, ctx.num_experts
         num_requests = int(ctx.pages.shape[0])
         fpl = np.zeros(layers, np.int64)

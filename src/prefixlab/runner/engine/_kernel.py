@@ -137,8 +137,9 @@ def _heap_pop(ht: Any, hs: Any, hr: Any, hn: Any) -> int:
 
 
 @jit()
-def _compact_locks(lk: Any, lkid: Any, lkat: Any, lkn: Any, running: Any, nrun: int,
-                   extra: int) -> tuple[Any, Any, int]:  # fmt: skip
+def _compact_locks(
+    lk: Any, lkid: Any, lkat: Any, lkn: Any, running: Any, nrun: int, extra: int
+) -> tuple[Any, Any, int]:
     """The running requests' locked nodes moved to the front of new arrays with room for
     ``extra`` more; the new arrays and the first free place."""
     live = 0
@@ -228,9 +229,17 @@ def _roof_time(tp: Any, flops: float, num_bytes: float) -> float:
 
 @jit()
 def step_seconds(
-    tcode: Any, tpar: Any, tt: Any, ts: Any, cn: Any, cc: Any, cd: Any, nch: int, ndec: int,
+    tcode: Any,
+    tpar: Any,
+    tt: Any,
+    ts: Any,
+    cn: Any,
+    cc: Any,
+    cd: Any,
+    nch: int,
+    ndec: int,
     dctx: Any,
-) -> float:  # fmt: skip
+) -> float:
     """One step's seconds (``Composite.step_s``): chunks (new, cached, done) in cn, cc,
     cd[:nch], decode contexts dctx[:ndec]; a power, table or roofline prefill and a tpot or
     roofline decode, or one roofline for the whole step (tcode[2])."""
@@ -439,13 +448,34 @@ def engine_kernel(
                                 ist[SC, REQ] = r
                                 fst[FS, NOW] = now
                             if T is None:
-                                commit_blocks(state, held[slot[r]], keys, key_offsets[r],
-                                              committed[r], upto, now, pp, ist, fst)  # fmt: skip
+                                commit_blocks(
+                                    state,
+                                    held[slot[r]],
+                                    keys,
+                                    key_offsets[r],
+                                    committed[r],
+                                    upto,
+                                    now,
+                                    pp,
+                                    ist,
+                                    fst,
+                                )
                             else:
                                 after[0] = r
-                                rlast[r], rres[r] = rx_commit(keys, key_offsets[r], upto,
-                                                              rlast[r], rres[r], T, rcode, P,
-                                                              ist, fst, 0, 0)  # fmt: skip
+                                rlast[r], rres[r] = rx_commit(
+                                    keys,
+                                    key_offsets[r],
+                                    upto,
+                                    rlast[r],
+                                    rres[r],
+                                    T,
+                                    rcode,
+                                    P,
+                                    ist,
+                                    fst,
+                                    0,
+                                    0,
+                                )
                             committed[r] = upto
                     if computed[r] < prompt_len[r]:
                         continue
@@ -487,10 +517,21 @@ def engine_kernel(
                             hx = hy_grown(hx, more)
                         hy_admit(hx, r)
                     elif T is None:
-                        commit_blocks(state, held[s], keys, k0, committed[r], nk, now, pp, ist,
-                                      fst)  # fmt: skip
-                        release_blocks(state, held[s], nblocks[r], r, nu_pos, k0, max_free, pp,
-                                       ist, fst, released, victims)  # fmt: skip
+                        commit_blocks(state, held[s], keys, k0, committed[r], nk, now, pp, ist, fst)
+                        release_blocks(
+                            state,
+                            held[s],
+                            nblocks[r],
+                            r,
+                            nu_pos,
+                            k0,
+                            max_free,
+                            pp,
+                            ist,
+                            fst,
+                            released,
+                            victims,
+                        )
                     else:
                         after[0] = r
                         last, res = rx_commit(
@@ -593,8 +634,17 @@ def engine_kernel(
                                 hx[7][E_RESERVED] += more * bt * hx[3][C_KV]
                                 hres[r] += more * bt * hx[3][C_KV]
                             elif T is None:
-                                take_blocks(state, more, held[slot[r]], nblocks[r], cur_req, pp,
-                                            ist, fst, victims)  # fmt: skip
+                                take_blocks(
+                                    state,
+                                    more,
+                                    held[slot[r]],
+                                    nblocks[r],
+                                    cur_req,
+                                    pp,
+                                    ist,
+                                    fst,
+                                    victims,
+                                )
                             else:
                                 after[0] = cur_req
                                 if not rx_reserve(more, spare, T, rcode, P, ist, fst):
@@ -615,9 +665,20 @@ def engine_kernel(
                             hres[v] = 0
                             lkn[v] = 0
                         elif T is None:
-                            release_blocks(state, held[slot[v]], nblocks[v], cur_req, no_nu,
-                                           key_offsets[v], max_free, pp, ist, fst, released,
-                                           victims)  # fmt: skip
+                            release_blocks(
+                                state,
+                                held[slot[v]],
+                                nblocks[v],
+                                cur_req,
+                                no_nu,
+                                key_offsets[v],
+                                max_free,
+                                pp,
+                                ist,
+                                fst,
+                                released,
+                                victims,
+                            )
                         else:
                             after[0] = cur_req
                             rx_release(rlast[v], rres[v], T, rcode, P, ist, fst)
@@ -689,8 +750,9 @@ def engine_kernel(
                 need = want - h
                 if H is not None:  # lock the hit's path, make room for the rest
                     if lktop + hx[6][6][0] + 1 > lk.shape[0]:
-                        lk, lkid, lktop = _compact_locks(lk, lkid, lkat, lkn, running, nrun,
-                                                         hx[6][6][0] + 1)  # fmt: skip
+                        lk, lkid, lktop = _compact_locks(
+                            lk, lkid, lkat, lkn, running, nrun, hx[6][6][0] + 1
+                        )
                     k = hy_acquire(hx, hit_tokens, want, bt, lk, lkid, lktop)
                     if k < 0 and hit_tokens and hx[7][E_RESERVED] == 0:
                         # nothing else runs, yet the hit's locked path leaves too little

@@ -78,8 +78,9 @@ def capacity_blocks(capacity_bytes: int, model: ModelSpec, block_tokens: int) ->
     return max(0, (capacity_bytes - state) // per_block) if per_block else 1 << 62
 
 
-def tune_on(trace: Trace, window: list[int] | I64, pol: Marconi, capacity_bytes: int,
-            model: ModelSpec) -> float:  # fmt: skip
+def tune_on(
+    trace: Trace, window: list[int] | I64, pol: Marconi, capacity_bytes: int, model: ModelSpec
+) -> float:
     """Marconi's alpha from its bootstrap window (request indices in lookup order): the
     window replayed once per alpha of the grid on a cache of the engine's whole budget."""
     from prefixlab.runner.hybrid import HybridConfig, tune_alpha
@@ -206,8 +207,12 @@ class HybridEngineCache:
     # ------------------------------------------------------------------ Marconi's alpha
     def _window_set(self) -> None:
         pol = self.policy
-        if (isinstance(pol, Marconi) and pol.tunes and self.tune_at < 0
-                and self.tree.num_evict_calls > 0):  # fmt: skip
+        if (
+            isinstance(pol, Marconi)
+            and pol.tunes
+            and self.tune_at < 0
+            and self.tree.num_evict_calls > 0
+        ):
             self.tune_at = math.ceil(pol.bootstrap_multiplier * len(self.looked_up))
 
     def _maybe_tune(self) -> None:

@@ -181,8 +181,13 @@ class Scheduler:
             if self.first_hit_tokens[r] < 0:
                 self.first_hit_tokens[r] = m.num_hit_tokens
                 self._emit(Hit(r, m.num_hit_blocks, m.num_hit_tokens))
-                self._emit(Miss(r, max(0, nl - m.num_hit_blocks),
-                                max(0, self.lookup_end[r] - m.num_hit_tokens)))  # fmt: skip
+                self._emit(
+                    Miss(
+                        r,
+                        max(0, nl - m.num_hit_blocks),
+                        max(0, self.lookup_end[r] - m.num_hit_tokens),
+                    )
+                )
             self.handle[r] = handle
             self.blocks[r] = self.blocks_needed(r, self.generated[r] + 1)
             self.committed[r] = m.num_hit_blocks
@@ -305,8 +310,11 @@ class Scheduler:
             if int(np.count_nonzero(refs)) > cap:
                 raise AssertionError("running requests pin more blocks than the pool has")
         else:
-            reserved = sum(h.reserved_blocks for h in (self.handle[r] for r in self.running)
-                           if isinstance(h, RadixHandle))  # fmt: skip
+            reserved = sum(
+                h.reserved_blocks
+                for h in (self.handle[r] for r in self.running)
+                if isinstance(h, RadixHandle)
+            )
             if reserved != self.cache.reserved_blocks:
                 raise AssertionError(f"reserved pages {self.cache.reserved_blocks} != {reserved}")
             if self.cache.reserved_blocks + self.cache.tree_blocks > cap:

@@ -201,16 +201,18 @@ def simulate(
         check_token_form(trace)
         codes = timing_codes(timing)
         if fast and codes is not None and _hybrid_compiled_applies(pol, observers, check_every):
-            return _simulate_compiled(trace, pol, config, None, layout, timing, codes,
-                                      on_progress)  # fmt: skip
-        cache = HybridEngineCache(config.capacity_bytes, get_model(config.model), pol, trace,
-                                  layout.block_tokens)  # fmt: skip
+            return _simulate_compiled(trace, pol, config, None, layout, timing, codes, on_progress)
+        cache = HybridEngineCache(
+            config.capacity_bytes, get_model(config.model), pol, trace, layout.block_tokens
+        )
     else:
         rc = config.replay_config()
         reserved = reserved_blocks(pol, config.model, layout.block_tokens)
         if reserved >= rc.capacity_blocks:
-            raise ConfigError(f"policy '{pol.spec()}' reserves {reserved:,} blocks, the whole "
-                              f"capacity of {rc.capacity_blocks:,}")  # fmt: skip
+            raise ConfigError(
+                f"policy '{pol.spec()}' reserves {reserved:,} blocks, the whole "
+                f"capacity of {rc.capacity_blocks:,}"
+            )
         rc = dataclasses.replace(rc, capacity_blocks=rc.capacity_blocks - reserved)
         codes = timing_codes(timing)
         if fast and codes is not None and _compiled_applies(pol, rc, observers, check_every):
@@ -223,14 +225,17 @@ def simulate(
     if pol.needs_trace:
         pol.prepare_trace(trace, "view")
     sched = Scheduler(
-        trace, layout, cache, pol,
+        trace,
+        layout,
+        cache,
+        pol,
         max_num_seqs=config.max_num_seqs,
         max_num_batched_tokens=config.max_num_batched_tokens,
         chunked_prefill=config.chunked_prefill,
         observers=obs,
         # the hybrid tree takes a sequence when it finishes (states exist only there)
         cache_while_running=config.cache_while_running and not hybrid,
-    )  # fmt: skip
+    )
     run = _Run(trace, sched, timing, obs, config.closed_loop, config.gated, check_every)
     start = time.perf_counter()
     run.go()
@@ -316,10 +321,14 @@ class _Run:
         self.loop.schedule(now + duration, (STEP, batch), STEP)
         self._emit(
             StepDone(
-                now, duration, sum(c[1] for c in batch.chunks), len(batch.decodes),
-                len(self.sched.running), len(self.sched.waiting),
+                now,
+                duration,
+                sum(c[1] for c in batch.chunks),
+                len(batch.decodes),
+                len(self.sched.running),
+                len(self.sched.waiting),
             )
-        )  # fmt: skip
+        )
 
     def _step_done(self, batch: Batch, now: float) -> None:
         self.busy = False
@@ -421,11 +430,16 @@ def _result(
         run.sched.check()
     history = getattr(run.sched.cache, "alpha_history", None)
     return _assemble(
-        trace, pol, config, timing, hits,
+        trace,
+        pol,
+        config,
+        timing,
+        hits,
         (run.arrival_s, run.scheduled_s, run.first_token_s, run.finish_s),
-        np.array(run.sched.num_preemptions, dtype=np.int64), run.num_steps,
+        np.array(run.sched.num_preemptions, dtype=np.int64),
+        run.num_steps,
         history if hasattr(pol, "current_alpha") else None,
-    )  # fmt: skip
+    )
 
 
 def _assemble(
@@ -536,13 +550,26 @@ def _roofline_codes(roof: Any, tcode: I64, tpar: F64) -> None:
     tcode[K.TC_MOE_LAYERS] = m.num_moe_layers
     tcode[K.TC_KV] = m.kv_bytes_per_token
     tcode[K.TC_STATE] = m.state_bytes_per_checkpoint
-    tpar[K.TP_MODEL:] = (
-        d, float(m.num_kv_heads * m.head_dim), float(m.num_heads * m.head_dim) or d,
-        m.intermediate_size, m.mlp_matrices, m.moe_intermediate_size, m.experts_per_token,
-        m.num_experts, float(m.ssm_d_inner), float(m.ssm_d_state), m.num_attention_layers,
-        m.num_mlp_layers, m.num_moe_layers, m.num_ssm_layers, g.peak_flops, roof.mfu,
-        g.mem_bandwidth, roof.mbu,
-    )  # fmt: skip
+    tpar[K.TP_MODEL :] = (
+        d,
+        float(m.num_kv_heads * m.head_dim),
+        float(m.num_heads * m.head_dim) or d,
+        m.intermediate_size,
+        m.mlp_matrices,
+        m.moe_intermediate_size,
+        m.experts_per_token,
+        m.num_experts,
+        float(m.ssm_d_inner),
+        float(m.ssm_d_state),
+        m.num_attention_layers,
+        m.num_mlp_layers,
+        m.num_moe_layers,
+        m.num_ssm_layers,
+        g.peak_flops,
+        roof.mfu,
+        g.mem_bandwidth,
+        roof.mbu,
+    )
 
 
 def _compiled_applies(
@@ -632,8 +659,9 @@ def _simulate_compiled(
     first, times, next_turn = arrival_plan(trace, config.closed_loop or config.gated)
     early = np.flatnonzero(times < 0.0)
     if early.shape[0]:  # as the reference's loop says when it schedules it
-        raise ConfigError(f"cannot schedule an event at {float(times[early[0]])} s, before "
-                          "now (0.0 s)")  # fmt: skip
+        raise ConfigError(
+            f"cannot schedule an event at {float(times[early[0]])} s, before now (0.0 s)"
+        )
     bt = layout.block_tokens
     num_keys = max(layout.num_distinct_keys, 1)
     tree: tuple[Any, ...] | None = None
@@ -669,9 +697,16 @@ def _simulate_compiled(
     outp = trace.output_length.astype(np.int64)
     input_keys = np.minimum(inp // bt, np.diff(layout.key_offsets))
     big = 1 << 62  # limits beyond any count of requests or tokens: the same as no limit
-    cfg = np.array([min(config.max_num_seqs, big), min(config.max_num_batched_tokens, big),
-                    config.chunked_prefill, config.cache_while_running and rc is not None,
-                    config.gated], np.int64)  # fmt: skip
+    cfg = np.array(
+        [
+            min(config.max_num_seqs, big),
+            min(config.max_num_batched_tokens, big),
+            config.chunked_prefill,
+            config.cache_while_running and rc is not None,
+            config.gated,
+        ],
+        np.int64,
+    )
     times_out = (np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan))
     first_hits = np.full(n, -1, np.int64)
     hit_blocks = np.zeros(n, np.int64)
@@ -682,13 +717,42 @@ def _simulate_compiled(
     # a placeholder when the policy's state may widen (LPC's records), else None
     widens = np.zeros(1) if isinstance(pol, ArrayPolicy) and pol.code == LPC_CODE else None
     args = (
-        prep.state, prep.policy_args(), prep.ist, prep.fst, prep.nu_pos, layout.keys,
-        layout.key_offsets, layout.num_lookup_blocks, layout.lookup_end_tokens, inp, outp,
-        input_keys, bt, cap, max_free, cfg, first, times, next_turn,
-        trace.think_s.astype(np.float64), trace.arrival_s.astype(np.float64), *codes,
-        *times_out, first_hits, hit_blocks, miss_blocks, preempt, out, out_f, tree, radix_args,
-        rcode, config.spare_blocks, hybrid, widens,
-    )  # fmt: skip
+        prep.state,
+        prep.policy_args(),
+        prep.ist,
+        prep.fst,
+        prep.nu_pos,
+        layout.keys,
+        layout.key_offsets,
+        layout.num_lookup_blocks,
+        layout.lookup_end_tokens,
+        inp,
+        outp,
+        input_keys,
+        bt,
+        cap,
+        max_free,
+        cfg,
+        first,
+        times,
+        next_turn,
+        trace.think_s.astype(np.float64),
+        trace.arrival_s.astype(np.float64),
+        *codes,
+        *times_out,
+        first_hits,
+        hit_blocks,
+        miss_blocks,
+        preempt,
+        out,
+        out_f,
+        tree,
+        radix_args,
+        rcode,
+        config.spare_blocks,
+        hybrid,
+        widens,
+    )
     start = time.perf_counter()
     try:
         if on_progress is None:
@@ -712,8 +776,9 @@ def _simulate_compiled(
             f"{int(outp[r])} output tokens) but the pool holds {cap}; raise the capacity"
         )
     if status == K.IN_PAST:
-        raise ConfigError(f"cannot schedule an event at {float(out_f[0])} s, before now "
-                          f"({float(out_f[1])} s)")  # fmt: skip
+        raise ConfigError(
+            f"cannot schedule an event at {float(out_f[0])} s, before now ({float(out_f[1])} s)"
+        )
     if status == K.UNFINISHED:  # pragma: no cover - a scheduler bug
         raise AssertionError("simulation ended with unfinished requests")
     if status == K.NO_VICTIM:  # pragma: no cover - a policy bug (the reference raises too)

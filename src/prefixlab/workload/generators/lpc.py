@@ -79,20 +79,32 @@ CLOSING_TEMPLATES = [
 FILLERS = ["", "By the way, ", "Also, ", "Okay. ", "Hmm, ", "Sure. "]
 #: the latent model's requests: one pool, whatever the conversation will do
 NEUTRAL_TEMPLATES = [
-    "Explain {thing} in {topic}.", "What should I know about {thing}?",
-    "How does {thing} work?", "Can you help with {thing}?",
-    "Tell me about {thing} for {topic}.", "I have a question about {thing}.",
-    "What are common mistakes with {thing}?", "Compare two approaches to {thing}.",
-]  # fmt: skip
+    "Explain {thing} in {topic}.",
+    "What should I know about {thing}?",
+    "How does {thing} work?",
+    "Can you help with {thing}?",
+    "Tell me about {thing} for {topic}.",
+    "I have a question about {thing}.",
+    "What are common mistakes with {thing}?",
+    "Compare two approaches to {thing}.",
+]
 #: short clauses leaning towards a follow-up or an end, with words in common
 OPEN_CUES = [
-    "I'll probably have follow-ups.", "We can refine it after.", "Let's start there.",
-    "Then I'd like to go further.", "First part only for now.", "Thanks, and then more.",
-]  # fmt: skip
+    "I'll probably have follow-ups.",
+    "We can refine it after.",
+    "Let's start there.",
+    "Then I'd like to go further.",
+    "First part only for now.",
+    "Thanks, and then more.",
+]
 CLOSE_CUES = [
-    "That should be all.", "Briefly, please.", "Just curious.",
-    "Thanks in advance.", "One line is fine.", "No need to go further.",
-]  # fmt: skip
+    "That should be all.",
+    "Briefly, please.",
+    "Just curious.",
+    "Thanks in advance.",
+    "One line is fine.",
+    "No need to go further.",
+]
 CUES = ("latent", "templates")
 
 
@@ -124,8 +136,14 @@ class LPCParams:
     def validate(self) -> None:
         from prefixlab.errors import ConfigError
 
-        for name in ("open_share", "p_continue_open", "p_continue_closed", "cue_rate",
-                     "leave_rate", "end_cue_rate"):  # fmt: skip
+        for name in (
+            "open_share",
+            "p_continue_open",
+            "p_continue_closed",
+            "cue_rate",
+            "leave_rate",
+            "end_cue_rate",
+        ):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
                 raise ConfigError(f"{name} must be a probability in [0, 1], got {v}")

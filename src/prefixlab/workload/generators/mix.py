@@ -94,14 +94,19 @@ class MixParams:
     def single(self) -> TemplatedParams:
         """The single-turn part's parameters."""
         return TemplatedParams(
-            task_weights=self.task_weights, vocab_size=self.vocab_size, seed=self.seed,
+            task_weights=self.task_weights,
+            vocab_size=self.vocab_size,
+            seed=self.seed,
             system_tokens=self.single_system_tokens,
             system_tokens_per_task=self.single_system_tokens_per_task,
-            templates_per_task=self.templates_per_task, template_zipf=self.template_zipf,
-            query_tokens=self.query_tokens, program_tokens=self.program_tokens,
-            tool_tokens=self.tool_tokens, document_tokens=self.document_tokens,
+            templates_per_task=self.templates_per_task,
+            template_zipf=self.template_zipf,
+            query_tokens=self.query_tokens,
+            program_tokens=self.program_tokens,
+            tool_tokens=self.tool_tokens,
+            document_tokens=self.document_tokens,
             output_tokens=self.single_output_tokens,
-        )  # fmt: skip
+        )
 
 
 def _sessions(
@@ -117,8 +122,9 @@ def _sessions(
     if p.duration_s is not None:
         prng = np.random.default_rng([p.seed, 0x5E55])
         while sum(plan) < count:
-            plan.append(min(p.max_turns, int(prng.geometric(1.0 / p.mean_turns)),
-                            count - sum(plan)))  # fmt: skip
+            plan.append(
+                min(p.max_turns, int(prng.geometric(1.0 / p.mean_turns)), count - sum(plan))
+            )
         starts = np.sort(prng.uniform(0.0, p.duration_s, len(plan))).tolist()
     out: list[Request] = []
     start = 0.0
@@ -140,9 +146,15 @@ def _sessions(
         pool = systems["shared" if p.system_pool == "shared" else preset]
         history = pool[int(rng.choice(p.num_system_prompts, p=popularity))]
         out += session_turns(
-            history, user_lens, out_lens, gaps, start, tokens.draw,
-            session_id=f"s{s}", task=preset,
-        )  # fmt: skip
+            history,
+            user_lens,
+            out_lens,
+            gaps,
+            start,
+            tokens.draw,
+            session_id=f"s{s}",
+            task=preset,
+        )
         s += 1
     return out
 

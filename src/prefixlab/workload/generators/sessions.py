@@ -83,9 +83,15 @@ def generate_sessions(params: SessionParams | None = None, **overrides: object) 
         gaps = rng.lognormal(mu, sigma, num_turns)
         history = systems[int(rng.choice(p.num_system_prompts, p=popularity))]
         requests += session_turns(
-            history, user_lens, out_lens, gaps, float(starts[s]),
+            history,
+            user_lens,
+            out_lens,
+            gaps,
+            float(starts[s]),
             lambda n: rng.integers(0, p.vocab_size, n),
-            session_id=f"s{s}", task=p.preset, closed_loop=p.closed_loop,
-        )  # fmt: skip
+            session_id=f"s{s}",
+            task=p.preset,
+            closed_loop=p.closed_loop,
+        )
     requests.sort(key=lambda r: r.arrival_s)
     return Trace.from_requests(requests, name=f"sessions-{p.preset}-seed{p.seed}")

@@ -161,9 +161,11 @@ def _answer_session(path: Path, doc: dict[str, Any]) -> ChatSession:
             text = message_text(content) if content is not None else ""
             if text is None:
                 raise TraceFormatError(
-                    str(path), None, f"answer_generation.train_messages[{k}][{j}].content",
+                    str(path),
+                    None,
+                    f"answer_generation.train_messages[{k}][{j}].content",
                     "expected text (a string or text parts) or null",
-                )  # fmt: skip
+                )
             if msg.get("function_call") is not None:
                 call = json.dumps(msg["function_call"], sort_keys=True, ensure_ascii=False)
                 text += "\n" + call
@@ -185,10 +187,12 @@ def _toolbench_sessions(files: list[Path]) -> Iterator[ChatSession]:
             continue
         if not isinstance(rec, dict) or "query" not in rec:
             raise TraceFormatError(
-                str(p), line, None,
+                str(p),
+                line,
+                None,
                 "not a ToolBench file: expected a list of queries (query, api_list) or an "
                 "answer file (answer_generation)",
-            )  # fmt: skip
+            )
         yield _instruction_session(p, line, 0, rec)
         for i, (line, rec) in enumerate(records, start=1):
             yield _instruction_session(p, line, i, rec)

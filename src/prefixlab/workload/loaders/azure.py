@@ -82,9 +82,11 @@ def load_azure(path: Path, block_tokens: int = 16) -> Iterator[Request | Header]
             first = t if first is None else first
             if t < first:
                 raise TraceFormatError(
-                    str(path), lineno, "TIMESTAMP",
+                    str(path),
+                    lineno,
+                    "TIMESTAMP",
                     f"{row[0].strip()} precedes the first row: arrivals are seconds from it",
-                )  # fmt: skip
+                )
             inp = _count(path, lineno, "ContextTokens", row[1])
             blocks = -(-inp // block_tokens)
             yield Request(

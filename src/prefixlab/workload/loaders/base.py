@@ -260,8 +260,11 @@ def _open(
     except OSError as exc:  # the trace itself cannot be read: one line, not a traceback
         if exc.filename is None or Path(exc.filename) != Path(path):
             raise
-        why = (f"a folder, not a file (the {fmt} format reads one file)"
-               if Path(path).is_dir() else f"cannot read it ({exc.strerror or exc})")  # fmt: skip
+        why = (
+            f"a folder, not a file (the {fmt} format reads one file)"
+            if Path(path).is_dir()
+            else f"cannot read it ({exc.strerror or exc})"
+        )
         raise TraceFormatError(str(path), None, None, why) from None
 
 
