@@ -19,16 +19,7 @@ from prefixlab.workload.arrivals import (
     make_arrivals,
     max_concurrent,
 )
-
-
-def _half_open_peak(starts: list[float], ends: list[float]) -> int:
-    """Peak of active intervals [start, end): at a tie an end is processed before a start."""
-    events = sorted([(s, 1) for s in starts] + [(e, -1) for e in ends])
-    active = best = 0
-    for _, delta in events:
-        active += delta
-        best = max(best, active)
-    return best
+from tests.helpers import half_open_peak
 
 
 def _schedule_many(
@@ -98,7 +89,7 @@ def test_lpc_arrivals_gaps_exponential_and_start_spacing_with_large_n_conv() -> 
     assert inter.mean() == pytest.approx(1 / rate, rel=0.05)
     # Never held back: far more than a handful are active at once.
     assert max_concurrent(starts, ends) > 20
-    assert _half_open_peak(starts, ends) > 20
+    assert half_open_peak(starts, ends) > 20
 
 
 @pytest.mark.parametrize("n_conv", [1, 3, 8])
@@ -108,7 +99,7 @@ def test_lpc_arrivals_small_n_conv_bounds_active_conversations(n_conv: int) -> N
     starts, ends, _ = _schedule_many(model, 1500, seed=14)
     assert np.all(np.diff(starts) >= 0)
     # The bound binds (demand far exceeds n_conv) and is never exceeded.
-    assert _half_open_peak(starts, ends) == n_conv
+    assert half_open_peak(starts, ends) == n_conv
     # Held back: starts are spread out much more than 1 / rate.
     assert np.diff(starts).mean() > 3 / rate
 

@@ -44,6 +44,7 @@ from prefixlab.workload.loaders._chat import render
 from prefixlab.workload.sources import open_trace
 from prefixlab.workload.tokenizers import get_tokenizer
 from prefixlab.workload.trace import Trace
+from tests.helpers import assert_identical, content_equal, half_open_peak
 
 
 def _gaps(trace_session: list[str | None], arrival: np.ndarray) -> np.ndarray:
@@ -55,30 +56,6 @@ def _gaps(trace_session: list[str | None], arrival: np.ndarray) -> np.ndarray:
 
 SIZE_PARAMS = ("num_sessions", "num_conversations", "num_requests")
 MULTI_TURN_TASKS = {"chat", "agentic"}
-
-
-def _assert_identical(a: Trace, b: Trace) -> None:
-    """Every column equal, floats bit for bit (NaN think times included)."""
-    assert len(a) == len(b)
-    assert a.arrival_s.tobytes() == b.arrival_s.tobytes()
-    assert a.think_s.tobytes() == b.think_s.tobytes()
-    for col in ("input_length", "output_length", "turn"):
-        assert np.array_equal(getattr(a, col), getattr(b, col)), col
-    for col in ("session_id", "task", "prompt_text", "extra_key"):
-        assert getattr(a, col) == getattr(b, col), col
-    assert (a.input_tokens is None) == (b.input_tokens is None)
-    if a.input_tokens is not None and b.input_tokens is not None:
-        for x, y in zip(a.input_tokens, b.input_tokens, strict=True):
-            assert np.array_equal(x, y)
-    assert (a.output_tokens is None) == (b.output_tokens is None)
-    if a.output_tokens is not None and b.output_tokens is not None:
-        for x, y in zip(a.output_tokens, b.output_tokens, strict=True):
-            assert np.array_equal(x, y)
-
-
-def _content_equal(a: Trace, b: Trace) -> bool:
-    """Same requests, same order (Request objects compared field by field)."""
-    return len(a) == len(b) and list(a) == list(b)
 
 
 def _by_session(tr: Trace) -> dict[str | None, list[int]]:
@@ -102,16 +79,6 @@ def _out(tr: Trace, i: int) -> np.ndarray:
     v, o, present = tr.output_tokens
     assert present[i]
     return v[o[i] : o[i + 1]]
-
-
-def _half_open_peak(starts: list[float], ends: list[float]) -> int:
-    """Peak of active intervals [start, end): at a tie an end is processed before a start."""
-    events = sorted([(s, 1) for s in starts] + [(e, -1) for e in ends])
-    active = best = 0
-    for _, delta in events:
-        active += delta
-        best = max(best, active)
-    return best
 
 
 @pytest.mark.parametrize("preset", ["chat", "agentic"])
@@ -200,7 +167,7 @@ def test_sessions_closed_loop_think_times_are_the_gaps() -> None:
     assert checked == int(later.sum())
     # Everything but think_s is identical with and without closed loop.
     closed.think_s = open_.think_s
-    _assert_identical(closed, open_)
+    assert_identical(closed, open_)
 
 
 # ----------------------------------------------------------------------------- lpc
@@ -382,7 +349,7 @@ def test_lpc_generator_bounds_active_conversations() -> None:
         seed=6,
     )
     starts, ends = _lpc_intervals(small, decode)
-    assert _half_open_peak(starts, ends) == 4
+    assert half_open_peak(starts, ends) == 4
     large = generate_lpc(
         num_conversations=400,
         n_conv=10_000,
@@ -394,7 +361,7 @@ def test_lpc_generator_bounds_active_conversations() -> None:
     )
     starts_l, ends_l = _lpc_intervals(large, decode)
     assert max_concurrent(starts_l, ends_l) > 4
-    assert _half_open_peak(starts_l, ends_l) > 4
+    assert half_open_peak(starts_l, ends_l) > 4
     # Held back: the small pool stretches the same conversations over more time.
     assert max(starts) > 2 * max(starts_l)
 
@@ -689,12 +656,12 @@ def test_every_generator_is_deterministic(name: str) -> None:
     b = fn(**_small(name, seed=11))
     c = fn(**_small(name, seed=12))
     assert len(a) >= 25
-    _assert_identical(a, b)
-    assert not _content_equal(a, c)
+    assert_identical(a, b)
+    assert not content_equal(a, c)
     assert np.all(np.diff(a.arrival_s) >= 0)
     # A params object and overrides give the same trace.
     params = GENERATORS[name].params(**_small(name, seed=11))
-    _assert_identical(fn(params), a)
+    assert_identical(fn(params), a)
 
 
 @pytest.mark.parametrize("name", sorted(GENERATORS))
@@ -728,4 +695,4 @@ def test_gen_source_rejects_unknown_parameter_listing_parameters() -> None:
     with pytest.raises(ConfigError, match="unknown generator 'nosuch'"):
         open_trace("gen:nosuch")
     tr = open_trace("gen:random-pool:num_requests=30,p=0.5,seed=4")
-    _assert_identical(tr, generate_random_pool(num_requests=30, p=0.5, seed=4))
+    assert_identical(tr, generate_random_pool(num_requests=30, p=0.5, seed=4))

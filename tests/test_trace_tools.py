@@ -14,14 +14,9 @@ from prefixlab.cli import app
 from prefixlab.runner import ReplayConfig, replay
 from prefixlab.workload import load_trace
 from prefixlab.workload.generators import GENERATORS, generate_lpc, generate_sessions
-from prefixlab.workload.trace import Trace
+from tests.helpers import content_equal
 
 runner = CliRunner()
-
-
-def _content_equal(a: Trace, b: Trace) -> bool:
-    """Same requests, same order (Request objects compared field by field)."""
-    return len(a) == len(b) and list(a) == list(b)
 
 
 def test_generate_writes_the_seeded_trace(tmp_path: Path) -> None:
@@ -185,7 +180,7 @@ def test_cli_generate_writes_the_generated_trace(
     want = GENERATORS[kind].fn(**kwargs)
     assert f"wrote {len(want):,} requests" in res.stdout
     got = load_trace(out)
-    assert _content_equal(got, want)
+    assert content_equal(got, want)
     if kwargs.get("closed_loop"):
         assert (~np.isnan(got.think_s)).sum() > 0
 
@@ -199,7 +194,7 @@ def test_cli_generate_parquet_and_no_closed_loop(tmp_path: Path) -> None:
     assert out.read_bytes()[:4] == b"PAR1"
     want = generate_lpc(num_conversations=12, closed_loop=True, seed=4)
     got = load_trace(out, "parquet")
-    assert _content_equal(got, want)
+    assert content_equal(got, want)
     assert not np.isnan(got.think_s).all()
     # --no-closed-loop: no think times at all.
     out2 = tmp_path / "y.jsonl"
@@ -219,7 +214,7 @@ def test_cli_generate_parquet_and_no_closed_loop(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.stderr
     got2 = load_trace(out2)
     assert np.isnan(got2.think_s).all()
-    assert _content_equal(got2, generate_sessions(num_sessions=10))
+    assert content_equal(got2, generate_sessions(num_sessions=10))
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from prefixlab.workload import Request, Trace, load_trace, write_native
 from prefixlab.workload.generators import generate_sessions
 from prefixlab.workload.sources import open_trace
 from prefixlab.workload.trace import TraceBuilder, to_hash_form
+from tests.helpers import assert_identical
 
 runner = CliRunner()
 
@@ -117,25 +118,6 @@ def test_inconsistent_library_trace_is_refused_not_crashed() -> None:
         repeated.block_layout()
 
 
-def _assert_identical(a: Trace, b: Trace) -> None:
-    """Every column equal, floats bit for bit (NaN think times included)."""
-    assert len(a) == len(b)
-    assert a.arrival_s.tobytes() == b.arrival_s.tobytes()
-    assert a.think_s.tobytes() == b.think_s.tobytes()
-    for col in ("input_length", "output_length", "turn"):
-        assert np.array_equal(getattr(a, col), getattr(b, col)), col
-    for col in ("session_id", "task", "prompt_text", "extra_key"):
-        assert getattr(a, col) == getattr(b, col), col
-    assert (a.input_tokens is None) == (b.input_tokens is None)
-    if a.input_tokens is not None and b.input_tokens is not None:
-        for x, y in zip(a.input_tokens, b.input_tokens, strict=True):
-            assert np.array_equal(x, y)
-    assert (a.output_tokens is None) == (b.output_tokens is None)
-    if a.output_tokens is not None and b.output_tokens is not None:
-        for x, y in zip(a.output_tokens, b.output_tokens, strict=True):
-            assert np.array_equal(x, y)
-
-
 def _mixed_output_trace() -> Trace:
     """Token form, some requests without output tokens, ties in arrival time."""
     reqs = []
@@ -178,7 +160,7 @@ def test_take_permutation_preserves_each_request(which: int) -> None:
     assert [taken[j] for j in range(len(tr))] == [tr[int(i)] for i in perm]
     assert taken.is_hash_form == tr.is_hash_form and taken.block_tokens == tr.block_tokens
     # Taking the inverse permutation restores the original exactly.
-    _assert_identical(taken.take(np.argsort(perm)), tr)
+    assert_identical(taken.take(np.argsort(perm)), tr)
     # Negative rows and repeats work; out-of-range rows do not.
     sub = tr.take([-1, 0, 0])
     assert list(sub) == [tr[len(tr) - 1], tr[0], tr[0]]
