@@ -102,6 +102,13 @@ class FitTable(Table):
             cols[i].width = lows[i] + min(highs[i] - lows[i], spare * (highs[i] - lows[i]) // want)
 
 
+def cell(value: Any, fmt: Callable[[Any], str]) -> str:
+    """A table cell: ``fmt(value)``, or "-" for a missing value (None or NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return fmt(value)
+
+
 def secs(value: float) -> str:
     """Seconds in at most six characters, four significant digits up to 999 s: 0.785, 2.23,
     21.3, 213, 1,234 (a latency table then fits 80 columns); "-" for NaN or None."""

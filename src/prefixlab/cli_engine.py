@@ -21,6 +21,7 @@ from prefixlab.cli_common import (
     QuietOpt,
     TraceArg,
     block_tokens_of,
+    cell,
     console,
     fail,
     load_shown,
@@ -198,14 +199,8 @@ def _table(rows: list[dict[str, Any]]) -> Table:
     for _, title, _ in cols:
         table.add_column(title, justify="left" if title == "policy" else "right")
     for row in rows:
-        table.add_row(*(_cell(row[k], f) for k, _, f in cols))
+        table.add_row(*(cell(row[k], f) for k, _, f in cols))
     return table
-
-
-def _cell(value: Any, fmt: Callable[[Any], str]) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return fmt(value)
 
 
 def _task_table(row: dict[str, Any]) -> Table:
@@ -213,7 +208,7 @@ def _task_table(row: dict[str, Any]) -> Table:
     for title in ("task", "requests", "token hit", "TTFT mean", "TTFT P95", "QTTFT mean"):
         table.add_column(title, justify="left" if title == "task" else "right")
     for task, m in row["by_task"].items():
-        hit = _cell(m["token_hit_ratio"], "{:.4f}".format)
+        hit = cell(m["token_hit_ratio"], "{:.4f}".format)
         lat = (secs(m["mean_ttft_s"]), secs(m["p95_ttft_s"]), secs(m["mean_qttft_s"]))
         table.add_row(task, f"{m['num_requests']:,}", hit, *lat)
     return table

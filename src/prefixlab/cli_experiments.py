@@ -20,6 +20,7 @@ from prefixlab.cli_common import (
     FitTable,
     FormatOpt,
     TraceArg,
+    cell,
     console,
     err,
     fail,
@@ -167,12 +168,6 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _summary_cell(value: Any, fmt: Callable[[Any], str]) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return fmt(value)
-
-
 def _summary_columns(rows: list[dict[str, Any]]) -> list[tuple[str, str, Callable[[Any], str]]]:
     """(key, header, format) of the summary's columns: those the rows have values for."""
     ratio = "{:.4f}".format
@@ -217,7 +212,7 @@ def summary_table(folder: Path, title: str) -> Table:
         if last is not None and key != last:
             table.add_section()
         last = key
-        cells = [_summary_cell(r[k], f) for k, _, f in cols]
+        cells = [cell(r[k], f) for k, _, f in cols]
         if r["token_hit_ratio"] == best[key]:
             i = [k for k, _, _ in cols].index("token_hit_ratio")
             cells[i] = f"[bold green]{cells[i]}[/]"
