@@ -97,12 +97,19 @@ def _base() -> dict[str, object]:
         ({"cache": {"capacities": [100], "structure": "tree"}}, "cache.structure: 'tree' unknown"),
         ({"policies": ["lru", "nope"]}, "policies[1]: unknown policy 'nope'"),
         ({"policies": []}, "policies: expected a non-empty list"),
-        ({"seeds": [-1]}, "seeds: expected a non-empty list of integers >= 0"),
+        ({"seeds": [-1]}, "seeds[0]: expected a value >= 0, got -1"),
+        ({"seeds": []}, "seeds: expected a non-empty list, got []"),
+        ({"seeds": [True]}, "seeds[0]: expected an integer, got True"),
         ({"runner": {"kind": "fast"}}, "runner.kind: 'fast' unknown"),
         ({"runner": {"kind": "engine"}}, "needs model.timing"),
-        ({"runner": {"max_num_seqs": 0}}, "runner.max_num_seqs: expected an integer >= 1"),
+        ({"runner": {"max_num_seqs": 0}}, "runner.max_num_seqs: expected a value >= 1, got 0"),
         ({"cache": {"capacities": ["0.5A"]}}, "needs model.name and model.gpu"),
-        ({"workload": {"format": "mooncake"}}, "workload.source: missing"),
+        (
+            {"workload": {"format": "mooncake"}},
+            "config key 'workload.source' missing (a trace file",
+        ),
+        ({"model": {"reserve_gib": "3"}}, "model.reserve_gib: expected a number, got '3'"),
+        ({"runner": {"gated": 1}}, "runner.gated: expected true or false, got 1"),
         ({"model": {"name": "llama-9"}}, "model.name: "),
         ({"model": {"gpu": "b300"}}, "model.gpu: "),
         ({"model": {"timing": ["power:a=oops"]}}, "model.timing: "),
@@ -182,7 +189,10 @@ def test_capacity_resolution() -> None:
         }
     )
     assert (cfg.model.memory_utilization, cfg.model.reserve_gib) == (0.9, 3.0)
-    for bad, msg in (({"memory_utilization": 0}, "in (0, 1]"), ({"reserve_gib": -1}, ">= 0")):
+    for bad, msg in (
+        ({"memory_utilization": 0}, "> 0, got 0"),
+        ({"reserve_gib": -1}, ">= 0, got -1"),
+    ):
         with pytest.raises(ConfigError, match=re.escape(f"model.{next(iter(bad))}: expected")):
             parse_config({**_base(), "model": {"name": "llama-3.2-3b", **bad}})
         with pytest.raises(ConfigError, match=re.escape(msg)):

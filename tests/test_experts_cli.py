@@ -24,7 +24,9 @@ from typer.testing import CliRunner, Result
 from prefixlab.cli import app
 from prefixlab.errors import ConfigError
 from prefixlab.experts.config import (
+    ExpertCache,
     ExpertSweepConfig,
+    ExpertWorkload,
     load_sweep_config,
     parse_sweep_config,
     resolve_capacities,
@@ -149,13 +151,21 @@ def test_toml_config_parses_into_variants_specs_and_cells(tmp_path: Path) -> Non
     path.write_text(TOML, encoding="utf-8")
     cfg = load_sweep_config(path)
     assert cfg == ExpertSweepConfig(
-        trace="gen:zipf",
-        capacities=[5, "0.5nl", "all"],
-        policies=["lru", "marking:seed=2", "opt-dist"],
-        params={"num_layers": 4, "num_experts": 3, "num_tokens": 20, "shuffle": False},
-        vary={"a": [0.5, 1.5], "r": [0.0, 0.3]},
+        workload=ExpertWorkload(
+            trace="gen:zipf",
+            params={"num_layers": 4, "num_experts": 3, "num_tokens": 20, "shuffle": False},
+            vary={"a": [0.5, 1.5], "r": [0.0, 0.3]},
+        ),
+        cache=ExpertCache(
+            capacities=[5, "0.5nl", "all"], policies=["lru", "marking:seed=2", "opt-dist"]
+        ),
         seeds=[0, 3],
         name="zipf-a",
+    )
+    assert (cfg.trace, cfg.capacities, cfg.policies) == (
+        "gen:zipf",
+        [5, "0.5nl", "all"],
+        ["lru", "marking:seed=2", "opt-dist"],
     )
     # the cross product: keys in config order, the last key varying fastest
     assert cfg.variants() == [
@@ -208,8 +218,8 @@ def test_a_file_trace_needs_no_params_and_every_seed_replays_it() -> None:
 
 
 BAD_CONFIGS = [
-    (_config(extra=1), "config.extra"),
-    (_config(kind="sweep"), "config.kind"),
+    (_config(extra=1), "config key 'extra' unknown"),
+    (_config(kind="sweep"), "kind: 'sweep' unknown; known: 'experts'"),
     (_config(workload={"parms": {}}), "workload.parms"),
     (_config(workload={"trace": None}), "workload.trace"),
     (_config(workload={"trace": "gen:zipf:a=1"}), "workload.trace"),
@@ -935,3 +945,21 @@ def test_an_expert_sweep_into_a_folder_being_written_is_refused(
     with folder_lock(copy_dir), pytest.raises(ConfigError, match="another sweep is writing"):
         run_expert_sweep(cfg, copy_dir)
     assert run_expert_sweep(cfg, copy_dir).skipped == CELL_IDS  # free again: it resumes
+
+
+def test_a_folder_with_the_flat_config_of_before_still_reports(
+    zipf_sweep: tuple[ExpertSweepConfig, Path], tmp_path: Path
+) -> None:
+    """Folders written before 2026-11-27 hold config.resolved.json flat (trace, capacities,
+    policies, params, vary at the top); the report reads both forms alike."""
+    _, folder = zipf_sweep
+    old = tmp_path / "old"
+    shutil.copytree(folder, old)
+    nested = json.loads((folder / "config.resolved.json").read_text(encoding="utf-8"))
+    workload, cache = nested.pop("workload"), nested.pop("cache")
+    flat = {**nested, **workload, **cache}
+    assert "policies" in flat and "workload" not in flat
+    (old / "config.resolved.json").write_text(json.dumps(flat), encoding="utf-8")
+    a, b = load_expert_results(folder), load_expert_results(old)
+    assert (a.policies, a.vary, a.seeds) == (b.policies, b.vary, b.seeds)
+    assert a.policies == POLICIES and list(a.vary) == ["a"]

@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
         "The built-in tour: a multi-turn + templated mix, the classic policies and OPT,\n"
         "on the serving engine; ends with the table and the path of the HTML report."
     ),
+    "schema": "Print the JSON Schema of a config file kind (for editors and validators).",
     "report": "Write a self-contained HTML report (tables, figures, config) of a results folder.",
     "plot": "Write the report's figures as PNG files, one per line printed.",
     "reproduce": "Rerun a paper's table or figure with its setup; write ours beside the paper's.",

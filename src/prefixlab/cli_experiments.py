@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import math
 import re
 import statistics
@@ -29,6 +29,7 @@ from prefixlab.cli_common import (
     secs,
     with_loader_options,
 )
+from prefixlab.configfile import ConfigModel, schema
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.experiments.config import (
     ExperimentConfig,
@@ -343,8 +344,9 @@ def demo_cmd(
     on the serving engine; ends with the table and the path of the HTML report."""
     text = resources.files("prefixlab.experiments").joinpath("demo.toml").read_text("utf-8")
     cfg = config_from_text(text, "demo")
-    params = {**cfg.workload.params, "num_requests": num_requests}
-    cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, params=params))
+    data = cfg.model_dump()
+    data["workload"]["params"]["num_requests"] = num_requests
+    cfg = parse_config(data)
     if not quiet:
         err.print(
             f"demo: {cfg.workload.source} ({cfg.workload.params.get('num_requests')} requests), "
@@ -549,8 +551,27 @@ def query(results: Path | str, sql: str) -> tuple[list[tuple[Any, ...]], list[st
         con.close()
 
 
+def config_kinds() -> dict[str, type[ConfigModel]]:
+    """Each config file kind (``kind = ...``) and the model that validates it."""
+    from prefixlab.experts.config import ExpertSweepConfig
+
+    return {"experiment": ExperimentConfig, "experts": ExpertSweepConfig}
+
+
+def schema_cmd(
+    kind: Annotated[str, typer.Argument(help="experiment (prefix or hybrid cache) or experts.")],
+) -> None:
+    """Print the JSON Schema of a config file kind (for editors and validators)."""
+    kinds = config_kinds()
+    if kind not in kinds:
+        fail(f"unknown config kind {kind!r}; known: {', '.join(kinds)}")
+        return
+    print(json.dumps(schema(kinds[kind]), indent=2))
+
+
 def register(app: typer.Typer) -> None:
     app.command("compare")(compare_cmd)
     app.command("sweep")(sweep_cmd)
     app.command("demo")(demo_cmd)
     app.add_typer(results_app, name="results")
+    app.command("schema")(schema_cmd)

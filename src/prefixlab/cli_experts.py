@@ -89,11 +89,11 @@ def info_cmd(trace: ExpertTraceArg, top_k: TopKOpt = None) -> None:
 
 
 def _capacities(values: list[str], num_layers: int, num_experts: int) -> list[tuple[str, int]]:
-    from prefixlab.experts.config import _capacity, resolve_capacities
+    from prefixlab.experts.config import parse_capacity, resolve_capacities
 
     caps: list[int | str] = []
     for v in values:
-        caps.append(_capacity(int(v) if v.strip().lstrip("-").isdigit() else v, "--capacity"))
+        caps.append(parse_capacity(int(v) if v.strip().lstrip("-").isdigit() else v, "--capacity"))
     return resolve_capacities(caps, num_layers, num_experts)
 
 

@@ -15,7 +15,7 @@ import itertools
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -134,7 +134,7 @@ def _without_later_defaults(d: dict[str, Any]) -> dict[str, Any]:
 
 def fingerprint(cfg: ExperimentConfig) -> dict[str, Any]:
     """The parts of a config that decide a cell's result (not its name, not the lists)."""
-    d = asdict(cfg)
+    d = cfg.model_dump()
     return {
         "workload": {k: d["workload"][k] for k in ("source", "format", "params")},
         "model": _without_later_defaults(d["model"]),
@@ -176,7 +176,7 @@ _KEEP_TRACES = 4
 def build_trace(cfg: ExperimentConfig, variant: dict[str, Any], seed: int) -> Trace:
     """The cell's trace: a generator gets the seed (unless its params pin one); a file
     gets it as ``sample_seed`` when sampled. Kept per process for the next cells."""
-    key = json.dumps([asdict(cfg.workload), variant, seed], sort_keys=True, default=str)
+    key = json.dumps([cfg.workload.model_dump(), variant, seed], sort_keys=True, default=str)
     if key in _TRACES:
         _TRACES[key] = _TRACES.pop(key)  # most recent last
         return _TRACES[key]

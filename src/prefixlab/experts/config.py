@@ -19,30 +19,132 @@ A generator's ``seed`` parameter takes each seed of ``seeds``; policies with ran
 from __future__ import annotations
 
 import itertools
-import json
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Literal
 
+from pydantic import Field, PlainValidator, WithJsonSchema, model_validator
+
+from prefixlab.configfile import ConfigModel, Seeds, read_config_file, validate
 from prefixlab.errors import ConfigError
 
 Scalar = int | float | str | bool
 _FRACTION = re.compile(r"^(?P<f>\d+(?:\.\d*)?|\.\d+)\s*nl$")
 
 
-@dataclass(frozen=True, slots=True)
-class ExpertSweepConfig:
-    """A validated expert-cache sweep (``kind`` marks the results folder for the report)."""
+def _capacity(v: object) -> int | str:
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+        return v
+    if isinstance(v, str):
+        s = v.strip()
+        m = _FRACTION.match(s)
+        if s == "all" or (m is not None and float(m.group("f")) > 0):
+            return s
+    raise ValueError(
+        f"{v!r} is not an expert-cache capacity; give pages (a positive integer), "
+        "a fraction of all n x l pages ('0.25nl') or 'all' (every size from 1 to n x l)"
+    )
 
-    trace: str
-    capacities: list[int | str]
-    policies: list[str]
-    params: dict[str, Scalar] = field(default_factory=dict)
-    vary: dict[str, list[Scalar]] = field(default_factory=dict)
-    seeds: list[int] = field(default_factory=lambda: [0])
-    name: str = "experts"
-    kind: str = "experts"
+
+def parse_capacity(v: int | str, where: str) -> int | str:
+    """One capacity given outside a config file (``where`` names the option)."""
+    try:
+        return _capacity(v)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+#: an expert-cache size: pages, a fraction of all n x l pages, or every size
+Capacity = Annotated[
+    int | str,
+    PlainValidator(_capacity),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1, "description": "pages"},
+                {"type": "string", "pattern": r"^\s*(\d+(\.\d*)?|\.\d+)\s*nl\s*$"},
+                {"const": "all", "description": "every size from 1 to n x l"},
+            ]
+        }
+    ),
+]
+
+
+class ExpertWorkload(ConfigModel):
+    """The routing trace: a file, or a generator with its parameters."""
+
+    trace: str = Field(min_length=1)
+    """a routing file (.jsonl, .npz) or gen:KIND (prefixlab experts trace --help)"""
+    params: dict[str, Scalar] = {}
+    """the generator's parameters (generated traces only)"""
+    vary: dict[str, Annotated[list[Scalar], Field(min_length=1)]] = {}
+    """generator parameters swept over: each combination is a workload variant"""
+
+    @model_validator(mode="after")
+    def _check(self) -> ExpertWorkload:
+        generated = self.trace.startswith("gen:")
+        if generated and self.trace.count(":") > 1:
+            raise ConfigError(
+                f"workload.trace: give parameters in workload.params, not {self.trace!r}"
+            )
+        if (self.params or self.vary) and not generated:
+            raise ConfigError("workload.params / vary apply to generated traces ('gen:KIND') only")
+        if "seed" in self.params or "seed" in self.vary:
+            raise ConfigError("workload: give seeds as the top-level 'seeds' list, not a parameter")
+        return self
+
+
+class ExpertCache(ConfigModel):
+    """The cache sizes and the policies compared at each."""
+
+    capacities: Annotated[list[Capacity], Field(min_length=1)]
+    """pages; 'f nl' = f x n x l; 'all' = every size from 1 to n x l"""
+    policies: Annotated[list[str], Field(min_length=1)]
+    """expert-cache policies (prefixlab experts policies)"""
+
+    @model_validator(mode="after")
+    def _check(self) -> ExpertCache:
+        _check_policies(self.policies)
+        return self
+
+
+class ExpertSweepConfig(ConfigModel):
+    """An expert-cache study (``kind`` marks the results folder for the report)."""
+
+    workload: ExpertWorkload
+    cache: ExpertCache
+    seeds: Seeds = [0]
+    name: str = Field("experts", min_length=1)
+    """the study's name (default: the file's stem)"""
+    kind: Literal["experts"] = "experts"
+
+    @model_validator(mode="after")
+    def _check(self) -> ExpertSweepConfig:
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"seeds: a seed is listed twice in {self.seeds!r}")
+        _check_generator(self)
+        return self
+
+    @property
+    def trace(self) -> str:
+        return self.workload.trace
+
+    @property
+    def params(self) -> dict[str, Scalar]:
+        return self.workload.params
+
+    @property
+    def vary(self) -> dict[str, list[Scalar]]:
+        return self.workload.vary
+
+    @property
+    def capacities(self) -> list[int | str]:
+        return self.cache.capacities
+
+    @property
+    def policies(self) -> list[str]:
+        return self.cache.policies
 
     def variants(self) -> list[dict[str, Scalar]]:
         """The cross product of ``vary``, in the order the config lists keys and values."""
@@ -60,14 +162,11 @@ class ExpertSweepConfig:
         if not self.is_generated():
             return self.trace
         values = {**self.params, **variant, "seed": seed}
-        args = ",".join(f"{k}={_text(v)}" for k, v in values.items())
+        args = ",".join(f"{k}={spec_text(v)}" for k, v in values.items())
         return f"{self.trace}:{args}"
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True)
 
-
-def _text(v: Scalar) -> str:
+def spec_text(v: Scalar) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
@@ -91,82 +190,11 @@ def resolve_capacities(
     return [(label, pages) for pages, label in out.items()]
 
 
-def _capacity(v: Any, where: str) -> int | str:
-    if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
-        return v
-    if isinstance(v, str):
-        s = v.strip()
-        m = _FRACTION.match(s)
-        if s == "all" or (m is not None and float(m.group("f")) > 0):
-            return s
-    raise ConfigError(
-        f"{where}: {v!r} is not an expert-cache capacity; give pages (a positive integer), "
-        "a fraction of all n x l pages ('0.25nl') or 'all' (every size from 1 to n x l)"
-    )
-
-
-def _scalar(v: Any, where: str) -> Scalar:
-    if isinstance(v, (int, float, str, bool)):
-        return v
-    raise ConfigError(f"{where}: expected a number, string or boolean, got {v!r}")
-
-
-def _table(d: Any, where: str, known: set[str]) -> dict[str, Any]:
-    if not isinstance(d, dict):
-        raise ConfigError(f"{where}: expected a table of keys, got {d!r}")
-    for key in d:
-        if key not in known:
-            raise ConfigError(
-                f"config key '{where}.{key}' unknown; known here: {', '.join(sorted(known))}"
-            )
-    return d
-
-
-def parse_sweep_config(data: Any, name: str = "experts") -> ExpertSweepConfig:
+def parse_sweep_config(data: object, name: str = "experts") -> ExpertSweepConfig:
     """Validate a config dict (as TOML or YAML parse it); errors name the key."""
-    top = _table(data, "config", {"name", "workload", "cache", "seeds", "kind"})
-    if top.get("kind", "experts") != "experts":
-        raise ConfigError(f"config.kind: expected 'experts', got {top['kind']!r}")
-    w = _table(top.get("workload"), "workload", {"trace", "params", "vary"})
-    trace = w.get("trace")
-    if not isinstance(trace, str) or not trace:
-        raise ConfigError("workload.trace: missing (a routing file or 'gen:KIND')")
-    if trace.startswith("gen:") and trace.count(":") > 1:
-        raise ConfigError(f"workload.trace: give parameters in workload.params, not {trace!r}")
-    params = {k: _scalar(v, f"workload.params.{k}") for k, v in w.get("params", {}).items()}
-    vary: dict[str, list[Scalar]] = {}
-    for k, vs in _table(w.get("vary", {}), "workload.vary", set(w.get("vary", {}))).items():
-        if not isinstance(vs, list) or not vs:
-            raise ConfigError(f"workload.vary.{k}: expected a non-empty list, got {vs!r}")
-        vary[k] = [_scalar(v, f"workload.vary.{k}") for v in vs]
-    if (params or vary) and not trace.startswith("gen:"):
-        raise ConfigError("workload.params / vary apply to generated traces ('gen:KIND') only")
-    if "seed" in params or "seed" in vary:
-        raise ConfigError("workload: give seeds as the top-level 'seeds' list, not a parameter")
-    c = _table(top.get("cache"), "cache", {"capacities", "policies"})
-    caps = c.get("capacities")
-    if not isinstance(caps, list) or not caps:
-        raise ConfigError("cache.capacities: expected a non-empty list")
-    pols = c.get("policies")
-    if not isinstance(pols, list) or not pols or not all(isinstance(p, str) for p in pols):
-        raise ConfigError("cache.policies: expected a non-empty list of policy names")
-    from prefixlab.experiments.config import parse_seeds
-
-    seeds = parse_seeds(top)
-    if len(set(seeds)) != len(seeds):
-        raise ConfigError(f"seeds: a seed is listed twice in {seeds!r}")
-    cfg = ExpertSweepConfig(
-        trace=trace,
-        capacities=[_capacity(v, f"cache.capacities[{i}]") for i, v in enumerate(caps)],
-        policies=list(pols),
-        params=params,
-        vary=vary,
-        seeds=list(seeds),
-        name=str(top.get("name", name)),
-    )
-    _check_policies(cfg.policies)
-    _check_generator(cfg)
-    return cfg
+    if isinstance(data, dict) and "name" not in data:
+        data = {**data, "name": name}
+    return validate(ExpertSweepConfig, data)
 
 
 def _check_policies(policies: list[str]) -> None:
@@ -208,7 +236,5 @@ def _check_generator(cfg: ExpertSweepConfig) -> None:
 
 def load_sweep_config(path: str | Path) -> ExpertSweepConfig:
     """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) expert sweep config."""
-    from prefixlab.experiments.config import read_config_file
-
     data, p = read_config_file(path)
     return parse_sweep_config(data if data is not None else {}, name=p.stem)

@@ -81,9 +81,10 @@ def load_expert_results(folder: str | Path) -> ExpertResults:
         config=cfg,
         environment=env,
         rows=rows,
-        policies=list(cfg["policies"]),
+        # folders written before 2026-11-27 hold the config flat
+        policies=list(cfg.get("cache", cfg)["policies"]),
         variants=list(dict.fromkeys(str(r["variant"]) for r in rows)),
-        vary=dict(cfg.get("vary", {})),
+        vary=dict(cfg.get("workload", cfg).get("vary", {})),
         capacity_specs=seen_caps,
         seeds=list(cfg.get("seeds", [0])),
     )

@@ -67,9 +67,9 @@ class ExpertCell:
 
 def variant_label(variant: dict[str, Scalar]) -> str:
     """``a=1.0,shuffle=true``: values written as in a trace spec."""
-    from prefixlab.experts.config import _text
+    from prefixlab.experts.config import spec_text
 
-    return ",".join(f"{k}={_text(v)}" for k, v in variant.items())
+    return ",".join(f"{k}={spec_text(v)}" for k, v in variant.items())
 
 
 def plan(cfg: ExpertSweepConfig) -> list[ExpertCell]:
