@@ -11,7 +11,8 @@ import pytest
 from prefixlab.errors import CapacityError
 from prefixlab.policies import make_policy
 from prefixlab.policies._keyed import KeyedPolicy
-from prefixlab.policies.unicache import AGENTIC, AUX_Q, CHAT, EVICT, STRUCT, UniCache
+from prefixlab.policies.hooks.unicache import AUX_Q
+from prefixlab.policies.unicache import AGENTIC, CHAT, EVICT, STRUCT, UniCache
 from prefixlab.runner import _fast, replay
 from prefixlab.runner._fast_radix import radix_code
 from prefixlab.runner.replay import ReplayConfig

@@ -12,21 +12,6 @@ import grimp
 
 #: cycles not broken yet, each a strongly connected set of modules
 KNOWN = {
-    # ArrayPolicy (_arrays) runs its hooks through _dispatch, which imports each policy's
-    # hooks from the modules that subclass ArrayPolicy
-    frozenset(
-        {
-            "prefixlab.policies._arrays",
-            "prefixlab.policies._dispatch",
-            "prefixlab.policies.arc",
-            "prefixlab.policies.lecar",
-            "prefixlab.policies.lpc",
-            "prefixlab.policies.opt_online",
-            "prefixlab.policies.s3fifo",
-            "prefixlab.policies.unicache",
-            "prefixlab.policies.workload_aware",
-        }
-    ),
     # the report dispatches on the results folder's kind (one study engine will register it)
     frozenset({"prefixlab.experts.report", "prefixlab.report.html", "prefixlab.report.plots"}),
 }

@@ -10,7 +10,7 @@ import pytest
 
 from prefixlab.errors import ConfigError
 from prefixlab.policies.base import make_policy
-from prefixlab.policies.lpc import decayed
+from prefixlab.policies.hooks.lpc import decayed
 from prefixlab.runner.replay import ReplayConfig, replay
 from prefixlab.workload.generators import GENERATORS
 from prefixlab.workload.trace import Request, Trace
@@ -80,7 +80,7 @@ def test_shared_block_keeps_the_largest_decayed_prediction() -> None:
     # a p=0.9 at t=0 (odds 9); b p=0.6 at t=100 (odds 1.5): decayed to t=100, a's odds are
     # 9 e^-1 = 3.31 > 1.5, so a's (0.9, 0) stands; c p=0.8 at t=300 (odds 4): a's odds at
     # 300 are 9 e^-3 = 0.45 < 4, so c's (0.8, 300) takes over
-    from prefixlab.policies.lpc import _rank
+    from prefixlab.policies.hooks.lpc import _rank
 
     assert _rank(0.9, 0.0, 0.01) > _rank(0.6, 100.0, 0.01)
     assert _rank(0.8, 300.0, 0.01) > _rank(0.9, 0.0, 0.01)
@@ -241,7 +241,7 @@ def test_records_survive_a_state_widened_from_outside() -> None:
     50 requests) finds every record where it put it, so the run equals an unwidened one
     (when the table hashed by the state's width, records went missing and were recreated)."""
     from prefixlab.policies._arrays import SC, grow_state
-    from prefixlab.policies.lpc import NFREE_REC, RTOP
+    from prefixlab.policies.hooks.lpc import NFREE_REC, RTOP
 
     trace = shared_prompt_trace(300, 60)
     cfg = ReplayConfig(capacity_blocks=40, block_tokens=16)

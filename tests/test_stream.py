@@ -28,8 +28,9 @@ from prefixlab._jit import COMPILED
 from prefixlab.cli import app
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.policies import make_policy
-from prefixlab.policies._arrays import ABASE, SC, ArrayPolicy
+from prefixlab.policies._arrays import ABASE, SC
 from prefixlab.policies._keyed import KeyedPolicy
+from prefixlab.policies.array_policy import ArrayPolicy
 from prefixlab.policies.lpc import LPCOracle
 from prefixlab.policies.unicache import UniCache
 from prefixlab.policies.workload_aware import WorkloadAware

@@ -28,6 +28,7 @@ from prefixlab.cache.block import BlockCache
 from prefixlab.errors import ConfigError
 from prefixlab.model.timing import make_timing
 from prefixlab.policies import EntryView, EvictionPolicy, make_policy, opt_online, unicache
+from prefixlab.policies.hooks.workload_aware import fit_categories
 from prefixlab.policies.opt_online import OPTOnline
 from prefixlab.policies.unicache import (
     AGENTIC,
@@ -45,7 +46,6 @@ from prefixlab.policies.workload_aware import (
     PerCategoryLRU,
     WorkloadAware,
     categories,
-    fit_categories,
 )
 from prefixlab.runner.engine import EngineConfig, EngineResult, simulate
 from prefixlab.runner.replay import ReplayConfig, ReplayResult, replay

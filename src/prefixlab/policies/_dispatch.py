@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 from prefixlab._jit import jit
-from prefixlab.policies import arc, lecar, lpc, opt_online, s3fifo, unicache, workload_aware
 from prefixlab.policies._arrays import (
     ACCESS,
     EVICT,
@@ -30,6 +29,7 @@ from prefixlab.policies._arrays import (
     set_free,
 )
 from prefixlab.policies.base import I64
+from prefixlab.policies.hooks import arc, lecar, lpc, opt_online, s3fifo, unicache, workload_aware
 
 ARC, S3FIFO, LECAR, LPC, WA = arc.CODE, s3fifo.CODE, lecar.CODE, lpc.CODE, workload_aware.CODE
 UNICACHE, OPT_ONLINE = unicache.CODE, opt_online.CODE

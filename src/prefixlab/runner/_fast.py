@@ -45,7 +45,6 @@ from prefixlab.policies._arrays import (
     REQ,
     SC,
     UPDATE,
-    ArrayPolicy,
     grow_state,
     new_state,
 )
@@ -59,7 +58,10 @@ from prefixlab.policies._keyed import (
     key_columns,
 )
 from prefixlab.policies._segments import sq_pop, sq_pop_parked, sq_push, sq_unpark
+from prefixlab.policies.array_policy import ArrayPolicy
 from prefixlab.policies.base import EntryView, EvictionPolicy, registered
+from prefixlab.policies.hooks.unicache import CODE as UNICACHE
+from prefixlab.policies.hooks.unicache import UCOPT, uc_evict_opt
 from prefixlab.policies.sieve import (
     Sieve,
     sieve_access,
@@ -69,8 +71,6 @@ from prefixlab.policies.sieve import (
     sieve_pop,
     sieve_state,
 )
-from prefixlab.policies.unicache import CODE as UNICACHE
-from prefixlab.policies.unicache import UCOPT, uc_evict_opt
 
 __all__ = [
     "HAVE_NUMBA",

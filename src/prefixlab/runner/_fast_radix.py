@@ -46,7 +46,6 @@ from prefixlab.policies._arrays import (
     SC,
     SPLIT,
     UPDATE,
-    ArrayPolicy,
     grow_state,
     new_state,
 )
@@ -66,6 +65,7 @@ from prefixlab.policies._segments import (
     sq_push,
     sq_renumber,
 )
+from prefixlab.policies.array_policy import ArrayPolicy
 from prefixlab.policies.base import EntryView, EvictionPolicy
 from prefixlab.policies.sieve import (
     sieve_access,

@@ -82,8 +82,9 @@ import numpy.typing as npt
 from prefixlab._keytable import with_room
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.metrics.replay import hit_summary
-from prefixlab.policies._arrays import ABASE, GSEQ0, K0, K1, SC, ArrayPolicy, grow_state
+from prefixlab.policies._arrays import ABASE, GSEQ0, K0, K1, SC, grow_state
 from prefixlab.policies._keyed import KeyedPolicy
+from prefixlab.policies.array_policy import ArrayPolicy
 from prefixlab.policies.base import EvictionPolicy
 from prefixlab.policies.opt import next_uses_back
 from prefixlab.runner import _fast

@@ -45,7 +45,7 @@ from prefixlab.policies._dispatch import (
     waiting_begin,
     waiting_end,
 )
-from prefixlab.policies.unicache import UCOPT
+from prefixlab.policies.hooks.unicache import UCOPT
 from prefixlab.runner._fast import (
     ARRAY,
     announce_misses,

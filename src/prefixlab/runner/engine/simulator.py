@@ -33,9 +33,9 @@ from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.metrics.latency import by_task, latency_summary
 from prefixlab.metrics.replay import ReplayMetrics
 from prefixlab.model.timing import TimingModel
-from prefixlab.policies._arrays import ArrayPolicy
+from prefixlab.policies.array_policy import ArrayPolicy
 from prefixlab.policies.base import EvictionPolicy, make_policy
-from prefixlab.policies.lpc import CODE as LPC_CODE
+from prefixlab.policies.hooks.lpc import CODE as LPC_CODE
 from prefixlab.runner.engine.events import Arrived, Finished, StepDone
 from prefixlab.runner.engine.loop import EventLoop
 from prefixlab.runner.engine.scheduler import Batch, Scheduler
