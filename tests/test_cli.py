@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from prefixlab.cli import app
+from prefixlab.cli.main import app
 from prefixlab.policies import registered
 from tests.tables import table_rows
 
@@ -208,7 +208,7 @@ def test_policies_lists_every_registered_policy() -> None:
 
 
 def test_docs_policy_table_is_generated_from_registry() -> None:
-    from prefixlab.cli import policies_markdown
+    from prefixlab.policies.base import catalog_markdown as policies_markdown
 
     docs = (Path(__file__).resolve().parents[1] / "docs" / "policies.md").read_text()
     assert policies_markdown() in docs
@@ -301,7 +301,7 @@ def test_ctrl_c_in_any_command_is_one_line_and_exit_130(
 ) -> None:
     """Every command: Ctrl-C (or the SystemError numba raises over it) prints one line and
     exits 130, not click's "Aborted!" (exit 1) or a traceback."""
-    import prefixlab.cli as cli_mod
+    import prefixlab.cli.trace as cli_mod
 
     def stop(*args: object, **kwargs: object) -> None:
         if isinstance(error, KeyboardInterrupt):
@@ -316,3 +316,81 @@ def test_ctrl_c_in_any_command_is_one_line_and_exit_130(
     assert result.exit_code == 130, result.output
     assert "interrupted: stopped before the end" in result.output
     assert "Traceback" not in result.output and "Aborted" not in result.output
+
+
+def _strict_json(text: str) -> object:
+    """JSON as the standard has it: NaN and Infinity are refused."""
+
+    def refuse(name: str) -> object:
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize(
+    ("args", "kind"),
+    [
+        (["replay", GEN, "--block-tokens", "16", "--capacity-blocks", "2000", "-p", "lru"], list),
+        (["policies"], list),
+        (["trace", "stats", GEN, "--block-tokens", "16"], dict),
+        (["analyze", "reuse", GEN, "--block-tokens", "16"], dict),
+        (["reproduce"], list),
+        (
+            [
+                "experts",
+                "simulate",
+                "gen:zipf:num_layers=2,num_experts=3,num_tokens=20",
+                "-k",
+                "2",
+                "-p",
+                "lru",
+            ],
+            list,
+        ),
+        (
+            [
+                "simulate",
+                GEN,
+                "--block-tokens",
+                "16",
+                "--capacity-blocks",
+                "2000",
+                "-p",
+                "lru",
+                "--timing",
+                "power:preset=llama-3.2-1b-a100",
+                "--timing",
+                "tpot:s=0.02",
+            ],
+            list,
+        ),
+    ],
+)
+def test_every_json_output_is_one_strict_json_document(args: list[str], kind: type) -> None:
+    """The --json convention (prefixlab.cli): one document on stdout, an array of rows or
+    one object, NaN written as null; nothing else on stdout."""
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    doc = _strict_json(result.stdout)
+    assert isinstance(doc, kind) and doc
+
+
+def test_print_json_writes_what_json_lacks_as_null_numbers_or_text(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import numpy as np
+
+    from prefixlab.cli.common import print_json
+
+    print_json(
+        [
+            {"tpot": float("nan"), "ratio": float("inf"), "n": np.int64(3), "x": np.float32(0.5)},
+            {"path": Path("a/b"), "t": (1, 2)},
+        ]
+    )
+    out = capsys.readouterr().out
+    assert _strict_json(out) == [
+        {"tpot": None, "ratio": None, "n": 3, "x": 0.5},
+        {"path": "a/b", "t": [1, 2]},
+    ]
+    assert out.startswith("[\n  {") and out.endswith("]\n")  # indented, one document

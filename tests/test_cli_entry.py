@@ -9,8 +9,8 @@ import sys
 import pytest
 import typer.main
 
-from prefixlab import cli_entry
-from prefixlab.cli import app
+from prefixlab.cli import entry as cli_entry
+from prefixlab.cli.main import app
 
 
 def _real_listing() -> dict[str, str]:
@@ -38,8 +38,8 @@ def _run(entry: str, args: list[str]) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("args", [[], ["--help"]])
 def test_the_light_help_prints_what_the_app_prints(args: list[str]) -> None:
-    real = _run("from prefixlab.cli import app; app()", args)
-    light = _run("from prefixlab.cli_entry import main; main()", args)
+    real = _run("from prefixlab.cli.main import app; app()", args)
+    light = _run("from prefixlab.cli.entry import main; main()", args)
     assert (light.stdout, light.stderr) == (real.stdout, real.stderr)
     assert "replay" in real.stdout + real.stderr
     assert light.returncode == real.returncode == (0 if args else 2)
@@ -48,11 +48,11 @@ def test_the_light_help_prints_what_the_app_prints(args: list[str]) -> None:
 def test_the_help_imports_neither_numpy_nor_the_commands() -> None:
     code = (
         "import sys; sys.argv = ['prefixlab', '--help']\n"
-        "from prefixlab.cli_entry import main\n"
+        "from prefixlab.cli.entry import main\n"
         "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] == 'numpy'"
-        " or m.startswith('prefixlab.cli_')"
-        " and m not in ('prefixlab.cli_entry', 'prefixlab.cli_root') or m == 'prefixlab.cli')\n"
+        " or m.startswith('prefixlab.cli.')"
+        " and m not in ('prefixlab.cli.entry', 'prefixlab.cli.root'))\n"
         "print(code, heavy, file=sys.stderr)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

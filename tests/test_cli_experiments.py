@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner, Result
 
-from prefixlab.cli import app
-from prefixlab.cli_common import secs
+from prefixlab.cli.common import secs
+from prefixlab.cli.main import app
 from tests.tables import table
 
 runner = CliRunner()

@@ -9,7 +9,7 @@ import sys
 
 def test_cli_import_leaves_matplotlib_and_numba_unloaded() -> None:
     code = (
-        "import sys, prefixlab.cli; "
+        "import sys, prefixlab.cli.main; "
         "print(sorted(m for m in ('matplotlib', 'numba', 'torch', 'sklearn', 'pyarrow') "
         "if m in sys.modules))"
     )

@@ -17,8 +17,8 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from prefixlab.cli import app
-from prefixlab.cli_experiments import config_kinds
+from prefixlab.cli.experiments import config_kinds
+from prefixlab.cli.main import app
 from prefixlab.configfile import schema, validate
 from prefixlab.errors import ConfigError
 from prefixlab.experiments.config import ExperimentConfig, parse_config

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from prefixlab.cli import app
+from prefixlab.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "experiments.md"

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from prefixlab.analysis import session_prefix_share, trace_stats
-from prefixlab.cli import app
+from prefixlab.cli.main import app
 from prefixlab.workload.generators import GENERATORS
 from prefixlab.workload.loaders import LOADERS, load_trace
 

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from prefixlab.cache.events import Event
-from prefixlab.cli import app
+from prefixlab.cli.main import app
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.model.timing import make_timing
 from prefixlab.policies.base import EvictionPolicy

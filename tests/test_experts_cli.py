@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner, Result
 
-from prefixlab.cli import app
+from prefixlab.cli.main import app
 from prefixlab.errors import ConfigError
 from prefixlab.experts.config import (
     ExpertCache,
@@ -666,8 +666,11 @@ SIM_SPEC = "gen:zipf:num_layers=3,num_experts=4,num_tokens=60,seed=2"
 
 
 def _json_lines(result: Result) -> list[dict[str, Any]]:
+    """The rows of ``--json``: one JSON list (the convention of every command)."""
     assert result.exit_code == 0, result.output
-    return [json.loads(line) for line in result.stdout.splitlines()]
+    rows = json.loads(result.stdout)
+    assert isinstance(rows, list)
+    return rows
 
 
 def test_simulate_json_matches_simulate() -> None:

@@ -24,7 +24,7 @@ except ImportError as exc:  # CI installs the moe extra and sets PREFIXLAB_REQUI
 
 from typer.testing import CliRunner
 
-from prefixlab.cli import app
+from prefixlab.cli.main import app
 from prefixlab.errors import ConfigError, TraceFormatError
 from prefixlab.experts import prompts, record
 from prefixlab.experts.record import RoutingRow

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from prefixlab.cli import app
+from prefixlab.cli.main import app
 from prefixlab.errors import ConfigError, TraceFormatError
 from prefixlab.experts import routing_jsonl, trace, trace_io
 from prefixlab.experts.generators import (

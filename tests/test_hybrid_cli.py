@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from prefixlab.cli import app
+from prefixlab.cli.main import app
 from prefixlab.errors import ConfigError
 from prefixlab.experiments import parse_config, run_sweep
 from prefixlab.runner.hybrid import HybridConfig, replay_hybrid

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from prefixlab.cli import app
+from prefixlab.cli.main import app
 from prefixlab.errors import TraceFormatError
 from prefixlab.workload.idcheck import (
     IdConflictWarning,

@@ -108,7 +108,7 @@ def test_files_the_cli_writes_follow_the_umask(
     umask)."""
     from typer.testing import CliRunner
 
-    from prefixlab.cli import app
+    from prefixlab.cli.main import app
 
     runner = CliRunner()
     umask(0o022)

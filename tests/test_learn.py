@@ -197,7 +197,7 @@ def test_lpc_cli_train_and_eval(tmp_path: Path) -> None:
 
     from typer.testing import CliRunner
 
-    from prefixlab.cli import app
+    from prefixlab.cli.main import app
 
     pytest.importorskip("sklearn")
     runner = CliRunner()
@@ -248,7 +248,7 @@ def test_sharegpt_file_end_to_end(tmp_path: Path) -> None:
 
     from typer.testing import CliRunner
 
-    from prefixlab.cli import app
+    from prefixlab.cli.main import app
 
     pytest.importorskip("sklearn")
     source = GENERATORS["lpc"].fn(num_conversations=500, seed=4, cue="templates")

@@ -155,7 +155,7 @@ def test_replies_carry_signal_prompts_do_not(tmp_path: Path) -> None:
     pytest.importorskip("sklearn")
     from typer.testing import CliRunner
 
-    from prefixlab.cli import app
+    from prefixlab.cli.main import app
 
     path = _sharegpt(tmp_path)
     runner = CliRunner()
@@ -272,7 +272,7 @@ def test_embed_cache_cli_option(tmp_path: Path) -> None:
     pytest.importorskip("sklearn")
     from typer.testing import CliRunner
 
-    from prefixlab.cli import app
+    from prefixlab.cli.main import app
 
     cache = tmp_path / "emb"
     res = CliRunner().invoke(
@@ -356,7 +356,7 @@ def test_lmsys_file_through_train_and_replay(tmp_path: Path) -> None:
     pytest.importorskip("sklearn")
     from typer.testing import CliRunner
 
-    from prefixlab.cli import app
+    from prefixlab.cli.main import app
 
     source = GENERATORS["lpc"].fn(num_conversations=400, seed=6, cue="templates")
     convs: dict[str, list[dict[str, str]]] = {}

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from prefixlab.cli import app
+from prefixlab.cli.main import app
 from prefixlab.errors import ConfigError, TraceFormatError
 from prefixlab.model.fit import PowerFit, fit_csv, fit_power_law
 from prefixlab.model.spec import (

@@ -10,8 +10,8 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-import prefixlab.cli_common as common
-from prefixlab.cli import app
+import prefixlab.cli.common as common
+from prefixlab.cli.main import app
 
 GEN = "gen:sessions:num_sessions=4"
 

@@ -14,7 +14,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from prefixlab.cli_report import register
+from prefixlab.cli.report import register
 from prefixlab.experiments.config import parse_config
 from prefixlab.experiments.store import read_table
 from prefixlab.experiments.sweep import run_sweep

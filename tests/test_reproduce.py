@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from prefixlab.cli import app
+from prefixlab.cli.main import app
 from prefixlab.errors import ConfigError
 from prefixlab.reproduce import Claim, get_reproduction, reproductions, write_outcome
 from prefixlab.reproduce.base import fmt_cell, to_csv

@@ -22,7 +22,7 @@ from prefixlab.analysis import (
     trace_stats,
 )
 from prefixlab.analysis.reuse import ALL, POSITION_BINS, position_bin
-from prefixlab.cli import app
+from prefixlab.cli.main import app
 from prefixlab.errors import ConfigError
 from prefixlab.runner.replay import ReplayConfig, replay
 from prefixlab.workload import load_trace

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from prefixlab._jit import COMPILED
-from prefixlab.cli import app
+from prefixlab.cli.main import app
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.policies import make_policy
 from prefixlab.policies._arrays import ABASE, SC
@@ -948,7 +948,7 @@ def test_every_format_streams_through_its_loader_as_it_loads_whole(
     calls = []
     real = stream.replay_stream
     monkeypatch.setattr(
-        "prefixlab.cli.replay_stream", lambda *a, **k: calls.append(1) or real(*a, **k)
+        "prefixlab.cli.replay.replay_stream", lambda *a, **k: calls.append(1) or real(*a, **k)
     )
     readers = ["-p", "wa-atc25", "-p", "unicache", "-p", "lpc-oracle"]  # sessions, tasks, times
     args = [
@@ -996,7 +996,7 @@ def test_per_request_files_stream_chunk_by_chunk_as_the_whole_load_writes_them(
     calls: list[int] = []
     real = stream.replay_stream
     monkeypatch.setattr(
-        "prefixlab.cli.replay_stream", lambda *a, **k: calls.append(1) or real(*a, **k)
+        "prefixlab.cli.replay.replay_stream", lambda *a, **k: calls.append(1) or real(*a, **k)
     )
     (tmp_path / "s").mkdir()
     (tmp_path / "w").mkdir()
@@ -1186,7 +1186,7 @@ def test_per_request_files_that_fail_to_rename_leave_no_temp_file(
     files still there are removed and the error goes up."""
     import os as _os
 
-    from prefixlab.cli import PerRequestFiles
+    from prefixlab.metrics.per_request import PerRequestFiles
 
     files = PerRequestFiles(tmp_path / "r.csv", ["lru", "arc"])
     files.rows(0, 0, np.array([1, 2]), np.array([3, 4]))
@@ -1200,7 +1200,7 @@ def test_per_request_files_that_fail_to_rename_leave_no_temp_file(
             raise OSError("disk full")
         real(a, b)
 
-    monkeypatch.setattr("prefixlab.cli.os.replace", flaky)
+    monkeypatch.setattr("prefixlab.metrics.per_request.os.replace", flaky)
     with pytest.raises(OSError, match="disk full"):
         files.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.lru.csv"]

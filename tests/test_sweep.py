@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from prefixlab.cli import app
+from prefixlab.cli.main import app
 from prefixlab.errors import ConfigError
 from prefixlab.experiments.config import parse_config
 from prefixlab.experiments.run import COLUMNS, plan, run_cell

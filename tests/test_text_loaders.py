@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from prefixlab.analysis.stats import session_prefix_share
-from prefixlab.cli import app
+from prefixlab.cli.main import app
 from prefixlab.errors import ConfigError, TraceFormatError
 from prefixlab.workload.generators import generate_sessions
 from prefixlab.workload.loaders import (

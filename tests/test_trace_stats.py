@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from prefixlab.analysis import trace_stats
-from prefixlab.cli import app
+from prefixlab.cli.main import app
 from prefixlab.workload import load_trace
 from prefixlab.workload.generators import generate_sessions
 

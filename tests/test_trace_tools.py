@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from prefixlab.cli import app
+from prefixlab.cli.main import app
 from prefixlab.runner import ReplayConfig, replay
 from prefixlab.workload import load_trace
 from prefixlab.workload.generators import GENERATORS, generate_lpc, generate_sessions

@@ -1,6 +1,6 @@
 """``python -m prefixlab``: the command-line interface."""
 
-from prefixlab.cli_entry import main
+from prefixlab.cli.entry import main
 
 if __name__ == "__main__":
     main()

@@ -224,3 +224,33 @@ def read_json(folder: Path, name: str) -> dict[str, Any]:
         return {}
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return data
+
+
+def query(results: Path | str, sql: str) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """Rows and column names of ``sql`` run by DuckDB over a results folder."""
+    try:
+        import duckdb
+    except ImportError:
+        raise ConfigError("results query needs DuckDB: pip install 'prefixlab[query]'") from None
+    folder = find_results(results)
+    con = duckdb.connect()
+    try:
+        for name in TABLES:
+            path = folder / f"{name}.parquet"
+            if path.is_file():
+                quoted = str(path).replace("'", "''")
+                con.execute(f"create view {name} as select * from read_parquet('{quoted}')")
+        try:
+            cur = con.execute(sql)
+        except duckdb.Error as exc:
+            first = str(exc).strip().splitlines()[0]
+            missing = [t for t in TABLES if not (folder / f"{t}.parquet").is_file()]
+            if missing and any(f"name {t} does not exist" in first for t in missing):
+                first += (
+                    f" (this folder has no {', '.join(missing)} table; requests needs --detail)"
+                )
+            raise ConfigError(f"query failed: {first}") from None
+        names = [d[0] for d in cur.description] if cur.description else []
+        return cur.fetchall(), names
+    finally:
+        con.close()

@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 import inspect
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypedDict, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -382,3 +382,39 @@ def make_policy(spec: str, structure: str | None = None) -> EvictionPolicy:
 
 def iter_policies() -> Iterator[tuple[str, type[EvictionPolicy]]]:
     yield from registered().items()
+
+
+class PolicyEntry(TypedDict):
+    """One line of :func:`catalog` (``prefixlab policies --json``)."""
+
+    name: str
+    structures: list[str]
+    parameters: dict[str, object]
+    description: str
+
+
+def catalog() -> list[PolicyEntry]:
+    """Every registered policy: name, structures, parameters (with defaults), description."""
+    return [
+        PolicyEntry(
+            name=name,
+            structures=sorted(cls.structures),
+            parameters=dict(parameters(cls)),
+            description=describe(cls),
+        )
+        for name, cls in registered().items()
+    ]
+
+
+def catalog_markdown() -> str:
+    """The docs' policy table, generated from the registry."""
+    lines = [
+        "| policy | structures | parameters | description |",
+        "|---|---|---|---|",
+    ]
+    for name, cls in registered().items():
+        params = ", ".join(f"`{k}={v}`" for k, v in parameters(cls).items()) or "-"
+        lines.append(
+            f"| `{name}` | {', '.join(sorted(cls.structures))} | {params} | {describe(cls)} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,5 +1,5 @@
 """The root command's options, shared by the real app (:mod:`prefixlab.cli`) and the light
-help of the entry point (:mod:`prefixlab.cli_entry`), which must not import the app."""
+help of the entry point (:mod:`prefixlab.cli.entry`), which must not import the app."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from prefixlab.cli_common import console, fail
+from prefixlab.cli.common import console, fail
 from prefixlab.errors import PrefixlabError
 
 

@@ -1,31 +1,16 @@
-"""Command-line interface: a thin shell (parse -> build -> run -> write)."""
+"""CLI commands ``replay`` and ``policies``."""
 
 from __future__ import annotations
 
-import csv
-import dataclasses
-import inspect
-import json
-import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from prefixlab import (
-    cli_analyze,
-    cli_engine,
-    cli_experiments,
-    cli_experts,
-    cli_lpc,
-    cli_report,
-    cli_reproduce,
-)
-from prefixlab.analysis import trace_stats
-from prefixlab.cli_common import (
+from prefixlab.cli.common import (
     BlockTokensOpt,
     CapacityBytesOpt,
     FitTable,
@@ -36,19 +21,18 @@ from prefixlab.cli_common import (
     console,
     each_policy,
     fail,
-    guard_interrupts,
     load_shown,
     make_policies,
+    print_json,
     progress_bar,
     resolve_capacity_blocks,
     warn,
     with_loader_options,
 )
-from prefixlab.cli_root import root
 from prefixlab.errors import ConfigError, PrefixlabError
-from prefixlab.io import temp_beside
-from prefixlab.policies.base import describe, parameters, registered
-from prefixlab.runner.hybrid import HybridConfig, HybridResult, replay_hybrid
+from prefixlab.metrics.per_request import PerRequestFiles, write_per_request
+from prefixlab.policies.base import catalog, catalog_markdown
+from prefixlab.runner.hybrid import HybridConfig, replay_hybrid
 from prefixlab.runner.replay import (
     ReplayConfig,
     ReplayResult,
@@ -57,93 +41,7 @@ from prefixlab.runner.replay import (
     replay,
 )
 from prefixlab.runner.stream import NotStreamable, StreamSummary, peek, replay_stream, streamable
-from prefixlab.workload.generators import GENERATORS, GeneratorInfo
 from prefixlab.workload.loaders.base import iter_chunks
-from prefixlab.workload.loaders.native import write_native
-from prefixlab.workload.loaders.parquet import write_parquet
-from prefixlab.workload.trace import Trace
-
-app = typer.Typer(
-    no_args_is_help=True,
-    add_completion=False,
-    help="Simulate and compare cache policies for LLM serving.",
-)
-
-
-app.callback()(root)  # --version
-
-
-class PerRequestFiles:
-    """Per-request CSVs (index,hit_tokens,input_tokens), one per policy: ``path`` itself
-    for one policy, ``<stem>.<policy><suffix>`` beside it for several. Rows are written as
-    they come (a streamed replay hands them a chunk at a time) to temp files beside their
-    targets, renamed by :meth:`close` when the run is complete and removed by
-    :meth:`abort` when it is not, so a failed run leaves no partial file."""
-
-    def __init__(self, path: Path, specs: Sequence[str]) -> None:
-        if not path.parent.resolve().is_dir():
-            raise ConfigError(f"--per-request: folder {path.parent} does not exist")
-        self.targets = [path]
-        if len(specs) > 1:
-            self.targets = []
-            for spec in specs:
-                safe = spec.replace(":", "_").replace(",", "_").replace("=", "-")
-                self.targets.append(path.with_name(f"{path.stem}.{safe}{path.suffix or '.csv'}"))
-        for target in self.targets:
-            if target.is_dir():
-                raise ConfigError(f"--per-request: {target} is a folder, not a file")
-        self._tmps: list[Path] = []
-        self._files: list[Any] = []
-        try:
-            for target in self.targets:
-                fd, tmp = temp_beside(target)  # the umask's mode
-                self._tmps.append(tmp)
-                fh = os.fdopen(fd, "w", newline="")
-                self._files.append((fh, csv.writer(fh)))
-                self._files[-1][1].writerow(["index", "hit_tokens", "input_tokens"])
-        except BaseException:
-            self.abort()
-            raise
-
-    def rows(self, i: int, start: int, hits: Any, inputs: Any) -> None:
-        """Policy i's rows for requests start, start + 1, ... (hit and input tokens)."""
-        self._files[i][1].writerows(
-            zip(range(start, start + len(hits)), hits.tolist(), inputs.tolist(), strict=True)
-        )
-
-    def close(self) -> list[Path]:
-        """Every file complete: renamed to its target; returns the targets. If a rename
-        fails, the temp files still there go (those already renamed stay complete)."""
-        try:
-            for fh, _ in self._files:
-                fh.close()
-            while self._tmps:
-                os.replace(self._tmps[0], self.targets[len(self.targets) - len(self._tmps)])
-                self._tmps.pop(0)
-        except BaseException:
-            self.abort()
-            raise
-        return list(self.targets)
-
-    def abort(self) -> None:
-        """The run failed: its temp files go."""
-        for fh, _ in self._files:
-            fh.close()
-        for tmp in self._tmps:
-            tmp.unlink(missing_ok=True)
-        self._tmps = []
-
-
-def _write_per_request(path: Path, results: Sequence[ReplayResult | HybridResult]) -> list[Path]:
-    """Per-request CSVs of finished runs (one per policy)."""
-    files = PerRequestFiles(path, [res.policy for res in results])
-    try:
-        for i, res in enumerate(results):
-            files.rows(i, 0, res.hit_tokens, res.input_tokens)
-    except BaseException:
-        files.abort()
-        raise
-    return files.close()
 
 
 def _result_table(rows: list[dict[str, Any]]) -> Table:
@@ -171,7 +69,6 @@ def _result_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
-@app.command("replay")
 @with_loader_options
 def replay_cmd(
     trace: TraceArg,
@@ -265,7 +162,7 @@ def replay_cmd(
                 raise ConfigError(f"--per-request: folder {per_request.parent} does not exist")
             results = each_policy(policies, lambda pol: replay(tr, pol, config), quiet)
             about = (tr.name, len(tr), int(tr.input_length.sum()))
-            written = _write_per_request(per_request, results) if per_request else []
+            written = write_per_request(per_request, results) if per_request else []
     except PrefixlabError as exc:
         fail(str(exc))
         return
@@ -345,7 +242,7 @@ def _print_replay(
     """What ``replay`` prints: one JSON list, or the table, notes, trace and files;
     ``about``: the trace's name, requests and input tokens."""
     if as_json:
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        print_json(rows)
         return
     out = console()
     out.print(table(rows))
@@ -401,7 +298,7 @@ def _replay_hybrid_cmd(
             raise ConfigError(f"--per-request: folder {per_request.parent} does not exist")
         tr = load_shown(trace, fmt, load, quiet)
         results = each_policy(policies, lambda pol: replay_hybrid(tr, pol, config), quiet)
-        written = _write_per_request(per_request, results) if per_request else []
+        written = write_per_request(per_request, results) if per_request else []
     except PrefixlabError as exc:
         fail(str(exc))
         return
@@ -415,40 +312,17 @@ def _replay_hybrid_cmd(
     _print_replay(rows, as_json, _hybrid_table, notes, about, written)
 
 
-def policies_markdown() -> str:
-    """The docs' policy table, generated from the registry."""
-    lines = [
-        "| policy | structures | parameters | description |",
-        "|---|---|---|---|",
-    ]
-    for name, cls in registered().items():
-        params = ", ".join(f"`{k}={v}`" for k, v in parameters(cls).items()) or "-"
-        lines.append(
-            f"| `{name}` | {', '.join(sorted(cls.structures))} | {params} | {describe(cls)} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-@app.command("policies")
 def policies_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the docs table.")] = False,
 ) -> None:
     """List every registered policy with its parameters and a one-line description."""
     if markdown:
-        sys.stdout.write(policies_markdown())
+        sys.stdout.write(catalog_markdown())
         return
-    entries: list[dict[str, Any]] = [
-        {
-            "name": name,
-            "structures": sorted(cls.structures),
-            "parameters": dict(parameters(cls)),
-            "description": describe(cls),
-        }
-        for name, cls in registered().items()
-    ]
+    entries = catalog()
     if as_json:
-        sys.stdout.write(json.dumps(entries, indent=2) + "\n")
+        print_json(entries)
         return
     table = FitTable(title="registered policies")
     for col in ("name", "structures", "parameters", "description"):
@@ -459,155 +333,6 @@ def policies_cmd(
     console().print(table)
 
 
-trace_app = typer.Typer(no_args_is_help=True, help="Inspect and convert traces.")
-app.add_typer(trace_app, name="trace")
-
-
-@trace_app.command("stats")
-@with_loader_options
-def trace_stats_cmd(
-    trace: TraceArg,
-    fmt: FormatOpt = "native",
-    block_tokens: BlockTokensOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    load: dict[str, Any] | None = None,
-) -> None:
-    """Requests, sessions, tasks, length percentiles, arrival span and the hit ceiling."""
-    try:
-        kwargs = load or {}
-        tr = load_shown(trace, fmt, kwargs)
-        block_tokens_of(tr, block_tokens)
-        stats = trace_stats(tr, block_tokens)
-    except PrefixlabError as exc:
-        fail(str(exc))
-        return
-    if as_json:
-        sys.stdout.write(json.dumps(stats, indent=2) + "\n")
-        return
-    table = FitTable(title=f"trace {stats['name']}", show_header=False)
-    table.add_column("statistic")
-    table.add_column("value", justify="right")
-    for key, value in stats.items():
-        if isinstance(value, dict):
-            value = ", ".join(
-                f"{k} {v:,.0f}" if isinstance(v, float) else f"{k} {v}" for k, v in value.items()
-            )
-        elif isinstance(value, float):
-            value = f"{value:,.4f}"
-        elif isinstance(value, int):
-            value = f"{value:,}"
-        table.add_row(key, str(value))
-    console().print(table)
-
-
-OutOpt = Annotated[
-    Path, typer.Option("--out", "-o", help="Output file: .parquet for Parquet, else JSONL.")
-]
-ToOpt = Annotated[
-    str | None, typer.Option("--to", help="Output format: native (JSONL) or parquet.")
-]
-
-
-@trace_app.command("convert")
-@with_loader_options
-def trace_convert_cmd(
-    trace: TraceArg,
-    out: OutOpt,
-    fmt: FormatOpt = "native",
-    to: ToOpt = None,
-    load: dict[str, Any] | None = None,
-) -> None:
-    """Convert any supported trace to native JSONL or Parquet (atomically written)."""
-    try:
-        kwargs = load or {}
-        _check_out(out, to)
-        tr = load_shown(trace, fmt, kwargs)
-        _write_trace(tr, out, to)
-    except PrefixlabError as exc:
-        fail(str(exc))
-        return
-    console().print(f"wrote {len(tr):,} requests to {out}")
-
-
-generate_app = typer.Typer(
-    no_args_is_help=True,
-    help="Generate a seeded workload and write it (one command per generator).",
-)
-trace_app.add_typer(generate_app, name="generate")
-
-
-def _generate_command(info: GeneratorInfo[Trace]) -> Callable[..., None]:
-    """A command whose flags are the generator's parameters (--num-sessions, --preset...)."""
-    fields = dataclasses.fields(info.params)
-
-    def command(**kwargs: Any) -> None:
-        out: Path = kwargs.pop("out")
-        to: str | None = kwargs.pop("to")
-        given = {k: v for k, v in kwargs.items() if v is not None}
-        try:
-            _check_out(out, to)
-            tr = info.fn(**given)
-            _write_trace(tr, out, to)
-        except PrefixlabError as exc:
-            fail(str(exc))
-            return
-        console().print(f"wrote {len(tr):,} requests to {out}")
-
-    params = [
-        inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, annotation=OutOpt),
-        inspect.Parameter("to", inspect.Parameter.KEYWORD_ONLY, annotation=ToOpt, default=None),
-    ]
-    for f in fields:
-        kind = type(f.default) if f.default is not None else float
-        flag = "--" + f.name.replace("_", "-")
-        decls = [f"{flag}/--no-{flag[2:]}"] if kind is bool else [flag]
-        hint = f.metadata.get("help", "")
-        option = typer.Option(*decls, help=f"{hint} (default {f.default})", show_default=False)
-        params.append(
-            inspect.Parameter(
-                f.name,
-                inspect.Parameter.KEYWORD_ONLY,
-                annotation=Annotated[kind | None, option],
-                default=None,
-            )
-        )
-    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    command.__doc__ = f"{info.summary} Parameters as named in the paper; see docs/workloads."
-    return command
-
-
-for _info in GENERATORS.values():
-    generate_app.command(_info.name)(_generate_command(_info))
-
-
-def _check_out(out: Path, to: str | None) -> None:
-    if not out.parent.resolve().is_dir():
-        raise ConfigError(f"--out: folder {out.parent} does not exist")
-    if to is not None and to not in ("native", "parquet"):
-        raise ConfigError(f"--to must be native or parquet, got {to!r}")
-
-
-def _write_trace(tr: Trace, out: Path, to: str | None = None) -> None:
-    _check_out(out, to)
-    if (to or ("parquet" if out.suffix == ".parquet" else "native")) == "parquet":
-        write_parquet(tr, out)
-    else:
-        write_native(tr, out)
-
-
-cli_engine.register(app)
-cli_experiments.register(app)
-cli_report.register(app)
-cli_lpc.register(app)
-cli_analyze.register(app)
-cli_experts.register(app)
-cli_reproduce.register(app)
-guard_interrupts(app)
-
-
-def main() -> None:
-    app()
-
-
-if __name__ == "__main__":
-    main()
+def register(app: typer.Typer) -> None:
+    app.command("replay")(replay_cmd)
+    app.command("policies")(policies_cmd)

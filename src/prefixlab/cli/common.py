@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import math
 import os
 import sys
@@ -301,6 +302,27 @@ def block_tokens_of(tr: Trace, block_tokens: int | None) -> int:
     if bt is None:
         raise ConfigError("this token-form trace needs --block-tokens")
     return bt
+
+
+def print_json(doc: object) -> None:
+    """``--json`` on every command: one JSON document on stdout, an array of rows or one
+    object, indented. NaN and infinities (a TPOT with no second token, a ratio over
+    nothing) are written as null, which JSON has; numpy scalars as numbers; anything else
+    JSON lacks (paths, dates) as its text."""
+    sys.stdout.write(json.dumps(_plain(doc), indent=2, allow_nan=False, default=str) + "\n")
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    item = getattr(value, "item", None)
+    if type(value).__module__ == "numpy" and callable(item):  # a numpy scalar
+        return _plain(item())
+    return value
 
 
 def warn(message: str) -> None:

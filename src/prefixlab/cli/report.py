@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from prefixlab.cli_common import console, fail
+from prefixlab.cli.common import console, fail
 from prefixlab.errors import PrefixlabError
 
 ResultsArg = Annotated[str, typer.Argument(help="Results folder (or its results.parquet).")]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from prefixlab.analysis.reuse import ALL, POSITION_LABELS, ReuseAnalysis, analyze_reuse
-from prefixlab.cli_common import (
+from prefixlab.cli.common import (
     BlockTokensOpt,
     FitTable,
     FormatOpt,
@@ -21,6 +19,7 @@ from prefixlab.cli_common import (
     console,
     fail,
     load_shown,
+    print_json,
     with_loader_options,
 )
 from prefixlab.errors import PrefixlabError
@@ -186,7 +185,7 @@ def reuse_cmd(
         return
     if as_json:
         out = result.as_dict() | {"plots": [str(p) for p in written]}
-        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        print_json(out)
         return
     con = console()
     _print_tables(result, con)

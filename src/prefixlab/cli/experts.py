@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from prefixlab.cli_common import FitTable, QuietOpt, console, fail, progress_bar, resumable, warn
+from prefixlab.cli.common import (
+    FitTable,
+    QuietOpt,
+    console,
+    fail,
+    print_json,
+    progress_bar,
+    resumable,
+    warn,
+)
 from prefixlab.errors import PrefixlabError
 
 experts_app = typer.Typer(
@@ -48,22 +56,14 @@ def generate_cmd(
             if "=" not in p:
                 raise PrefixlabError(f"parameter {p!r} is not key=value")
         trace = generate_from_spec(f"{kind}:{','.join(params or [])}" if params else kind)
-        _save(trace, out)
+        from prefixlab.experts.trace_io import save_trace
+
+        out.parent.mkdir(parents=True, exist_ok=True)
+        save_trace(trace, out)  # .npz, or routing JSONL for .jsonl[.gz]
     except (PrefixlabError, OSError) as exc:
         fail(str(exc))
         return
     _print_summary(trace, out)
-
-
-def _save(trace: Any, out: Path) -> None:
-    from prefixlab.experts.routing_jsonl import write_routing_jsonl
-    from prefixlab.experts.trace_io import save_trace
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.name.endswith((".jsonl", ".jsonl.gz")):
-        write_routing_jsonl(trace, out)
-    else:
-        save_trace(trace, out)
 
 
 def _print_summary(trace: Any, path: Path | str) -> None:
@@ -109,7 +109,7 @@ def simulate_cmd(
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of randomised policies (marking).")] = 0,
     top_k: TopKOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON lines, one per result.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON list.")] = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Simulate expert-cache policies on a trace: faults and faults relative to OPT."""
@@ -155,8 +155,7 @@ def simulate_cmd(
         "fault_ratio_to_opt",
     ]
     if as_json:
-        for r in rows:
-            print(json.dumps({k: r[k] for k in keys}))
+        print_json([{k: r[k] for k in keys} for r in rows])
         return
     table = FitTable(
         title=f"expert cache: {tr.num_layers} layers x {tr.num_experts} experts, "
@@ -247,7 +246,7 @@ def register(app: typer.Typer) -> None:
     experts_app.command("simulate")(simulate_cmd)
     experts_app.command("sweep")(sweep_cmd)
     experts_app.command("policies")(policies_cmd)
-    from prefixlab.cli_experts_record import record_cmd
+    from prefixlab.cli.experts_record import record_cmd
 
     experts_app.command("record")(record_cmd)
     app.add_typer(experts_app, name="experts")

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from prefixlab.cli_common import FormatOpt, TraceArg, console, fail, load_shown, with_loader_options
+from prefixlab.cli.common import (
+    FormatOpt,
+    TraceArg,
+    console,
+    fail,
+    load_shown,
+    print_json,
+    with_loader_options,
+)
 from prefixlab.errors import PrefixlabError
 from prefixlab.learn.predictor import ContinuationPredictor, TrainConfig, evaluate, train
 
@@ -62,7 +68,7 @@ def train_cmd(
         return
     result = {**ev.as_dict(), "model": str(path), "best_epoch": pred.history["best_epoch"]}
     if as_json:
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        print_json(result)
         return
     console().print(
         f"model: {path} (best epoch {result['best_epoch']})\nheld-out conversations: {ev.summary()}"
@@ -90,7 +96,7 @@ def eval_cmd(
         fail(str(exc))
         return
     if as_json:
-        sys.stdout.write(json.dumps(ev.as_dict(), indent=2) + "\n")
+        print_json(ev.as_dict())
         return
     console().print(ev.summary())
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from prefixlab.cli_root import print_version, root
+from prefixlab.cli.root import print_version, root
 
 #: the application's help line (the real app's ``help``)
 HELP = "Simulate and compare cache policies for LLM serving."
@@ -64,6 +64,6 @@ def main() -> None:
         listing()()
     if args == ["--version"]:  # as the real app prints it, without importing it
         print_version(True)
-    from prefixlab.cli import app
+    from prefixlab.cli.main import app
 
     app()

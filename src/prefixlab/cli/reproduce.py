@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from prefixlab.cli_common import FitTable, console, err, fail
+from prefixlab.cli.common import FitTable, console, err, fail, print_json
 from prefixlab.errors import PrefixlabError
 from prefixlab.reproduce import check_scale, get_reproduction, reproductions, write_outcome
 
@@ -34,7 +32,7 @@ def reproduce_cmd(
             for n, c in known.items()
         ]
         if as_json:
-            sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+            print_json(rows)
             return
         table = FitTable(title="reproductions (prefixlab reproduce NAME --scale ci|paper)")
         for col in ("name", "paper", "target", "title"):
@@ -64,7 +62,7 @@ def reproduce_cmd(
             ],
             "files": [str(p) for p in written],
         }
-        sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+        print_json(doc)
         return
     cons = console()
     claims = FitTable(title=f"{rep.title}: the paper beside ours ({sc} scale)")

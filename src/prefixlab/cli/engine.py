@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import math
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from prefixlab.cli_common import (
+from prefixlab.cli.common import (
     Advance,
     BlockTokensOpt,
     CapacityBytesOpt,
@@ -26,6 +23,7 @@ from prefixlab.cli_common import (
     fail,
     load_shown,
     make_policies,
+    print_json,
     progress_bar,
     resolve_capacity_blocks,
     secs,
@@ -150,9 +148,7 @@ def simulate_cmd(
         return
     rows = [r.as_dict() for r in results]
     if as_json:
-        # NaN (e.g. TPOT when no request has two output tokens) is not JSON: write null.
-        text = json.dumps(_nan_to_none(rows), indent=2, allow_nan=False)
-        sys.stdout.write(text + "\n")
+        print_json(rows)  # a NaN TPOT (no request with two output tokens) as null
         return
     out = console()
     out.print(_table(rows))
@@ -169,16 +165,6 @@ def _shown(advance: Advance, label: str) -> Callable[[int, int], None]:
         advance(done, total, label)
 
     return report
-
-
-def _nan_to_none(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _nan_to_none(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_nan_to_none(v) for v in value]
-    return value
 
 
 def _table(rows: list[dict[str, Any]]) -> Table:
@@ -237,7 +223,7 @@ def fit_timing_cmd(
         "spec": fit.spec(),
     }
     if as_json:
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        print_json(result)
         return
     out = console()
     note = " (b fixed: one batch size in the data)" if fit.b_fixed else ""

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import statistics
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
@@ -15,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from prefixlab.cli_common import (
+from prefixlab.cli.common import (
     BlockTokensOpt,
     FitTable,
     FormatOpt,
@@ -24,6 +22,7 @@ from prefixlab.cli_common import (
     console,
     err,
     fail,
+    print_json,
     progress_bar,
     resumable,
     secs,
@@ -38,7 +37,8 @@ from prefixlab.experiments.config import (
     parse_config,
 )
 from prefixlab.experiments.run import Cell
-from prefixlab.experiments.store import TABLES, find_results, read_table
+from prefixlab.experiments.store import TABLES, find_results, query, read_table
+from prefixlab.experiments.summary import summary_rows
 from prefixlab.experiments.sweep import BACKENDS, SweepSummary, run_sweep
 
 OutOpt = Annotated[
@@ -123,50 +123,6 @@ def _footer(summary: SweepSummary, report: Path | None) -> str:
     if report is not None:
         text += f"\nreport:  {report}"
     return text
-
-
-def _mean(values: list[float]) -> float:
-    vals = [v for v in values if v is not None and not math.isnan(v)]
-    return sum(vals) / len(vals) if vals else math.nan
-
-
-def _sd(values: list[float]) -> float:
-    """The sample standard deviation over seeds (NaN for fewer than two)."""
-    vals = [v for v in values if v is not None and not math.isnan(v)]
-    if len(vals) < 2:
-        return math.nan
-    return statistics.stdev(vals)
-
-
-#: columns the summary averages over seeds (and gives the spread of, ``_sd``)
-SUMMARY_MEANS = (
-    "token_hit_ratio",
-    "request_hit_ratio",
-    "flops_saved_ratio",
-    "mean_ttft_s",
-    "p95_ttft_s",
-    "mean_qttft_s",
-)
-
-
-def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean and sample standard deviation (``COLUMN_sd``) over seeds of each (variant,
-    capacity, policy), in plan order."""
-    groups: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
-    for row in rows:
-        key = (row["variant"], row["capacity_index"], row["policy_index"])
-        groups.setdefault(key, []).append(row)
-    out = []
-    for group in groups.values():
-        first = group[0]
-        rec = {k: first[k] for k in ("variant", "capacity", "capacity_index", "policy", "runner")}
-        rec["capacity_blocks"] = round(_mean([r["capacity_blocks"] for r in group]))
-        rec["seeds"] = len(group)
-        for col in SUMMARY_MEANS:
-            rec[col] = _mean([r[col] for r in group])
-            rec[f"{col}_sd"] = _sd([r[col] for r in group])
-        out.append(rec)
-    return out
 
 
 def _summary_columns(rows: list[dict[str, Any]]) -> list[tuple[str, str, Callable[[Any], str]]]:
@@ -521,36 +477,6 @@ def results_query_cmd(
     console().print(out)
 
 
-def query(results: Path | str, sql: str) -> tuple[list[tuple[Any, ...]], list[str]]:
-    """Rows and column names of ``sql`` run by DuckDB over a results folder."""
-    try:
-        import duckdb
-    except ImportError:
-        raise ConfigError("results query needs DuckDB: pip install 'prefixlab[query]'") from None
-    folder = find_results(results)
-    con = duckdb.connect()
-    try:
-        for name in TABLES:
-            path = folder / f"{name}.parquet"
-            if path.is_file():
-                quoted = str(path).replace("'", "''")
-                con.execute(f"create view {name} as select * from read_parquet('{quoted}')")
-        try:
-            cur = con.execute(sql)
-        except duckdb.Error as exc:
-            first = str(exc).strip().splitlines()[0]
-            missing = [t for t in TABLES if not (folder / f"{t}.parquet").is_file()]
-            if missing and any(f"name {t} does not exist" in first for t in missing):
-                first += (
-                    f" (this folder has no {', '.join(missing)} table; requests needs --detail)"
-                )
-            raise ConfigError(f"query failed: {first}") from None
-        names = [d[0] for d in cur.description] if cur.description else []
-        return cur.fetchall(), names
-    finally:
-        con.close()
-
-
 def config_kinds() -> dict[str, type[ConfigModel]]:
     """Each config file kind (``kind = ...``) and the model that validates it."""
     from prefixlab.experts.config import ExpertSweepConfig
@@ -566,7 +492,7 @@ def schema_cmd(
     if kind not in kinds:
         fail(f"unknown config kind {kind!r}; known: {', '.join(kinds)}")
         return
-    print(json.dumps(schema(kinds[kind]), indent=2))
+    print_json(schema(kinds[kind]))
 
 
 def register(app: typer.Typer) -> None:
