@@ -1,9 +1,11 @@
-"""Helpers several test files share (compare traces; count overlapping intervals)."""
+"""Helpers several test files share (compare traces; count overlapping intervals; the tiny
+models of the hybrid cache tests, described in test_hybrid.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from prefixlab.model.spec import ModelSpec
 from prefixlab.workload.trace import Trace
 
 
@@ -39,3 +41,28 @@ def half_open_peak(starts: list[float], ends: list[float]) -> int:
         active += delta
         best = max(best, active)
     return best
+
+
+#: the hybrid cache tests' tiny models (test_hybrid.py's docstring counts their bytes)
+HYB = ModelSpec(
+    "tiny-hybrid",
+    hidden_size=2,
+    num_attention_layers=1,
+    num_heads=1,
+    num_kv_heads=1,
+    head_dim=1,
+    num_ssm_layers=1,
+    ssm_d_inner=1,
+    ssm_d_state=2,
+    ssm_conv_kernel=2,
+)
+TF = ModelSpec(
+    "tiny-transformer",
+    hidden_size=2,
+    num_attention_layers=1,
+    num_heads=1,
+    num_kv_heads=1,
+    head_dim=1,
+)
+KV = 4  # bytes per token, both models
+ST = 8  # bytes per checkpoint, HYB

@@ -17,12 +17,12 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from prefixlab.cli.experiments import config_kinds
 from prefixlab.cli.main import app
 from prefixlab.configfile import schema, validate
 from prefixlab.errors import ConfigError
 from prefixlab.experiments.config import ExperimentConfig, parse_config
 from prefixlab.experts.config import ExpertSweepConfig, parse_sweep_config
+from prefixlab.studies import get_kind
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -139,7 +139,7 @@ def test_docs_schema_is_the_generated_one(kind: str) -> None:
     out = CliRunner().invoke(app, ["schema", kind])
     assert out.exit_code == 0, out.output
     doc = (ROOT / "docs" / "schema" / f"{kind}.schema.json").read_text(encoding="utf-8")
-    assert json.loads(out.output) == json.loads(doc) == schema(config_kinds()[kind])
+    assert json.loads(out.output) == json.loads(doc) == schema(get_kind(kind).config)
 
 
 def test_schema_of_an_unknown_kind_is_one_line() -> None:
@@ -176,11 +176,11 @@ def test_the_docs_show_configs_of_both_kinds() -> None:
 
 @pytest.mark.parametrize(("kind", "data"), DOC_CONFIGS)
 def test_documented_configs_pass_the_model_and_the_schema(kind: str, data: dict[str, Any]) -> None:
-    jsonschema.validate(data, schema(config_kinds()[kind]))
+    jsonschema.validate(data, schema(get_kind(kind).config))
     parse = parse_config if kind == "experiment" else parse_sweep_config
     cfg = parse(data)
     # the resolved config (defaults filled in) is itself a valid config of its kind
-    jsonschema.validate(json.loads(cfg.to_json()), schema(config_kinds()[kind]))
+    jsonschema.validate(json.loads(cfg.to_json()), schema(get_kind(kind).config))
     assert parse(json.loads(cfg.to_json())) == cfg
 
 
@@ -215,7 +215,7 @@ def test_documented_configs_pass_the_model_and_the_schema(kind: str, data: dict[
 )
 def test_schema_and_model_refuse_the_same_shapes(kind: str, data: dict[str, Any]) -> None:
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(data, schema(config_kinds()[kind]))
+        jsonschema.validate(data, schema(get_kind(kind).config))
     parse = parse_config if kind == "experiment" else parse_sweep_config
     with pytest.raises(ConfigError):
         parse(data)

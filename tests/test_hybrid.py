@@ -35,34 +35,13 @@ from prefixlab.cache.hybrid import HybridCache, HybridMatch, Node
 from prefixlab.errors import ConfigError
 from prefixlab.model.spec import ModelSpec, get_model
 from prefixlab.policies import make_policy
+from prefixlab.policies.base import make_eviction_policy
 from prefixlab.policies.hybrid import HybridPolicy, Marconi, SglangPlus, VllmPlus
 from prefixlab.runner.hybrid import HybridConfig, replay_hybrid, tune_alpha, window_score
 from prefixlab.workload.trace import Request, Trace
+from tests.helpers import HYB, KV, ST, TF
 
 I64 = npt.NDArray[np.int64]
-
-HYB = ModelSpec(
-    "tiny-hybrid",
-    hidden_size=2,
-    num_attention_layers=1,
-    num_heads=1,
-    num_kv_heads=1,
-    head_dim=1,
-    num_ssm_layers=1,
-    ssm_d_inner=1,
-    ssm_d_state=2,
-    ssm_conv_kernel=2,
-)
-TF = ModelSpec(
-    "tiny-transformer",
-    hidden_size=2,
-    num_attention_layers=1,
-    num_heads=1,
-    num_kv_heads=1,
-    head_dim=1,
-)
-KV = 4  # bytes per token, both models
-ST = 8  # bytes per checkpoint, HYB
 
 
 def flops(model: ModelSpec, length: int) -> float:
@@ -711,7 +690,7 @@ def test_admission_and_reuse_equal_a_prefix_set_oracle(
     pol = cache.policy
     oracle = PrefixOracle(
         model,
-        pol.block_tokens if pol.admission == "all-blocks" else 0,
+        pol.block_tokens if pol.admission.name == "all-blocks" else 0,
         pol.chunk_tokens,
         pol.partial_blocks,
     )
@@ -961,8 +940,10 @@ def test_flat_policy_is_rejected_on_the_hybrid_structure(spec: str) -> None:
 
 
 def test_hybrid_policy_has_no_block_protocol() -> None:
-    with pytest.raises(ConfigError, match="hybrid"):
-        make_policy("marconi").evict(1)
+    """A hybrid policy implements the hybrid cache's protocol only: no ``evict`` to call."""
+    assert not hasattr(make_policy("marconi"), "evict")
+    with pytest.raises(ConfigError, match="applies to the hybrid structure only"):
+        make_eviction_policy("marconi")
     with pytest.raises(ConfigError, match="does not apply to the block"):
         make_policy("sglang+", "block")
 

@@ -51,16 +51,22 @@ class Removed:
 
 @dataclass(slots=True, frozen=True)
 class Admitted:
-    """An admission policy accepted a candidate (hybrid checkpoints, tiered caches)."""
+    """An insertion went ahead. The hybrid cache: ``keys`` are the checkpoint positions
+    the admission placed (tokens from the sequence's start, ascending), ``tokens`` the
+    sequence's tokens stored."""
 
     keys: I64
+    tokens: int = 0
 
 
 @dataclass(slots=True, frozen=True)
 class Rejected:
-    """An admission policy refused a candidate."""
+    """An insertion was refused: by the admission policy (``keys`` empty: vanilla stores
+    nothing), or because the sequence cannot fit (``keys``: the checkpoints it would have
+    had). ``tokens``: the sequence's tokens, none of them stored."""
 
     keys: I64
+    tokens: int = 0
 
 
 Event = Hit | Miss | Stored | Removed | Admitted | Rejected

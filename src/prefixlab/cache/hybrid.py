@@ -7,10 +7,13 @@ their edge and, optionally, a recurrent-state (SSM) checkpoint at the edge's end
 - **Reuse.** A recurrent state cannot be rolled back, so a prefix is reusable only up to the
   deepest node on the matched path that holds a checkpoint *and* whose edge is fully
   matched. A model without SSM layers reuses every matched token (KV can be sliced).
-- **Admission** (which checkpoints exist) is the policy's: ``all-blocks`` (one every
-  ``block_tokens``: vLLM+), ``judicious`` (Marconi: the branch point where the *input*
-  leaves an existing edge, found by speculative insertion before prefill, plus the state
-  after the last decoded token), or ``none`` (nothing cached: the vanilla baseline).
+- **Admission** (which checkpoints exist) is an object the policy holds
+  (:mod:`prefixlab.policies.admission`): ``all-blocks`` (one every ``block_tokens``:
+  vLLM+), ``judicious`` (Marconi: the branch point where the sequence leaves an existing
+  edge, found by speculative insertion before prefill, plus the state after the last
+  decoded token), or ``none`` (nothing cached: the vanilla baseline). The cache asks it
+  before every insertion and tells its observers ``Admitted`` (the checkpoint positions
+  stored) or ``Rejected`` (the sequence refused, by the admission or for room).
 - **Eviction** candidates are unlocked leaves, and (with SSM layers) unlocked nodes with
   exactly one child that hold a checkpoint: evicting one drops its checkpoint and merges its
   edge into the child. A node left with one child and no checkpoint is merged at once: it
@@ -33,33 +36,46 @@ and recency never divides by zero: an eviction call always runs after its own ti
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from prefixlab.cache.events import Admitted, Observer, Rejected
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.model.spec import ModelSpec
 
 I64 = npt.NDArray[np.int64]
-ADMISSIONS = ("none", "all-blocks", "judicious")
+EMPTY = np.zeros(0, dtype=np.int64)
+
+
+class AdmissionPolicy(Protocol):
+    """What the cache asks before an insertion (:class:`prefixlab.policies.admission.
+    Admission` is the built-in base): whether to store the sequence, how much of it, which
+    checkpoints to leave, and how much of a match the engine reuses."""
+
+    def branch_match(self) -> str: ...
+    def admit(self, seq_tokens: int) -> bool: ...
+    def stored_tokens(self, seq_tokens: int) -> int: ...
+    def checkpoints(self, seq_tokens: int, branch_at: int | None) -> list[int]: ...
+    def reusable(self, tokens: int, has_state: bool) -> int: ...
+    @property
+    def fills_partial_blocks(self) -> bool: ...
 
 
 class HybridCachePolicy(Protocol):
     """What the cache asks of its policy (:class:`prefixlab.policies.hybrid.HybridPolicy`
-    is the built-in base): how it admits (which checkpoints exist, how an insertion is
-    sized) and, told of every hit, insertion, change and removal, which nodes to evict."""
+    is the built-in base): its admission, how an insertion is sized and, told of every
+    hit, insertion, change and removal, which nodes to evict."""
 
     @property
-    def admission(self) -> str: ...
+    def admission(self) -> AdmissionPolicy: ...
 
+    #: block size of vLLM+'s estimate (``sizing = "estimate"``)
     block_tokens: int
-    partial_blocks: bool
     sizing: str
-    chunk_tokens: int
-    branch: str
 
     def bind_cache(self, cache: HybridCache) -> None: ...
     def touched(self, m: HybridMatch) -> None: ...
@@ -133,6 +149,7 @@ class HybridCache:
         model: ModelSpec,
         policy: HybridCachePolicy,
         locks: str = "path",
+        observers: Sequence[Observer] = (),
     ) -> None:
         if isinstance(capacity_bytes, bool) or not isinstance(capacity_bytes, int):
             raise ConfigError(f"capacity_bytes must be an integer, got {capacity_bytes!r}")
@@ -148,6 +165,8 @@ class HybridCache:
         self.locks = locks
         self.model = model
         self.policy = policy
+        #: told ``Admitted`` / ``Rejected`` at every insertion
+        self.observers = list(observers)
         self.kv = model.kv_bytes_per_token
         self.state = model.state_bytes_per_checkpoint if model.num_ssm_layers else 0
         self.has_state = model.num_ssm_layers > 0
@@ -218,10 +237,10 @@ class HybridCache:
     def reuse(self, input_tokens: I64) -> HybridMatch:
         """What a request's input can reuse, without touching anything."""
         m = self.match(input_tokens)
-        if not self.has_state and self.policy.admission == "all-blocks":
+        reusable = self.policy.admission.reusable(m.reusable, self.has_state)
+        if reusable != m.reusable:
             # vLLM+ on a Transformer: KV is reused in whole blocks, as vLLM does
-            b = self.policy.block_tokens
-            m.reusable -= m.reusable % b
+            m.reusable = reusable
             if m.partial is not None and m.reusable <= m.matched - m.partial_len:
                 m.reuse_node = m.path[-1] if m.path and m.reusable else None
         return m
@@ -241,42 +260,26 @@ class HybridCache:
     def checkpoint_positions(
         self, seq: I64, m_input: HybridMatch, m_seq: HybridMatch | None = None
     ) -> list[int]:
-        """Token positions that get a checkpoint when ``seq`` is inserted (the admission).
-
-        ``m_input`` / ``m_seq``: the matches of the input and of the whole sequence. The
-        policy's ``branch`` says which one's divergence point is the branch checkpoint.
-        """
+        """Token positions that get a checkpoint when ``seq`` is inserted: the admission's
+        answer. ``m_input`` / ``m_seq``: the matches of the input and of the whole sequence;
+        the admission says which one's divergence is the branch point (speculative
+        insertion: where the tokens leave an edge strictly inside it, a new intermediate
+        node appears)."""
         adm = self.policy.admission
-        n = int(seq.shape[0])
-        if adm == "all-blocks":
-            b = self.policy.block_tokens
-            out = list(range(b, n - n % b + 1, b)) if n >= b else []
-            if self.policy.partial_blocks and n % b:
-                out.append(n)  # the trailing partial block has a state too
-            return out
-        out = []
-        m = m_input
-        if self.policy.branch == "sequence":
-            m = self.match(seq) if m_seq is None else m_seq
-        if m.partial is not None and self.has_state:
-            # speculative insertion: the tokens leave an edge strictly inside it, so a new
-            # intermediate node (a branch point) appears there; checkpoint it
-            q = m.matched
-            chunk = self.policy.chunk_tokens
-            if chunk:
-                q = q - q % chunk
-            if q > 0:
-                out.append(q)
-        out.append(n)  # the state after the last decoded token
-        return sorted(set(out))
+        branch_at = None
+        which = adm.branch_match()
+        if which and self.has_state:
+            m = m_input
+            if which == "sequence":
+                m = self.match(seq) if m_seq is None else m_seq
+            if m.partial is not None:
+                branch_at = m.matched
+        return adm.checkpoints(int(seq.shape[0]), branch_at)
 
     def insert_extent(self, seq: I64) -> int:
         """Tokens of ``seq`` the admission stores (all-blocks: whole blocks only, unless the
         policy keeps partial blocks)."""
-        n = int(seq.shape[0])
-        if self.policy.admission == "all-blocks" and not self.policy.partial_blocks:
-            return n - n % self.policy.block_tokens
-        return n
+        return self.policy.admission.stored_tokens(int(seq.shape[0]))
 
     def plan_bytes(
         self, seq: I64, ckpts: list[int], m: HybridMatch | None = None
@@ -292,7 +295,7 @@ class HybridCache:
             if nd is None or not nd.ckpt:
                 new_ckpts += 1
         net = new_ckpts
-        if self.policy.admission == "all-blocks" and self.policy.partial_blocks:
+        if self.policy.admission.fills_partial_blocks:
             b, n = self.policy.block_tokens, int(seq.shape[0])
             net -= sum(1 for nd in m.path if nd.ckpt and nd.end % b and nd.end < n)  # filled
         return new_tokens * self.kv + net * self.state, new_ckpts
@@ -305,7 +308,8 @@ class HybridCache:
         speculative match of ``seq`` (which refreshes what it touches, as a lookup does),
         once per eviction call; new nodes are stamped with the clock after all of them.
         """
-        if self.policy.admission == "none":
+        if not self.policy.admission.admit(int(seq.shape[0])):
+            self._emit(Rejected(EMPTY, int(seq.shape[0])))
             return False
         seq = seq[: self.insert_extent(seq)]
         if seq.shape[0] == 0:
@@ -319,8 +323,7 @@ class HybridCache:
         if self.policy.sizing == "estimate":
             need = self._estimate_bytes(seq, m)
         elif need > self.capacity:
-            self.num_rejected += 1
-            return False
+            return self._reject(seq, ckpts)
         # The sequence's matched nodes stay while it is inserted (unless locks="none")
         matched = [nd for nd in [*m.path, m.partial] if nd is not None]
         locked = matched if self.locks == "path" else []
@@ -330,7 +333,7 @@ class HybridCache:
         try:
             if self.used + need > self.capacity:
                 self.evict(self.used + need - self.capacity)
-                if self.locks == "none" and self.policy.branch == "sequence":
+                if self.locks == "none" and self.policy.admission.branch_match() == "sequence":
                     # Nothing was kept: where the sequence leaves the tree may have moved
                     # (its matched nodes evicted or merged). The branch state goes where it
                     # leaves it now, as the simulator's insertion splits (with a state)
@@ -341,8 +344,7 @@ class HybridCache:
                         if q <= seq.shape[0]
                     ]
             if self.used + need > self.capacity and not overflow:
-                self.num_rejected += 1
-                return False
+                return self._reject(seq, ckpts)
             self._insert(seq, ckpts)
         finally:
             for nd in locked:
@@ -352,9 +354,22 @@ class HybridCache:
             for nd in reversed(matched):
                 if nd.id in self.nodes:
                     self._normalize(nd)
-        if self.policy.admission == "all-blocks" and self.policy.partial_blocks:
+        if self.policy.admission.fills_partial_blocks:
             self._fill_partial_blocks(seq)
+        if self.observers:
+            self._emit(Admitted(np.array(ckpts, dtype=np.int64), int(seq.shape[0])))
         return True
+
+    def _reject(self, seq: I64, ckpts: list[int]) -> bool:
+        """The sequence cannot fit: nothing of it is stored."""
+        self.num_rejected += 1
+        if self.observers:
+            self._emit(Rejected(np.array(ckpts, dtype=np.int64), int(seq.shape[0])))
+        return False
+
+    def _emit(self, event: Admitted | Rejected) -> None:
+        for obs in self.observers:
+            obs.on_event(event)
 
     def _insert(self, seq: I64, ckpts: list[int]) -> None:
         node = self.root

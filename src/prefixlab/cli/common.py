@@ -27,7 +27,7 @@ from rich.text import Text
 
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.model import capacity_blocks_for_bytes
-from prefixlab.policies.base import EvictionPolicy, make_policy, parse_spec
+from prefixlab.policies.base import PolicyT, make_policy, parse_spec
 from prefixlab.workload.idcheck import IdConflictWarning
 from prefixlab.workload.loaders.base import LOADERS
 from prefixlab.workload.trace import Trace
@@ -188,9 +188,7 @@ def load_shown(trace: str, fmt: str, kwargs: dict[str, Any], quiet: bool = False
 R = typing.TypeVar("R")
 
 
-def each_policy(
-    policies: list[EvictionPolicy], run: Callable[[EvictionPolicy], R], quiet: bool
-) -> list[R]:
+def each_policy(policies: list[PolicyT], run: Callable[[PolicyT], R], quiet: bool) -> list[R]:
     """``run`` for each policy, in order, with a progress bar over the policies."""
     results = []
     with progress_bar("policies", quiet) as advance:
@@ -471,10 +469,15 @@ def _show_id_conflicts(message: Warning | str, *args: Any, **kwargs: Any) -> Non
     warn(str(message))
 
 
-def make_policies(specs: list[str], structure: str) -> list[EvictionPolicy]:
-    """The ``--policy`` options as policies; one given twice is an error."""
+def make_policies(specs: list[str], structure: str, kind: type[PolicyT]) -> list[PolicyT]:
+    """The ``--policy`` options as policies of ``kind`` (:class:`EvictionPolicy` for the
+    block and radix caches); one given twice is an error."""
     policies = [make_policy(spec, structure) for spec in specs]
+    for pol in policies:
+        if not isinstance(pol, kind):
+            where = ", ".join(sorted(pol.structures))
+            raise ConfigError(f"policy '{pol.name}' applies to the {where} structure only")
     names = [p.spec() for p in policies]
     if len(set(names)) != len(names):
         raise ConfigError(f"a policy is given twice: {', '.join(names)}")
-    return policies
+    return [pol for pol in policies if isinstance(pol, kind)]

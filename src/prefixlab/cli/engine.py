@@ -33,6 +33,7 @@ from prefixlab.cli.common import (
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.model.fit import fit_csv
 from prefixlab.model.timing import GPU_PRESETS, make_timing
+from prefixlab.policies.base import Policy
 from prefixlab.runner.engine import EngineConfig, simulate
 from prefixlab.runner.replay import capped_warning
 
@@ -134,7 +135,7 @@ def simulate_cmd(
             min_recompute_tokens=min_recompute_tokens,
         )
         config.validate()
-        policies = make_policies(policy, structure)
+        policies = make_policies(policy, structure, Policy)
         note = None if hybrid else capped_warning(tr, bt, min_recompute_tokens)
         if note:
             warn(note)

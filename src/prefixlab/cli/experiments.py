@@ -28,7 +28,7 @@ from prefixlab.cli.common import (
     secs,
     with_loader_options,
 )
-from prefixlab.configfile import ConfigModel, schema
+from prefixlab.configfile import schema
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.experiments.config import (
     ExperimentConfig,
@@ -109,7 +109,7 @@ def _execute(
 
 
 def _report(folder: Path) -> Path:
-    from prefixlab.report import build_report
+    from prefixlab.studies import build_report
 
     return build_report(folder)
 
@@ -477,22 +477,18 @@ def results_query_cmd(
     console().print(out)
 
 
-def config_kinds() -> dict[str, type[ConfigModel]]:
-    """Each config file kind (``kind = ...``) and the model that validates it."""
-    from prefixlab.experts.config import ExpertSweepConfig
-
-    return {"experiment": ExperimentConfig, "experts": ExpertSweepConfig}
-
-
 def schema_cmd(
     kind: Annotated[str, typer.Argument(help="experiment (prefix or hybrid cache) or experts.")],
 ) -> None:
     """Print the JSON Schema of a config file kind (for editors and validators)."""
-    kinds = config_kinds()
-    if kind not in kinds:
-        fail(f"unknown config kind {kind!r}; known: {', '.join(kinds)}")
+    from prefixlab.studies import get_kind
+
+    try:
+        config = get_kind(kind).config
+    except PrefixlabError as exc:
+        fail(str(exc))
         return
-    print_json(schema(kinds[kind]))
+    print_json(schema(config))
 
 
 def register(app: typer.Typer) -> None:

@@ -31,7 +31,7 @@ from prefixlab.cli.common import (
 )
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.metrics.per_request import PerRequestFiles, write_per_request
-from prefixlab.policies.base import catalog, catalog_markdown
+from prefixlab.policies.base import EvictionPolicy, catalog, catalog_markdown
 from prefixlab.runner.hybrid import HybridConfig, replay_hybrid
 from prefixlab.runner.replay import (
     ReplayConfig,
@@ -154,7 +154,7 @@ def replay_cmd(
             tr = load_shown(trace, fmt, kwargs, quiet)
             bt = block_tokens_of(tr, block_tokens)
             config = config_for(bt)
-            policies = make_policies(policy, structure)
+            policies = make_policies(policy, structure, EvictionPolicy)
             note = capped_warning(tr, bt, min_recompute_tokens)
             if note:
                 warn(note)
@@ -195,7 +195,7 @@ def _replay_streamed(
             if first is None:  # nothing kept: the whole-file loader says why
                 return None
             config = config_for(block_tokens_of(first[0], block_tokens))
-            policies = make_policies(specs, config.structure)
+            policies = make_policies(specs, config.structure, EvictionPolicy)
             if not all(streamable(pol, config) for pol in policies):
                 return None
 
@@ -293,7 +293,9 @@ def _replay_hybrid_cmd(
             raise ConfigError("--structure hybrid needs --model and --capacity-bytes")
         config = HybridConfig(capacity_bytes=capacity_bytes, model=model)
         config.validate()
-        policies = make_policies(policy, "hybrid")
+        from prefixlab.policies.hybrid import HybridPolicy
+
+        policies = make_policies(policy, "hybrid", HybridPolicy)
         if per_request is not None and not per_request.parent.resolve().is_dir():
             raise ConfigError(f"--per-request: folder {per_request.parent} does not exist")
         tr = load_shown(trace, fmt, load, quiet)

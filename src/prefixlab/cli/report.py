@@ -23,7 +23,7 @@ def report_cmd(
     ] = False,
 ) -> None:
     """Write a self-contained HTML report (tables, figures, config) of a results folder."""
-    from prefixlab.report import build_report
+    from prefixlab.studies import build_report
 
     try:
         path = build_report(results, out)
@@ -47,7 +47,7 @@ def plot_cmd(
 ) -> None:
     """Write the report's figures as PNG files, one per line printed."""
     from prefixlab.experiments.store import find_results
-    from prefixlab.report import write_plots
+    from prefixlab.studies import write_plots
 
     try:
         folder = find_results(results)

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.experiments.config import ExperimentConfig, resolve_capacity
-from prefixlab.policies.base import make_policy, parameters, parse_spec, registered
+from prefixlab.policies.base import EvictionPolicy, make_policy, parameters, parse_spec, registered
 from prefixlab.workload.generators import GENERATORS
 from prefixlab.workload.trace import Trace
 
@@ -400,6 +400,7 @@ def _run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool, start: float) -> 
             prefix_caching=r.prefix_caching,
             model=cfg.model.name,
         )
+        assert isinstance(policy, EvictionPolicy)  # the structure is block or radix
         res = replay(trace, policy, rc)
         hit_tokens = res.hit_tokens
         metrics: dict[str, Any] = dict(res.metrics)

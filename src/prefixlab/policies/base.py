@@ -89,11 +89,19 @@ class EntryView:
         self.num_entries = num_entries
 
 
-class EvictionPolicy:
-    """Base class: batch hooks, all no-ops, and a generic parameter/clone protocol."""
+PolicyT = TypeVar("PolicyT", bound="Policy")
+
+
+class Policy:
+    """Base of every registered policy: a stable name, the structures it applies to, the
+    flags runners read, and the parameter protocol (``params``, ``clone``, ``spec``).
+
+    The hooks are the structure's: :class:`EvictionPolicy` for the block and radix caches,
+    :class:`prefixlab.policies.hybrid.HybridPolicy` for the hybrid cache; a policy is
+    registered for the structures whose protocol it implements, all of it."""
 
     name: ClassVar[str] = "base"
-    #: structures this policy is meaningful on ("block", "radix")
+    #: structures this policy is meaningful on ("block", "radix", "hybrid")
     structures: ClassVar[frozenset[str]] = frozenset({"block", "radix"})
     #: needs the whole trace in advance (offline policies such as OPT)
     needs_future: ClassVar[bool] = False
@@ -109,6 +117,36 @@ class EvictionPolicy:
     #: GPU memory the policy itself takes from the KV cache (LPC's predictor); the runners
     #: deduct it from the capacity, in blocks of the configured model
     reserved_bytes: int = 0
+
+    # --------------------------------------------------------------- parameters
+    def params(self) -> dict[str, Any]:
+        """Constructor arguments, each stored under its own name (river style)."""
+        return {name: getattr(self, name) for name in parameters(type(self))}
+
+    def clone(self: PolicyT) -> PolicyT:
+        """A fresh, unbound policy with the same parameters."""
+        return type(self)(**self.params())
+
+    def spec(self) -> str:
+        """The spec string that rebuilds this policy: ``name:k=v,...`` with the parameters
+        that differ from their defaults (two policies that differ have different specs)."""
+        defaults = parameters(type(self))
+        p = {k: v for k, v in self.params().items() if k not in defaults or defaults[k] != v}
+        if not p:
+            return self.name
+        return (
+            self.name
+            + ":"
+            + ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.items())
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.spec()!r})"
+
+
+class EvictionPolicy(Policy):
+    """Base of the block and radix caches' policies: batch hooks, all no-ops, and
+    :meth:`evict`, which each policy implements."""
 
     view: EntryView
     _arrival: F64 = np.zeros(0)  # set by prepare_trace (read-only here)
@@ -157,31 +195,6 @@ class EvictionPolicy:
     def evict(self, n: int) -> I64:
         """Choose and forget ``n`` evictable entries (fewer only if fewer are evictable)."""
         raise NotImplementedError
-
-    # --------------------------------------------------------------- parameters
-    def params(self) -> dict[str, Any]:
-        """Constructor arguments, each stored under its own name (river style)."""
-        return {name: getattr(self, name) for name in parameters(type(self))}
-
-    def clone(self) -> EvictionPolicy:
-        """A fresh, unbound policy with the same parameters."""
-        return type(self)(**self.params())
-
-    def spec(self) -> str:
-        """The spec string that rebuilds this policy: ``name:k=v,...`` with the parameters
-        that differ from their defaults (two policies that differ have different specs)."""
-        defaults = parameters(type(self))
-        p = {k: v for k, v in self.params().items() if k not in defaults or defaults[k] != v}
-        if not p:
-            return self.name
-        return (
-            self.name
-            + ":"
-            + ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.items())
-        )
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.spec()!r})"
 
 
 class PerEntryPolicy(EvictionPolicy):
@@ -303,8 +316,8 @@ class PriorityPolicy(EvictionPolicy):
 
 
 # ------------------------------------------------------------------------ registry
-P = TypeVar("P", bound=type[EvictionPolicy])
-_REGISTRY: Registry[type[EvictionPolicy]] = Registry(
+P = TypeVar("P", bound=type[Policy])
+_REGISTRY: Registry[type[Policy]] = Registry(
     "policy", "prefixlab.policies.builtin", "prefixlab.policies"
 )
 POLICIES = _REGISTRY.classes
@@ -315,7 +328,7 @@ def register(name: str) -> Callable[[P], P]:
     return _REGISTRY.register(name)
 
 
-def registered() -> dict[str, type[EvictionPolicy]]:
+def registered() -> dict[str, type[Policy]]:
     """Every registered policy, built-ins and third-party entry points."""
     return _REGISTRY.all()
 
@@ -358,7 +371,16 @@ def parse_spec(spec: str, what: str = "policy spec") -> tuple[str, dict[str, Any
     return name, kwargs
 
 
-def make_policy(spec: str, structure: str | None = None) -> EvictionPolicy:
+def make_eviction_policy(spec: str, structure: str | None = None) -> EvictionPolicy:
+    """A block or radix cache's policy from its spec string (errors name the bad part)."""
+    pol = make_policy(spec, structure)
+    if not isinstance(pol, EvictionPolicy):
+        where = ", ".join(sorted(pol.structures))
+        raise ConfigError(f"policy '{pol.name}' applies to the {where} structure only")
+    return pol
+
+
+def make_policy(spec: str, structure: str | None = None) -> Policy:
     """Build a policy from its spec string, with errors that name the bad part."""
     name, kwargs = parse_spec(spec)
     known = registered()
@@ -380,7 +402,7 @@ def make_policy(spec: str, structure: str | None = None) -> EvictionPolicy:
         raise ConfigError(f"policy '{spec}': {exc}") from None
 
 
-def iter_policies() -> Iterator[tuple[str, type[EvictionPolicy]]]:
+def iter_policies() -> Iterator[tuple[str, type[Policy]]]:
     yield from registered().items()
 
 

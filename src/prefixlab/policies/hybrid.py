@@ -57,8 +57,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from prefixlab._jit import jit
-from prefixlab.errors import ConfigError
-from prefixlab.policies.base import I64, EvictionPolicy, register
+from prefixlab.policies.admission import BRANCHES, Admission, AllBlocks, Judicious, NoAdmission
+from prefixlab.policies.base import Policy, register
 
 if TYPE_CHECKING:
     from prefixlab.cache.hybrid import HybridCache, HybridMatch, Node
@@ -68,17 +68,17 @@ OBJECTIVES = ("hit_ratio", "flops_saved")
 MAX_INT = 2**62
 
 
-BRANCHES = ("sequence", "input")
 RECENCIES = ("inverse-age", "last-access")  # codes 0, 1 in the compiled functions
 EFFICIENCIES = ("prefix", "node")  # codes 0, 1
 SIZINGS = ("exact", "estimate")
 
 
-class HybridPolicy(EvictionPolicy):
+class HybridPolicy(Policy):
     """Admission (which checkpoints exist) and eviction for :class:`HybridCache`."""
 
     structures: ClassVar[frozenset[str]] = frozenset({"hybrid"})
-    admission: ClassVar[str] = "judicious"
+    #: which checkpoints a new sequence leaves (:mod:`prefixlab.policies.admission`)
+    admission: Admission = Judicious()
     #: on a hit, refresh the whole matched path (SGLang) or only the node reused (Marconi)
     touch_path: ClassVar[bool] = True
     #: a path refresh also stamps the child matched only in part (SGLang+ in the simulator)
@@ -132,9 +132,6 @@ class HybridPolicy(EvictionPolicy):
         """Evict until ``need`` bytes are freed (or nothing is evictable); bytes freed."""
         raise NotImplementedError
 
-    def evict(self, n: int) -> I64:  # the block/radix protocol does not apply
-        raise ConfigError(f"policy '{self.name}' applies to the hybrid structure only")
-
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
@@ -146,7 +143,7 @@ def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
 class Vanilla(HybridPolicy):
     """No prefix caching: every prompt is prefilled in full (the baseline of baselines)."""
 
-    admission: ClassVar[str] = "none"
+    admission: Admission = NoAdmission()
 
     def free(self, need: int) -> int:
         return 0
@@ -186,7 +183,7 @@ class _LRULeaves(HybridPolicy):
 class VllmPlus(_LRULeaves):
     """vLLM+ (Marconi's baseline, Sec. 5.1): a state checkpoint every block, LRU eviction."""
 
-    admission: ClassVar[str] = "all-blocks"
+    admission: Admission = AllBlocks()
 
     def __init__(
         self, block_tokens: int = 32, partial_blocks: bool = True, sizing: str = "exact"
@@ -204,6 +201,7 @@ class VllmPlus(_LRULeaves):
         self.block_tokens = block_tokens
         self.partial_blocks = partial_blocks
         self.sizing = _choice("sizing", sizing, SIZINGS)
+        self.admission = AllBlocks(block_tokens, partial_blocks)
 
     def touched(self, m: HybridMatch) -> None:
         """The whole matched path, but not a partial block (the simulator stamps only the
@@ -224,6 +222,7 @@ class SglangPlus(_LRULeaves):
     def __init__(self, chunk_tokens: int = 0, branch: str = "sequence") -> None:
         self.chunk_tokens = _chunk(chunk_tokens)
         self.branch = _choice("branch", branch, BRANCHES)
+        self.admission = Judicious(self.chunk_tokens, self.branch)
 
 
 def _chunk(chunk_tokens: Any) -> int:
@@ -288,6 +287,7 @@ class Marconi(HybridPolicy):
         self.branch = _choice("branch", branch, BRANCHES)
         self.retune_every = retune_every
         self.chunk_tokens = _chunk(chunk_tokens)
+        self.admission = Judicious(self.chunk_tokens, self.branch)
         self.tune_jobs = max(1, tune_jobs)
         self.tunes = alpha is None
         #: the alpha in use (tuned: 0 until the first tuning)

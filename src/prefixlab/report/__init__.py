@@ -5,6 +5,9 @@
     from prefixlab.report import build_report, write_plots
     build_report("results/exp1")              # results/exp1/report.html
     write_plots("results/exp1", "figs")       # figs/hit_vs_capacity.png, ...
+
+These take an experiment's results folder; :mod:`prefixlab.studies` has the same two for a
+results folder of any study kind (an expert-cache sweep's too).
 """
 
 from __future__ import annotations

@@ -200,13 +200,8 @@ def page(
 
 
 def build_report(folder: str | Path, out: str | Path | None = None) -> Path:
-    """Write the report of a results folder (default ``FOLDER/report.html``); its path."""
-    from prefixlab.experts.sweep import is_experts_folder
-
-    if is_experts_folder(Path(folder).parent if Path(folder).is_file() else folder):
-        from prefixlab.experts.report import build_expert_report
-
-        return build_expert_report(folder, out)
+    """Write the report of an experiment's results folder (default ``FOLDER/report.html``);
+    its path. (:func:`prefixlab.studies.build_report` takes a folder of any kind.)"""
     res = load_results(folder)
     target = Path(out) if out is not None else res.folder / "report.html"
     target.parent.mkdir(parents=True, exist_ok=True)

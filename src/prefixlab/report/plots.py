@@ -27,6 +27,7 @@ from matplotlib.ticker import PercentFormatter
 
 from prefixlab.errors import ConfigError
 from prefixlab.experiments.store import find_results, read_json, read_table
+from prefixlab.io import atomic_write
 
 F64 = npt.NDArray[np.float64]
 #: (variant, capacity_index, policy_index): a point of the plan, seeds averaged
@@ -583,26 +584,19 @@ def make_figures(folder: str | Path | Results) -> list[FigureSpec]:
 
 
 def write_plots(folder: str | Path | Results, out_dir: str | Path) -> list[Path]:
-    """Write ``<slug>.png`` for every figure into ``out_dir`` (created); their paths."""
+    """Write ``<slug>.png`` for every figure of an experiment's results into ``out_dir``
+    (created); their paths. (:func:`prefixlab.studies.write_plots` takes any kind.)"""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    from prefixlab.experts.sweep import is_experts_folder
-
-    if not isinstance(folder, Results) and is_experts_folder(folder):
-        from prefixlab.experts.report import load_expert_results, make_expert_figures
-
-        return write_figures(make_expert_figures(load_expert_results(folder)), out)
     return write_figures(make_figures(folder), out)
 
 
 def write_figures(specs: Iterable[FigureSpec], out: Path) -> list[Path]:
-    """Write each figure as ``out/<slug>.png`` (atomically: a temp file renamed); their paths."""
+    """Write each figure as ``out/<slug>.png`` (whole or not at all); their paths."""
     paths = []
     for spec in specs:
         path = out / f"{spec.slug}.png"
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(spec.png)
-        tmp.replace(path)
+        atomic_write(path, spec.png)
         paths.append(path)
     return paths
 

@@ -37,6 +37,7 @@ import numpy.typing as npt
 
 from prefixlab._jit import jit, objmode
 from prefixlab.model.spec import ModelSpec
+from prefixlab.policies.admission import CODES, AllBlocks, Judicious, NoAdmission
 from prefixlab.policies.base import registered
 from prefixlab.policies.hybrid import (
     EFFICIENCIES,
@@ -71,7 +72,10 @@ I64 = npt.NDArray[np.int64]
     C_EFF,
     C_TUNES,
 ) = range(17)
-ADM_NONE, ADM_BLOCKS, ADM_JUDICIOUS = 0, 1, 2
+#: the admission codes (prefixlab.policies.admission.CODES)
+ADM_NONE, ADM_BLOCKS, ADM_JUDICIOUS = CODES["none"], CODES["all-blocks"], CODES["judicious"]
+#: the admissions the compiled replay carries (a subclass runs on the object tree)
+_ADMISSIONS = (NoAdmission, AllBlocks, Judicious)
 EV_LRU, EV_MARCONI = 0, 1
 T_PATH, T_FULL_BLOCKS, T_REUSED = 0, 1, 2  # path (+partial), vllm+'s full blocks, marconi's node
 # scalar state (st) fields
@@ -1145,7 +1149,7 @@ def hybrid_code(pol: HybridPolicy) -> int:
     """The compiled eviction for a policy (EV_LRU, EV_MARCONI), or -1: the object path (a
     subclass or a third-party policy may have changed any hook)."""
     cls = type(pol)
-    if cls is not registered().get(pol.name):
+    if cls is not registered().get(pol.name) or type(pol.admission) not in _ADMISSIONS:
         return -1
     return EV_MARCONI if isinstance(pol, Marconi) else EV_LRU
 
@@ -1153,12 +1157,13 @@ def hybrid_code(pol: HybridPolicy) -> int:
 def _config(pol: HybridPolicy, spec: ModelSpec, capacity: int, locks: str) -> I64:
     has_state = spec.num_ssm_layers > 0
     cfg = np.zeros(17, np.int64)
-    cfg[C_ADMISSION] = ("none", "all-blocks", "judicious").index(pol.admission)
-    cfg[C_BLOCK] = pol.block_tokens
-    cfg[C_PARTIAL] = pol.partial_blocks
+    adm = pol.admission
+    cfg[C_ADMISSION] = adm.code
+    cfg[C_BLOCK] = adm.block_tokens if isinstance(adm, AllBlocks) else pol.block_tokens
+    cfg[C_PARTIAL] = adm.fills_partial_blocks
     cfg[C_SIZING] = pol.sizing == "estimate"
-    cfg[C_CHUNK] = pol.chunk_tokens
-    cfg[C_BRANCH] = pol.branch == "input"
+    cfg[C_CHUNK] = adm.chunk_tokens if isinstance(adm, Judicious) else 0
+    cfg[C_BRANCH] = adm.branch_match() == "input"
     cfg[C_LOCKS] = locks == "none"
     cfg[C_STATE] = has_state
     cfg[C_KV] = spec.kv_bytes_per_token

@@ -37,7 +37,7 @@ from prefixlab._jit import HAVE_NUMBA
 from prefixlab.cache.hybrid import HybridCache
 from prefixlab.errors import ConfigError
 from prefixlab.model.spec import ModelSpec, get_model
-from prefixlab.policies.base import EvictionPolicy, make_policy
+from prefixlab.policies.base import Policy, make_policy
 from prefixlab.policies.hybrid import HybridPolicy, Marconi
 from prefixlab.runner._fast_hybrid import ST_TUNE, HybridKernel, hybrid_code
 from prefixlab.workload.trace import Trace
@@ -95,7 +95,7 @@ class HybridResult:
         return out
 
 
-def _policy(policy: EvictionPolicy | str) -> HybridPolicy:
+def _policy(policy: Policy | str) -> HybridPolicy:
     pol = make_policy(policy, "hybrid") if isinstance(policy, str) else policy
     if not isinstance(pol, HybridPolicy):
         raise ConfigError(
@@ -107,7 +107,7 @@ def _policy(policy: EvictionPolicy | str) -> HybridPolicy:
 
 def replay_hybrid(
     trace: Trace,
-    policy: EvictionPolicy | str,
+    policy: Policy | str,
     config: HybridConfig,
     check_every: int = 0,
     on_step: Callable[[int], None] | None = None,

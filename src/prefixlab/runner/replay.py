@@ -24,7 +24,7 @@ from prefixlab.cache.events import Hit, Miss, Observer
 from prefixlab.cache.radix import RadixCache
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.metrics.replay import ReplayMetrics
-from prefixlab.policies.base import EvictionPolicy, make_policy
+from prefixlab.policies.base import EvictionPolicy, Policy, make_eviction_policy
 from prefixlab.runner import _fast
 from prefixlab.runner._fast_radix import radix_code, replay_radix_fast
 from prefixlab.workload.trace import BlockLayout, Trace
@@ -100,7 +100,7 @@ def without_lookups(layout: BlockLayout) -> BlockLayout:
     return dataclasses.replace(layout, num_lookup_blocks=zeros, lookup_end_tokens=zeros.copy())
 
 
-def reserved_blocks(policy: EvictionPolicy, model: str | None, block_tokens: int) -> int:
+def reserved_blocks(policy: Policy, model: str | None, block_tokens: int) -> int:
     """Blocks of the capacity a policy takes for itself (LPC's predictor), rounded up."""
     need = int(policy.reserved_bytes)
     if need <= 0:
@@ -195,7 +195,7 @@ def replay(
             path (tested), compiled, or interpreted under ``NUMBA_DISABLE_JIT=1``.
     """
     config.validate()
-    pol = make_policy(policy, config.structure) if isinstance(policy, str) else policy
+    pol = make_eviction_policy(policy, config.structure) if isinstance(policy, str) else policy
     if pol.requires_engine:
         raise ConfigError(
             f"policy '{pol.name}' reads the engine's waiting queue: run it with the engine "

@@ -28,7 +28,7 @@ from prefixlab.cache.block import BlockCache
 from prefixlab.cache.events import Hit, Miss, Observer
 from prefixlab.cache.radix import RadixCache, RadixHandle
 from prefixlab.errors import CapacityError
-from prefixlab.policies.base import EvictionPolicy
+from prefixlab.policies.base import EvictionPolicy, Policy
 from prefixlab.runner.engine.events import FirstToken, Preempted, Scheduled
 from prefixlab.workload.trace import BlockLayout, Trace
 
@@ -59,7 +59,7 @@ class Scheduler:
         trace: Trace,
         layout: BlockLayout,
         cache: BlockCache | RadixCache | HybridEngineCache,
-        policy: EvictionPolicy,
+        policy: Policy,
         *,
         max_num_seqs: int,
         max_num_batched_tokens: int,
@@ -159,7 +159,7 @@ class Scheduler:
         return batch if (batch.chunks or batch.decodes) else None
 
     def _admit(self, now: float, batch: Batch, budget: int) -> int:
-        if self._lookahead:
+        if self._lookahead and isinstance(self.policy, EvictionPolicy):
             self.policy.on_waiting([self.keys(r)[: self.num_lookup[r]] for r in self.waiting])
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             r = self.waiting[0]

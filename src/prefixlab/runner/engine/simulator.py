@@ -34,7 +34,7 @@ from prefixlab.metrics.latency import by_task, latency_summary
 from prefixlab.metrics.replay import ReplayMetrics
 from prefixlab.model.timing import TimingModel
 from prefixlab.policies.array_policy import ArrayPolicy
-from prefixlab.policies.base import EvictionPolicy, make_policy
+from prefixlab.policies.base import EvictionPolicy, Policy, make_policy
 from prefixlab.policies.hooks.lpc import CODE as LPC_CODE
 from prefixlab.runner.engine.events import Arrived, Finished, StepDone
 from prefixlab.runner.engine.loop import EventLoop
@@ -147,7 +147,7 @@ class EngineResult:
 
 def simulate(
     trace: Trace,
-    policy: EvictionPolicy | str,
+    policy: Policy | str,
     config: EngineConfig,
     timing: TimingModel,
     observers: Sequence[Observer] = (),
@@ -206,6 +206,8 @@ def simulate(
             config.capacity_bytes, get_model(config.model), pol, trace, layout.block_tokens
         )
     else:
+        if not isinstance(pol, EvictionPolicy):
+            raise ConfigError(f"policy '{pol.spec()}' applies to the hybrid structure only")
         rc = config.replay_config()
         reserved = reserved_blocks(pol, config.model, layout.block_tokens)
         if reserved >= rc.capacity_blocks:
@@ -220,9 +222,9 @@ def simulate(
         cache = build_cache(rc, pol, layout, obs)
         if isinstance(cache, RadixCache):
             cache.spare_blocks = config.spare_blocks
-    if pol.needs_future:
+    if isinstance(pol, EvictionPolicy) and pol.needs_future:
         pol.prepare(layout)
-    if pol.needs_trace:
+    if isinstance(pol, EvictionPolicy) and pol.needs_trace:
         pol.prepare_trace(trace, "view")
     sched = Scheduler(
         trace,
@@ -420,7 +422,7 @@ def arrival_plan(trace: Trace, closed_loop: bool) -> tuple[I64, F64, I64]:
 
 def _result(
     trace: Trace,
-    pol: EvictionPolicy,
+    pol: Policy,
     config: EngineConfig,
     timing: TimingModel,
     run: _Run,
@@ -444,7 +446,7 @@ def _result(
 
 def _assemble(
     trace: Trace,
-    pol: EvictionPolicy,
+    pol: Policy,
     config: EngineConfig,
     timing: TimingModel,
     hits: ReplayMetrics,
@@ -585,9 +587,7 @@ def _compiled_applies(
     return rc.structure == "block" and _fast.engine_code(pol) >= 0
 
 
-def _hybrid_compiled_applies(
-    pol: EvictionPolicy, observers: Sequence[Observer], check_every: int
-) -> bool:
+def _hybrid_compiled_applies(pol: Policy, observers: Sequence[Observer], check_every: int) -> bool:
     from prefixlab.policies.hybrid import HybridPolicy
     from prefixlab.runner import _fast
     from prefixlab.runner._fast_hybrid import hybrid_code
@@ -598,7 +598,7 @@ def _hybrid_compiled_applies(
 
 
 def _hybrid_arrays(
-    trace: Trace, pol: EvictionPolicy, config: EngineConfig, history: list[tuple[int, float]]
+    trace: Trace, pol: Policy, config: EngineConfig, history: list[tuple[int, float]]
 ) -> tuple[tuple[Any, ...], int]:
     """The compiled engine's hybrid cache (``_fast_hybrid``'s ``H``) and the id of the tuner
     it calls back (tuned Marconi: the replays of its window run here, in Python)."""
@@ -636,7 +636,7 @@ def _hybrid_arrays(
 
 def _simulate_compiled(
     trace: Trace,
-    pol: EvictionPolicy,
+    pol: Policy,
     config: EngineConfig,
     rc: ReplayConfig | None,
     layout: BlockLayout,
@@ -652,9 +652,9 @@ def _simulate_compiled(
 
     n = len(trace)
     _fast.warm_up()
-    if pol.needs_future:
+    if isinstance(pol, EvictionPolicy) and pol.needs_future:
         pol.prepare(layout)
-    if pol.needs_trace:
+    if isinstance(pol, EvictionPolicy) and pol.needs_trace:
         pol.prepare_trace(trace, "view")
     first, times, next_turn = arrival_plan(trace, config.closed_loop or config.gated)
     early = np.flatnonzero(times < 0.0)
@@ -682,6 +682,7 @@ def _simulate_compiled(
         from prefixlab.policies.lru import LRU
         from prefixlab.runner import _fast_radix as R
 
+        assert isinstance(pol, EvictionPolicy)  # simulate refuses a hybrid one here
         rcode = R.radix_code(pol, engine=True)
         cap = rc.capacity_blocks
         tree, radix_args = R.new_tree(cap), R.radix_policy_args(pol, cap, num_keys)
@@ -689,6 +690,7 @@ def _simulate_compiled(
         prep = _fast.Prepared(LRU(), 1, bt, 1, 1, engine=True)
         prep.ist, prep.fst = radix_args[24], radix_args[25]
     else:
+        assert isinstance(pol, EvictionPolicy)
         cap = rc.capacity_blocks
         prep = _fast.Prepared(pol, cap, bt, num_keys, 1, engine=True)
     if rc is not None and rc.max_free_blocks is not None:
