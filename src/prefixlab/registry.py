@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from prefixlab.errors import ConfigError
 
@@ -55,3 +55,29 @@ class Registry(Generic[C]):
             for ep in entry_points(group=self.group):
                 ep.load()
         return dict(sorted(self.classes.items()))
+
+
+def _parse_value(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_spec(spec: str, what: str = "policy spec") -> tuple[str, dict[str, Any]]:
+    """``"s3fifo:small_ratio=0.1,x=2"`` -> ``("s3fifo", {"small_ratio": 0.1, "x": 2})``: the
+    ``name:key=value,...`` form of every spec (policies, generators, timing models,
+    embedders); values read as booleans, integers, numbers, else text."""
+    name, _, rest = spec.strip().partition(":")
+    kwargs: dict[str, Any] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"{what} '{spec}': expected key=value, got '{item}'")
+        kwargs[key.strip()] = _parse_value(value.strip())
+    return name, kwargs

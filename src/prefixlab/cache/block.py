@@ -25,8 +25,8 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab.cache.events import MatchResult, Observer, Removed, Stored
+from prefixlab.cache.view import CachePolicy, EntryView
 from prefixlab.errors import ConfigError
-from prefixlab.policies.base import EntryView, EvictionPolicy
 
 I64 = npt.NDArray[np.int64]
 
@@ -39,7 +39,7 @@ class BlockCache:
     def __init__(
         self,
         capacity_blocks: int,
-        policy: EvictionPolicy,
+        policy: CachePolicy,
         num_keys: int,
         *,
         block_tokens: int = 16,

@@ -33,8 +33,8 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab.cache.events import MatchResult, Observer, Removed, Stored
+from prefixlab.cache.view import CachePolicy, EntryView
 from prefixlab.errors import ConfigError
-from prefixlab.policies.base import EntryView, EvictionPolicy
 
 I64 = npt.NDArray[np.int64]
 ROOT = 0
@@ -56,7 +56,7 @@ class RadixCache:
     def __init__(
         self,
         capacity_blocks: int,
-        policy: EvictionPolicy,
+        policy: CachePolicy,
         num_keys: int = 0,
         *,
         block_tokens: int = 16,

@@ -27,7 +27,8 @@ from rich.text import Text
 
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.model import capacity_blocks_for_bytes
-from prefixlab.policies.base import PolicyT, make_policy, parse_spec
+from prefixlab.policies.base import PolicyT, make_policy
+from prefixlab.registry import parse_spec
 from prefixlab.workload.idcheck import IdConflictWarning
 from prefixlab.workload.loaders.base import LOADERS
 from prefixlab.workload.trace import Trace

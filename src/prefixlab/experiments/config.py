@@ -300,7 +300,7 @@ def _check_workload(w: WorkloadConfig) -> None:
     """A generator's parameters are checked now (names, types), a file's when it loads."""
     if not w.source.startswith("gen:"):
         return
-    from prefixlab.policies.base import parse_spec
+    from prefixlab.registry import parse_spec
     from prefixlab.workload.generators import GENERATORS
 
     name, inline = parse_spec(w.source[4:], "workload.source")

@@ -23,7 +23,8 @@ import numpy.typing as npt
 
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.experiments.config import ExperimentConfig, resolve_capacity
-from prefixlab.policies.base import EvictionPolicy, make_policy, parameters, parse_spec, registered
+from prefixlab.policies.base import EvictionPolicy, make_policy, parameters, registered
+from prefixlab.registry import parse_spec
 from prefixlab.workload.generators import GENERATORS
 from prefixlab.workload.trace import Trace
 

@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
 from prefixlab.experts.trace import ExpertTrace
-from prefixlab.policies.base import parse_spec
+from prefixlab.registry import parse_spec
 from prefixlab.workload.generators.base import GeneratorInfo, param, registrar, resolve_params
 
 I64 = npt.NDArray[np.int64]

@@ -28,7 +28,7 @@ import numpy.typing as npt
 from prefixlab.errors import ConfigError
 from prefixlab.io import atomic_open_binary
 from prefixlab.learn.features import Features
-from prefixlab.policies.base import parse_spec
+from prefixlab.registry import parse_spec
 
 F32 = npt.NDArray[np.float32]
 U64 = npt.NDArray[np.uint64]

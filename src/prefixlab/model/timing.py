@@ -333,7 +333,7 @@ def _number(kind: str, key: str, value: object, low: float = 0.0) -> float:
 
 
 def _component(text: str, model: ModelSpec | None, gpu: GPU | None) -> TimingModel:
-    from prefixlab.policies.base import parse_spec
+    from prefixlab.registry import parse_spec
 
     kind, kw = parse_spec(text, "timing spec")
     allowed = {

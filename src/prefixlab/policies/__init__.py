@@ -1,21 +1,26 @@
-"""Eviction policies: one module each, registered by name."""
+"""Cache policies: one module each, registered by name (eviction for the block and radix
+caches, :mod:`~prefixlab.policies.hybrid` for the hybrid cache, admission objects)."""
 
+from prefixlab.cache.view import EntryView
 from prefixlab.policies.base import (
-    EntryView,
     EvictionPolicy,
     PerEntryPolicy,
+    Policy,
     PriorityPolicy,
+    make_eviction_policy,
     make_policy,
-    parse_spec,
     register,
     registered,
 )
+from prefixlab.registry import parse_spec
 
 __all__ = [
     "EntryView",
     "EvictionPolicy",
     "PerEntryPolicy",
+    "Policy",
     "PriorityPolicy",
+    "make_eviction_policy",
     "make_policy",
     "parse_spec",
     "register",

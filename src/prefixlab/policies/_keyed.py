@@ -23,8 +23,9 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab._jit import jit
+from prefixlab.cache.view import EntryView
 from prefixlab.errors import ConfigError
-from prefixlab.policies.base import I64, EntryView, EvictionPolicy
+from prefixlab.policies.base import I64, EvictionPolicy
 from prefixlab.workload.trace import BlockLayout
 
 F64 = npt.NDArray[np.float64]

@@ -12,6 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from prefixlab.cache.view import EntryView
 from prefixlab.errors import ConfigError
 from prefixlab.policies import _dispatch
 from prefixlab.policies._arrays import (
@@ -37,7 +38,7 @@ from prefixlab.policies._arrays import (
     State,
     grow_state,
 )
-from prefixlab.policies.base import I64, EntryView, EvictionPolicy
+from prefixlab.policies.base import I64, EvictionPolicy
 from prefixlab.workload.trace import Trace
 
 

@@ -36,57 +36,14 @@ from typing import Any, ClassVar, TypedDict, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from prefixlab.cache.view import EntryView
 from prefixlab.errors import ConfigError
-from prefixlab.registry import Registry
+from prefixlab.registry import Registry, parse_spec
 from prefixlab.workload.trace import BlockLayout
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 EMPTY = np.zeros(0, dtype=np.int64)
-
-
-class EntryView:
-    """Entry metadata a structure exposes to its policy (read-only for policies).
-
-    Attributes are arrays indexed by entry id. ``key`` is the dense key id (-1 when the
-    entry holds none); ``depth`` the block index of the entry in its sequence (block cache)
-    or the number of pages from the root to the node's end (radix); ``size`` its tokens;
-    ``parent`` its prefix parent entry or -1; ``is_primary`` whether a lookup of its key
-    takes this entry (False for a duplicate holder); ``now`` the structure's current time.
-    """
-
-    def __init__(self, num_entries: int) -> None:
-        self.num_entries = num_entries
-        self.key = np.full(num_entries, -1, dtype=np.int64)
-        self.depth = np.zeros(num_entries, dtype=np.int64)
-        self.size = np.zeros(num_entries, dtype=np.int64)
-        self.parent = np.full(num_entries, -1, dtype=np.int64)
-        self.created = np.zeros(num_entries, dtype=np.float64)
-        self.last_access = np.zeros(num_entries, dtype=np.float64)
-        self.hits = np.zeros(num_entries, dtype=np.int64)
-        self.ref = np.zeros(num_entries, dtype=np.int64)
-        self.is_primary = np.ones(num_entries, dtype=bool)
-        self.now = 0.0
-        self.request_index = 0
-
-    def grow(self, num_entries: int) -> None:
-        """Enlarge every array (radix trees allocate node ids as they grow)."""
-        for name, fill in (
-            ("key", -1),
-            ("depth", 0),
-            ("size", 0),
-            ("parent", -1),
-            ("created", 0),
-            ("last_access", 0),
-            ("hits", 0),
-            ("ref", 0),
-            ("is_primary", True),
-        ):
-            old = getattr(self, name)
-            new = np.full(num_entries, fill, dtype=old.dtype)
-            new[: old.shape[0]] = old
-            setattr(self, name, new)
-        self.num_entries = num_entries
 
 
 PolicyT = TypeVar("PolicyT", bound="Policy")
@@ -345,30 +302,6 @@ def parameters(cls: type[object]) -> dict[str, Any]:
     sig = inspect.signature(cls.__init__)
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     return {n: p.default for n, p in sig.parameters.items() if n != "self" and p.kind in kinds}
-
-
-def _parse_value(text: str) -> Any:
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for conv in (int, float):
-        try:
-            return conv(text)
-        except ValueError:
-            pass
-    return text
-
-
-def parse_spec(spec: str, what: str = "policy spec") -> tuple[str, dict[str, Any]]:
-    """``"s3fifo:small_ratio=0.1,x=2"`` -> ``("s3fifo", {"small_ratio": 0.1, "x": 2})``."""
-    name, _, rest = spec.strip().partition(":")
-    kwargs: dict[str, Any] = {}
-    for item in filter(None, (p.strip() for p in rest.split(","))):
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise ConfigError(f"{what} '{spec}': expected key=value, got '{item}'")
-        kwargs[key.strip()] = _parse_value(value.strip())
-    return name, kwargs
 
 
 def make_eviction_policy(spec: str, structure: str | None = None) -> EvictionPolicy:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from prefixlab.cache.view import EntryView
 from prefixlab.policies._arrays import FS, State, new_state
 from prefixlab.policies.array_policy import ArrayPolicy
-from prefixlab.policies.base import EntryView, register
+from prefixlab.policies.base import register
 from prefixlab.policies.hooks.lecar import CODE, DISCOUNT, RATE, W_LRU
 
 

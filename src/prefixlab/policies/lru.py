@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from prefixlab.cache.view import EntryView
 from prefixlab.policies._segments import SegmentQueue
-from prefixlab.policies.base import I64, EntryView, EvictionPolicy, register
+from prefixlab.policies.base import I64, EvictionPolicy, register
 
 
 @register("lru")

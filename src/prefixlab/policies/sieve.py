@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from prefixlab._jit import jit
-from prefixlab.policies.base import I64, EntryView, EvictionPolicy, register
+from prefixlab.cache.view import EntryView
+from prefixlab.policies.base import I64, EvictionPolicy, register
 
 QUEUED, VISITED, FREE = 1, 2, 4
 

@@ -9,8 +9,9 @@ takes a block out of the queue (``touch``); its next release puts it at the back
 
 from __future__ import annotations
 
+from prefixlab.cache.view import EntryView
 from prefixlab.policies._segments import SegmentQueue
-from prefixlab.policies.base import I64, EntryView, EvictionPolicy, register
+from prefixlab.policies.base import I64, EvictionPolicy, register
 
 
 @register("vllm")

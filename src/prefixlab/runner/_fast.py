@@ -32,6 +32,7 @@ import numpy.typing as npt
 from prefixlab._jit import HAVE_NUMBA, jit
 from prefixlab._keytable import kcell, khash, kslot, more_slots
 from prefixlab._keytable import sweep_slots as sweep_keys
+from prefixlab.cache.view import EntryView
 from prefixlab.policies._arrays import (
     ABASE,
     ACCESS,
@@ -59,7 +60,7 @@ from prefixlab.policies._keyed import (
 )
 from prefixlab.policies._segments import sq_pop, sq_pop_parked, sq_push, sq_unpark
 from prefixlab.policies.array_policy import ArrayPolicy
-from prefixlab.policies.base import EntryView, EvictionPolicy, registered
+from prefixlab.policies.base import EvictionPolicy, registered
 from prefixlab.policies.hooks.unicache import CODE as UNICACHE
 from prefixlab.policies.hooks.unicache import UCOPT, uc_evict_opt
 from prefixlab.policies.sieve import (

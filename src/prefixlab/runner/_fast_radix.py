@@ -32,6 +32,7 @@ import numpy.typing as npt
 
 from prefixlab._jit import jit
 from prefixlab._keytable import kcell, kslot, more_slots, sweep_slots
+from prefixlab.cache.view import EntryView
 from prefixlab.policies._arrays import (
     ABASE,
     ACCESS,
@@ -66,7 +67,7 @@ from prefixlab.policies._segments import (
     sq_renumber,
 )
 from prefixlab.policies.array_policy import ArrayPolicy
-from prefixlab.policies.base import EntryView, EvictionPolicy
+from prefixlab.policies.base import EvictionPolicy
 from prefixlab.policies.sieve import (
     sieve_access,
     sieve_evictable,

@@ -257,7 +257,7 @@ def make_arrivals(spec: str | ArrivalModel, **defaults: object) -> ArrivalModel:
     """
     if isinstance(spec, ArrivalModel):
         return spec
-    from prefixlab.policies.base import parse_spec
+    from prefixlab.registry import parse_spec
 
     name, kwargs = parse_spec(spec, "arrival model")
     if name not in ARRIVAL_MODELS:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from prefixlab.errors import ConfigError
-from prefixlab.policies.base import parse_spec
+from prefixlab.registry import parse_spec
 from prefixlab.workload.generators import GENERATORS
 from prefixlab.workload.loaders import load_trace
 from prefixlab.workload.trace import Trace

@@ -33,8 +33,8 @@ from prefixlab.errors import ConfigError
 from prefixlab.experts._kernels import KernelRun
 from prefixlab.policies.base import describe as _describe
 from prefixlab.policies.base import parameters as _parameters
-from prefixlab.policies.base import parse_spec as _parse_spec
 from prefixlab.registry import Registry
+from prefixlab.registry import parse_spec as _parse_spec
 
 I64 = npt.NDArray[np.int64]
 ParamValue = int | float | bool | str | None
