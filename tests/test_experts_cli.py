@@ -799,6 +799,40 @@ policies = ["lru", "marking"]
 """
 
 
+def test_prefixlab_sweep_runs_an_experts_config_and_experts_sweep_is_its_alias(
+    tmp_path: Path,
+) -> None:
+    """One sweep command for every study kind: an experts config (told by its workload's
+    ``trace``, or by ``kind = "experts"``) runs the expert-cache study."""
+    trace_path = tmp_path / "t.npz"
+    save_trace(generate("zipf", num_layers=3, num_experts=4, num_tokens=40, seed=7), trace_path)
+    config = tmp_path / "file.toml"
+    config.write_text(SWEEP_TOML.format(trace=trace_path), encoding="utf-8")
+    new = _invoke("sweep", str(config), "-o", str(tmp_path / "new"), "--no-report")
+    old = _invoke("experts", "sweep", str(config), "-o", str(tmp_path / "old"), "--no-report")
+    assert new.exit_code == old.exit_code == 0, new.output + old.output
+    assert "note: 'prefixlab experts sweep' is 'prefixlab sweep' on an experts config" in (
+        old.stderr
+    )
+    assert "note:" not in new.stderr
+    assert table_rows(new.stdout) == table_rows(old.stdout) and table_rows(new.stdout)
+    assert _rows(tmp_path / "new") == _rows(tmp_path / "old")  # no timing column
+    # --quiet prints the results folder only, as for an experiment; the cells are reused
+    quiet = _invoke("sweep", str(config), "-o", str(tmp_path / "new"), "-q", "--no-report")
+    assert quiet.exit_code == 0 and quiet.stdout.strip() == str(tmp_path / "new")
+    # the kind said outright; an experiment-only option is one line
+    config.write_text('kind = "experts"\n' + SWEEP_TOML.format(trace=trace_path), "utf-8")
+    again = _invoke("sweep", str(config), "-o", str(tmp_path / "new"), "-q", "--no-report")
+    assert again.exit_code == 0, again.output
+    _assert_one_line_error(
+        _invoke("sweep", str(config), "--backend", "ray"), "experts study runs on the local pool"
+    )
+    config.write_text('kind = "fleet"\n', "utf-8")
+    _assert_one_line_error(
+        _invoke("sweep", str(config)), "unknown config kind 'fleet'; known: experiment, experts"
+    )
+
+
 def test_experts_sweep_command_on_a_file_trace(tmp_path: Path) -> None:
     trace_path = tmp_path / "t.npz"
     save_trace(generate("zipf", num_layers=3, num_experts=4, num_tokens=40, seed=7), trace_path)

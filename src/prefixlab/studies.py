@@ -85,6 +85,19 @@ def get_kind(name: str) -> StudyKind:
     return _KINDS[name]()
 
 
+def config_kind(data: object) -> str:
+    """The kind a config file declares (``kind = "..."``) or, without one, the one its
+    workload table says: ``trace`` (a routing trace) for ``experts``, else ``experiment``."""
+    if isinstance(data, dict):
+        kind = data.get("kind")
+        if isinstance(kind, str):
+            return get_kind(kind).name
+        workload = data.get("workload")
+        if isinstance(workload, dict) and "trace" in workload and "source" not in workload:
+            return "experts"
+    return "experiment"
+
+
 def kind_of(folder: str | Path) -> StudyKind:
     """The kind of a results folder (or of the folder holding a file given), from its
     ``config.resolved.json`` (``kind``; folders of prefix-cache experiments have none)."""

@@ -28,12 +28,11 @@ from prefixlab.cli.common import (
     secs,
     with_loader_options,
 )
-from prefixlab.configfile import schema
+from prefixlab.configfile import read_config_file, schema
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.experiments.config import (
     ExperimentConfig,
     config_from_text,
-    load_config,
     parse_config,
 )
 from prefixlab.experiments.run import Cell
@@ -179,7 +178,9 @@ def summary_table(folder: Path, title: str) -> Table:
 
 # ------------------------------------------------------------------ commands
 def sweep_cmd(
-    config: Annotated[Path, typer.Argument(help="Experiment config (.toml, .yaml).")],
+    config: Annotated[
+        Path, typer.Argument(help="Study config (.toml, .yaml): an experiment, or experts.")
+    ],
     out: OutOpt = None,
     jobs: JobsOpt = 1,
     backend: BackendOpt = "local",
@@ -189,10 +190,29 @@ def sweep_cmd(
     report: ReportOpt = True,
 ) -> None:
     """Run an experiment's cross product; finished cells are kept, so a rerun resumes."""
+    from prefixlab.studies import config_kind
+
     try:
-        cfg = load_config(config)
+        data, path = read_config_file(config)
+        kind = config_kind(data)
+        if kind == "experts":
+            from prefixlab.experts.config import parse_sweep_config
+
+            if backend != "local" or detail:
+                raise ConfigError(
+                    "an experts study runs on the local pool, with no per-request rows: "
+                    "drop --backend and --detail"
+                )
+            study = parse_sweep_config(data, name=path.stem)
+        else:
+            cfg = parse_config(data if data is not None else {}, name=path.stem)
     except PrefixlabError as exc:
         fail(str(exc))
+        return
+    if kind == "experts":
+        from prefixlab.cli.experts import sweep_study
+
+        sweep_study(study, out, jobs=jobs, report=report, quiet=quiet, path_only=quiet)
         return
     _execute(
         cfg,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -12,6 +12,7 @@ from prefixlab.cli.common import (
     FitTable,
     QuietOpt,
     console,
+    err,
     fail,
     print_json,
     progress_bar,
@@ -19,6 +20,9 @@ from prefixlab.cli.common import (
     warn,
 )
 from prefixlab.errors import PrefixlabError
+
+if TYPE_CHECKING:
+    from prefixlab.experts.config import ExpertSweepConfig
 
 experts_app = typer.Typer(
     no_args_is_help=True,
@@ -184,13 +188,39 @@ def sweep_cmd(
     report: Annotated[bool, typer.Option(help="Write report.html beside the results.")] = True,
     quiet: QuietOpt = False,
 ) -> None:
-    """Run an expert-cache sweep into a results folder (resumable), then its report."""
+    """The same as `prefixlab sweep` on an experts config (kept for old scripts)."""
     from prefixlab.experts.config import load_sweep_config
+
+    try:
+        cfg = load_sweep_config(config)
+    except (PrefixlabError, OSError) as exc:
+        fail(str(exc))
+        return
+    sweep_study(cfg, out, jobs=jobs, report=report, quiet=quiet)
+    err.print(  # after the run: an error stays one line
+        "note: 'prefixlab experts sweep' is 'prefixlab sweep' on an experts config; "
+        "this alias stays",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def sweep_study(
+    cfg: ExpertSweepConfig,
+    out: Path | None,
+    *,
+    jobs: int,
+    report: bool,
+    quiet: bool,
+    path_only: bool = False,
+) -> None:
+    """Run an expert-cache study into a results folder (resumable), then its report and
+    its table (``path_only``: print the folder only, as ``prefixlab sweep --quiet``)."""
     from prefixlab.experts.report import build_expert_report, load_expert_results
     from prefixlab.experts.sweep import run_expert_sweep
 
     try:
-        cfg = load_sweep_config(config)
         folder = out if out is not None else Path("results") / cfg.name
         with resumable(folder), progress_bar("cells", quiet) as advance:
 
@@ -203,6 +233,9 @@ def sweep_cmd(
         res = load_expert_results(folder)
     except (PrefixlabError, OSError) as exc:
         fail(str(exc))
+        return
+    if path_only:
+        print(folder)
         return
     table = FitTable(title=f"{cfg.name}: faults / OPT (mean over seeds)")
     table.add_column("variant")

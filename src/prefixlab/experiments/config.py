@@ -211,6 +211,8 @@ class ExperimentConfig(ConfigModel):
     seeds: Seeds = [0]
     name: str = Field("experiment", min_length=1)
     """the study's name (default: the file's stem)"""
+    kind: Literal["experiment"] = "experiment"
+    """the study kind (prefixlab schema); an expert-cache study says kind = 'experts'"""
 
     @model_validator(mode="after")
     def _check(self) -> ExperimentConfig:
