@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from prefixlab.errors import ConfigError
 from prefixlab.experts.policies import KernelRun, make_policy
-from prefixlab.experts.simulate import ExpertResult, TraceLike, _resolve_trace, check_record
+from prefixlab.experts.simulate import ExpertResult, TraceLike, check_record, resolve_trace
 
 
 def check_result(
@@ -30,7 +30,7 @@ def check_result(
         AssertionError: the first violated invariant, with the request index.
         ConfigError: the result was not recorded (``record=True``).
     """
-    pages, layers, experts = _resolve_trace(trace, num_layers, num_experts)
+    pages, layers, experts = resolve_trace(trace, num_layers, num_experts)
     if result.fault_mask is None or result.victims is None:
         raise ConfigError("check_result needs a recorded result (simulate(..., record=True))")
     shares = make_policy(result.policy).shares(result.capacity, layers)

@@ -61,7 +61,7 @@ def load_model(
             (the reason is quoted), or a model that exposes no softmax top-k router logits.
     """
     check_dtype(dtype)
-    torch, transformers = _import_backend()
+    torch, transformers = import_backend()
     try:
         model = transformers.AutoModelForCausalLM.from_pretrained(
             model_id_or_path,
@@ -81,7 +81,7 @@ def load_model(
     return model
 
 
-def _import_backend() -> tuple[Any, Any]:
+def import_backend() -> tuple[Any, Any]:
     try:
         import torch
         import transformers  # type: ignore[import-not-found,unused-ignore]
@@ -93,7 +93,7 @@ def _import_backend() -> tuple[Any, Any]:
     return torch, transformers
 
 
-def _model_name(m: Any) -> str:
+def model_name(m: Any) -> str:
     cfg = getattr(m, "config", None)
     return str(getattr(cfg, "_name_or_path", "") or getattr(cfg, "model_type", "") or "model")
 
@@ -104,7 +104,7 @@ def model_vocab_size(model: object) -> int:
     return int(m.get_input_embeddings().num_embeddings)
 
 
-def _check_softmax_topk(m: Any) -> None:
+def check_softmax_topk(m: Any) -> None:
     cfg = m.config
     reasons = []
     if getattr(cfg, "scoring_func", "softmax") != "softmax":
@@ -115,18 +115,18 @@ def _check_softmax_topk(m: Any) -> None:
         reasons.append("bias-corrected choice (e_score_correction_bias)")
     if reasons:
         raise ConfigError(
-            f"model '{_model_name(m)}' does not route by softmax top-k of its router logits "
+            f"model '{model_name(m)}' does not route by softmax top-k of its router logits "
             f"({'; '.join(reasons)}), so they do not determine its experts and it cannot be "
             "recorded (Mixtral, Qwen-MoE, OLMoE and other softmax top-k routers can)"
         )
 
 
-def _router_logits(m: Any, out: Any) -> list[Any]:
+def router_logits_of(m: Any, out: Any) -> list[Any]:
     logits = getattr(out, "router_logits", None)
     layers = [t for t in (logits or ()) if t is not None]
     if not layers:
         raise ConfigError(
-            f"model '{_model_name(m)}' exposes no router logits (output_router_logits=True "
+            f"model '{model_name(m)}' exposes no router logits (output_router_logits=True "
             "returned none): it is not a Mixture-of-Experts model transformers reports routing for"
         )
     return layers
@@ -144,7 +144,7 @@ def new_kv_cache(m: Any) -> Any:
         return DynamicCache()
 
 
-def _forward(m: Any, ids: Any, *, mask: Any = None, past: Any = None, cache: bool) -> Any:
+def run_forward(m: Any, ids: Any, *, mask: Any = None, past: Any = None, cache: bool) -> Any:
     kwargs: dict[str, Any] = {"output_router_logits": True, "use_cache": cache}
     if mask is not None:
         kwargs["attention_mask"] = mask
@@ -166,12 +166,12 @@ def probe_router(model: object) -> RouterInfo:
     Raises:
         ConfigError: the model exposes no router logits, or does not route by softmax top-k.
     """
-    torch, _ = _import_backend()
+    torch, _ = import_backend()
     m: Any = model
-    _check_softmax_topk(m)
+    check_softmax_topk(m)
     with torch.inference_mode():
-        out = _forward(m, torch.zeros((1, 1), dtype=torch.long, device=m.device), cache=False)
-    layers = _router_logits(m, out)
+        out = run_forward(m, torch.zeros((1, 1), dtype=torch.long, device=m.device), cache=False)
+    layers = router_logits_of(m, out)
     num_experts = int(layers[0].shape[-1])
     top_k = getattr(m.config, "num_experts_per_tok", None)
     return RouterInfo(len(layers), num_experts, int(top_k) if top_k else 0)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from prefixlab.errors import ConfigError, TraceFormatError
-from prefixlab.workload.tokenizers import I64, Tokenizer, _csr, as_tokenizer
+from prefixlab.workload.tokenizers import I64, Tokenizer, as_tokenizer, to_csr
 
 
 def read_prompts(path: str | Path) -> list[str]:
@@ -60,7 +60,7 @@ class ModelTokenizer(Tokenizer):
         self.vocab_size = len(self._tok)
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[I64, I64]:
-        return _csr(self._tok(list(texts), add_special_tokens=True)["input_ids"] if texts else [])
+        return to_csr(self._tok(list(texts), add_special_tokens=True)["input_ids"] if texts else [])
 
 
 def load_tokenizer(model_id_or_path: str, spec: str | None = None) -> Tokenizer:
@@ -72,9 +72,9 @@ def load_tokenizer(model_id_or_path: str, spec: str | None = None) -> Tokenizer:
     """
     if spec is not None:
         return as_tokenizer(spec)
-    from prefixlab.experts.hf_model import _import_backend
+    from prefixlab.experts.hf_model import import_backend
 
-    _, transformers = _import_backend()
+    _, transformers = import_backend()
     try:
         tok = transformers.AutoTokenizer.from_pretrained(model_id_or_path)
     except Exception as exc:  # OSError, ValueError, ImportError from tokenizer backends

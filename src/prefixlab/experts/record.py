@@ -34,16 +34,16 @@ from typing import Any
 from prefixlab.errors import ConfigError
 from prefixlab.experts.hf_model import (
     RouterInfo,
-    _check_softmax_topk,
-    _forward,
-    _import_backend,
-    _model_name,
-    _router_logits,
     check_dtype,
+    check_softmax_topk,
+    import_backend,
     load_model,
+    model_name,
     model_vocab_size,
     new_kv_cache,
     probe_router,
+    router_logits_of,
+    run_forward,
 )
 
 __all__ = [
@@ -103,7 +103,7 @@ def _stack(torch: Any, m: Any, layers: list[Any], batch: int, seq: int) -> Any:
     """Router logits as one float32 tensor ``[batch, seq, num_layers, num_experts]``."""
     widths = {int(t.shape[-1]) for t in layers}
     if len(widths) != 1:
-        raise ConfigError(f"model '{_model_name(m)}' has layers with {sorted(widths)} experts")
+        raise ConfigError(f"model '{model_name(m)}' has layers with {sorted(widths)} experts")
     return torch.stack([t.reshape(batch, seq, -1).float() for t in layers], dim=2)
 
 
@@ -128,8 +128,8 @@ def _prefill_batches(
         for row, p in enumerate(chunk):
             ids[row, : len(p)] = torch.tensor(p, dtype=torch.long)
             mask[row, : len(p)] = 1
-        out = _forward(m, ids.to(m.device), mask=mask.to(m.device), cache=False)
-        logits = _stack(torch, m, _router_logits(m, out), len(chunk), seq).cpu()
+        out = run_forward(m, ids.to(m.device), mask=mask.to(m.device), cache=False)
+        logits = _stack(torch, m, router_logits_of(m, out), len(chunk), seq).cpu()
         per_prompt.extend((p, logits[row, : len(p)]) for row, p in enumerate(chunk))
     return per_prompt
 
@@ -142,14 +142,14 @@ def _prefill_and_decode(
     KV cache, so the last one's routing is recorded too."""
     ids = torch.tensor([prompt], dtype=torch.long, device=m.device)
     kv = new_kv_cache(m)
-    out = _forward(m, ids, past=kv, cache=True)
-    steps = [_stack(torch, m, _router_logits(m, out), 1, len(prompt))[0]]
+    out = run_forward(m, ids, past=kv, cache=True)
+    steps = [_stack(torch, m, router_logits_of(m, out), 1, len(prompt))[0]]
     token_ids = list(prompt)
     for _ in range(max_new_tokens):
         next_id = out.logits[:, -1, :].argmax(dim=-1, keepdim=True)
         token_ids.append(int(next_id.item()))
-        out = _forward(m, next_id, past=kv, cache=True)
-        steps.append(_stack(torch, m, _router_logits(m, out), 1, 1)[0])
+        out = run_forward(m, next_id, past=kv, cache=True)
+        steps.append(_stack(torch, m, router_logits_of(m, out), 1, 1)[0])
     return token_ids, torch.cat(steps, dim=0).cpu()
 
 
@@ -157,7 +157,7 @@ def _resolve_top_k(m: Any, top_k: int | None, num_experts: int) -> int:
     k = top_k if top_k is not None else getattr(m.config, "num_experts_per_tok", None)
     if k is None:
         raise ConfigError(
-            f"model '{_model_name(m)}' has no num_experts_per_tok in its config; pass top_k"
+            f"model '{model_name(m)}' has no num_experts_per_tok in its config; pass top_k"
         )
     if not 1 <= int(k) <= num_experts:
         raise ConfigError(f"top_k={k} must be between 1 and the {num_experts} experts per layer")
@@ -237,10 +237,10 @@ def record_routing(
         ConfigError: an empty prompt, a token id outside the vocabulary, a bad top_k, or a
             model without router logits.
     """
-    torch, _ = _import_backend()
+    torch, _ = import_backend()
     m: Any = model
     _check_options(max_new_tokens, batch_size, top_k)
-    _check_softmax_topk(m)
+    check_softmax_topk(m)
     prompts = _check_prompts(m, token_id_lists, max_new_tokens)
     m.eval()
     with torch.inference_mode():

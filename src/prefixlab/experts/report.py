@@ -25,8 +25,8 @@ import numpy as np
 from prefixlab.errors import ConfigError
 from prefixlab.io import atomic_write
 from prefixlab.report.html import page
-from prefixlab.report.plots import FigureSpec, _finish, _style, evenly
-from prefixlab.report.plots import _figure as _panels
+from prefixlab.report.plots import FigureSpec, evenly, finish_figure, plot_style
+from prefixlab.report.plots import new_figure as _panels
 
 MAX_PANELS = 6
 MAX_SUMMARY_CAPACITIES = 12
@@ -102,13 +102,13 @@ def _vs_capacity(res: ExpertResults) -> FigureSpec:
         caps = sorted({int(r["capacity"]) for r in res.rows if r["variant"] == v})
         for pi, pol in enumerate(res.policies):
             ys = [res.mean("fault_ratio_to_opt", variant=v, capacity=k, policy=pol) for k in caps]
-            st = _style(pi)
+            st = plot_style(pi)
             ax.plot(caps, ys, label=pol, color=st["color"], marker=st["marker"], markersize=3)
         ax.set_title(v, fontsize="small")
         ax.set_xlabel("cache size k (experts)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("faults / OPT's faults")
-    png = _finish(fig, axes, "Faults relative to OPT by cache size")
+    png = finish_figure(fig, axes, "Faults relative to OPT by cache size")
     caption = (
         f"Each policy's faults divided by Belady's (OPT) on the same trace and cache "
         f"size; 1 is optimal. {_caption_seeds(res)}."
@@ -130,13 +130,13 @@ def _vs_param(res: ExpertResults) -> FigureSpec | None:
                 res.mean("fault_ratio_to_opt", **{key: v}, capacity_spec=spec, policy=pol)
                 for v in values
             ]
-            st = _style(pi)
+            st = plot_style(pi)
             ax.plot(values, ys, label=pol, color=st["color"], marker=st["marker"], markersize=4)
         ax.set_title(f"k = {spec}", fontsize="small")
         ax.set_xlabel(key)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("faults / OPT's faults")
-    png = _finish(fig, axes, f"Faults relative to OPT against {key}")
+    png = finish_figure(fig, axes, f"Faults relative to OPT against {key}")
     caption = f"One panel per cache size; {_caption_seeds(res)}."
     return FigureSpec(f"experts-vs-{key}", f"Faults relative to OPT against {key}", caption, png)
 
@@ -178,7 +178,7 @@ def _heatmap(res: ExpertResults) -> FigureSpec | None:
     if image is not None:
         fig.colorbar(image, ax=axes, shrink=0.8, label="faults / OPT")
     title = f"Faults relative to OPT over {kx} and {ky} (k = {spec})"
-    png = _finish(fig, axes, title)
+    png = finish_figure(fig, axes, title)
     return FigureSpec("experts-heatmap", title, f"{_caption_seeds(res)}.", png)
 
 

@@ -100,7 +100,7 @@ class ExpertResult:
 
 
 # ------------------------------------------------------------------------- validation
-def _resolve_trace(
+def resolve_trace(
     trace: TraceLike, num_layers: int | None, num_experts: int | None
 ) -> tuple[I64, int, int]:
     """The page array and (l, n), validated: ints in range, in layer order."""
@@ -292,7 +292,7 @@ def simulate(
         ConfigError: bad capacity, pages out of range or out of layer order, unknown
             policy, a ``-dist`` policy with capacity < num_layers, or an unavailable backend.
     """
-    pages, layers, experts = _resolve_trace(trace, num_layers, num_experts)
+    pages, layers, experts = resolve_trace(trace, num_layers, num_experts)
     capacity = _check_capacity(capacity)
     if backend not in BACKENDS:
         raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -349,7 +349,7 @@ def fault_ratio_to_opt(
 
     OPT is run once. An empty trace (OPT has no fault) gives 1.0.
     """
-    pages, layers, experts = _resolve_trace(trace, num_layers, num_experts)
+    pages, layers, experts = resolve_trace(trace, num_layers, num_experts)
 
     def faults(spec: str) -> int:
         return simulate(
@@ -385,7 +385,7 @@ def sweep_capacities(
     ``skip_infeasible`` a ``-dist`` policy is left out at capacities below the number of
     layers (it is undefined there); otherwise that raises ConfigError.
     """
-    pages, layers, experts = _resolve_trace(trace, num_layers, num_experts)
+    pages, layers, experts = resolve_trace(trace, num_layers, num_experts)
     rows: list[dict[str, object]] = []
     for capacity in capacities:
 

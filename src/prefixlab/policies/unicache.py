@@ -64,12 +64,12 @@ from prefixlab.policies.hooks.unicache import (
     WEIGHTED,
     WINDOW,
     WPOS,
-    _gap,
-    _local,
-    _weights,
+    local_rank,
     parse_tasks,
+    queue_gap,
     uc_evict_opt,
     update_weights,
+    weight_rows,
 )
 from prefixlab.workload.arrivals import GAP_PRESETS, lognormal_cdf, previous_turn_gaps
 from prefixlab.workload.trace import Trace
@@ -246,7 +246,7 @@ class UniCache(ArrayPolicy):
     def columns_done(self, cols: F64, base: int) -> None:
         if not hasattr(self, "_past_weights"):
             self._past_weights = []
-        self._past_weights.extend(_weights(cols, base))
+        self._past_weights.extend(weight_rows(cols, base))
 
     # ------------------------------------------------------------------ inspection
     def _entries(self, st: int, row: int) -> Any:
@@ -284,16 +284,16 @@ class UniCache(ArrayPolicy):
         """(request index, weights of chat, agentic, structural) after each update (a
         streamed replay's too: the updates of the chunks it is done with are kept)."""
         base = int(self.state[0][SC, ABASE]) if hasattr(self, "state") else 0
-        return getattr(self, "_past_weights", []) + _weights(self.aux, base)
+        return getattr(self, "_past_weights", []) + weight_rows(self.aux, base)
 
     def gap_params(self, q: int) -> tuple[float, float]:
         """(mu, sigma) of the queue's log-normal gap model now."""
-        mu, sigma = _gap(*self.state, q)
+        mu, sigma = queue_gap(*self.state, q)
         return float(mu), float(sigma)
 
     def local_priority(self, e: int, q: int, now: float) -> float:
         """``s`` of entry ``e`` in queue ``q`` (lower goes first)."""
-        return float(_local(*self.state, self.view.depth, e, q, float(now)))
+        return float(local_rank(*self.state, self.view.depth, e, q, float(now)))
 
     def params(self) -> dict[str, Any]:
         return {

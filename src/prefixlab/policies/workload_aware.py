@@ -34,8 +34,8 @@ from prefixlab.policies.hooks.workload_aware import (
     TOKEN,
     WINDOW,
     CategoryFit,
-    _reuse,
     categories,
+    reuse_chance,
 )
 from prefixlab.workload.trace import BlockLayout, Trace
 
@@ -169,7 +169,7 @@ class WorkloadAware(ArrayPolicy):
 
     def reuse_probability(self, c: int, age: float) -> float:
         """P(reuse within the next ``window_s``) of a block of category ``c`` idle ``age``."""
-        return float(_reuse(float(self.p[c]), float(self.rate[c]), age, self.window_s))
+        return float(reuse_chance(float(self.p[c]), float(self.rate[c]), age, self.window_s))
 
     # The fitted parameters per category: the state's once bound (tests may set them).
     def _param(self, i: int, row: int) -> F64:

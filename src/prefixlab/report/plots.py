@@ -241,7 +241,7 @@ def evenly(num_items: int, k: int) -> list[int]:
     return sorted({round(i * (num_items - 1) / (k - 1)) for i in range(k)})
 
 
-def _figure(num_panels: int, height_in: float = 3.4) -> tuple[Figure, list[Axes]]:
+def new_figure(num_panels: int, height_in: float = 3.4) -> tuple[Figure, list[Axes]]:
     ncols = min(num_panels, 3)
     nrows = math.ceil(num_panels / ncols)
     width = max(7.0, 3.4 * ncols) + 1.9  # room on the right for the legend
@@ -253,7 +253,7 @@ def _figure(num_panels: int, height_in: float = 3.4) -> tuple[Figure, list[Axes]
     return fig, axes[:num_panels]
 
 
-def _finish(fig: Figure, axes: Sequence[Axes], title: str) -> bytes:
+def finish_figure(fig: Figure, axes: Sequence[Axes], title: str) -> bytes:
     """Title, one legend outside the panels (never over the data), PNG bytes."""
     fig.suptitle(title)
     handles, labels, seen = [], [], set()
@@ -270,7 +270,7 @@ def _finish(fig: Figure, axes: Sequence[Axes], title: str) -> bytes:
     return buf.getvalue()
 
 
-def _style(pi: int) -> dict[str, str]:
+def plot_style(pi: int) -> dict[str, str]:
     return {"color": _COLORS[pi % len(_COLORS)], "marker": _MARKERS[pi % len(_MARKERS)]}
 
 
@@ -286,7 +286,7 @@ def _bars(
         kept = [(i, st) for i, st in enumerate(stats) if st is not None and not math.isnan(st.mean)]
         xs = base[[i for i, _ in kept]] + (j - (len(series) - 1) / 2) * width
         means = [st.mean for _, st in kept]
-        ax.bar(xs, means, width, label=label, color=_style(pi)["color"])
+        ax.bar(xs, means, width, label=label, color=plot_style(pi)["color"])
         if any(st.num_seeds > 1 for _, st in kept):
             err = [[st.mean - st.low for _, st in kept], [st.high - st.mean for _, st in kept]]
             ax.errorbar(xs, means, yerr=err, fmt="none", ecolor="black", lw=0.8, capsize=2)
@@ -322,7 +322,7 @@ def _variant_axis(variants: Sequence[str]) -> tuple[list[float], str, list[str] 
 def _line(ax: Axes, xs: Sequence[float], stats: Sequence[SeedStat], pi: int, label: str) -> None:
     order = np.argsort(np.asarray(xs), kind="stable")
     x = np.asarray(xs)[order]
-    style = _style(pi)
+    style = plot_style(pi)
     ax.plot(
         x, [stats[i].mean for i in order], label=label, color=style["color"], marker=style["marker"]
     )
@@ -347,7 +347,7 @@ def _hit_vs_variant(res: Results) -> FigureSpec:
     """One cache size, several workload variants: x is the variant (its value if numeric)."""
     stat = res.stat("token_hit_ratio")
     xs, xlabel, ticks = _variant_axis(res.variants)
-    fig, axes = _figure(1)
+    fig, axes = new_figure(1)
     for pi, pol in enumerate(res.policies):
         _line(axes[0], xs, [stat[(v, 0, pi)] for v in res.variants], pi, pol)
     axes[0].set_xlabel(xlabel)
@@ -360,7 +360,7 @@ def _hit_vs_variant(res: Results) -> FigureSpec:
         f"({_spec(res.capacities[0])}); x is the workload's {xlabel}."
     )
     title = f"Token hit ratio vs {xlabel}"
-    return FigureSpec("hit_vs_capacity", title, caption, _finish(fig, axes, title))
+    return FigureSpec("hit_vs_capacity", title, caption, finish_figure(fig, axes, title))
 
 
 def _hit_vs_capacity(res: Results) -> FigureSpec:
@@ -368,7 +368,7 @@ def _hit_vs_capacity(res: Results) -> FigureSpec:
         return _hit_vs_variant(res)
     stat = res.stat("token_hit_ratio")
     chosen = evenly(len(res.variants), MAX_VARIANT_PANELS)
-    fig, axes = _figure(len(chosen))
+    fig, axes = new_figure(len(chosen))
     for ax, vi in zip(axes, chosen, strict=True):
         v = res.variants[vi]
         xs = [res.blocks(v, ci) for ci in range(len(res.capacities))]
@@ -389,7 +389,7 @@ def _hit_vs_capacity(res: Results) -> FigureSpec:
     if len(chosen) < len(res.variants):
         caption += f" {len(chosen)} of {len(res.variants)} variants, evenly chosen."
     title = "Token hit ratio vs cache size"
-    return FigureSpec("hit_vs_capacity", title, caption, _finish(fig, axes, title))
+    return FigureSpec("hit_vs_capacity", title, caption, finish_figure(fig, axes, title))
 
 
 # ------------------------------------------------------------------ 2-3. latency
@@ -402,7 +402,7 @@ def _ttft_cdf(res: Results) -> FigureSpec | None:
         return None
     cells = _cells(res)
     chosen = [cells[i] for i in evenly(len(cells), MAX_CDF_PANELS)]
-    fig, axes = _figure(len(chosen))
+    fig, axes = new_figure(len(chosen))
     seed = res.seeds[0]
     for ax, (v, ci) in zip(axes, chosen, strict=True):
         positive = True
@@ -411,7 +411,7 @@ def _ttft_cdf(res: Results) -> FigureSpec | None:
             if curve is not None:
                 q, ttft = curve
                 positive = positive and bool((ttft > 0).all())
-                ax.plot(ttft, q, label=pol, color=_style(pi)["color"])
+                ax.plot(ttft, q, label=pol, color=plot_style(pi)["color"])
         if positive:
             ax.set_xscale("log")
         ax.set_title(res.capacity_label(v, ci), fontsize="medium")
@@ -426,7 +426,7 @@ def _ttft_cdf(res: Results) -> FigureSpec | None:
     if len(chosen) < len(cells):
         caption += f" {len(chosen)} of {len(cells)} cache sizes, evenly chosen."
     title = "TTFT distribution"
-    return FigureSpec("ttft_cdf", title, caption, _finish(fig, axes, title))
+    return FigureSpec("ttft_cdf", title, caption, finish_figure(fig, axes, title))
 
 
 def _p95_ttft(res: Results) -> FigureSpec | None:
@@ -438,13 +438,13 @@ def _p95_ttft(res: Results) -> FigureSpec | None:
     series = [
         (pi, pol, [stat.get((v, ci, pi)) for v, ci in cells]) for pi, pol in enumerate(res.policies)
     ]
-    fig, axes = _figure(1)
+    fig, axes = new_figure(1)
     _bars(axes[0], groups, series)
     axes[0].set_ylabel("P95 TTFT (s)")
     axes[0].grid(axis="y", alpha=0.3)
     caption = f"95th-percentile TTFT per cache size, one bar per policy ({_seeds_note(res)})."
     title = "P95 TTFT by cache size"
-    return FigureSpec("p95_ttft", title, caption, _finish(fig, axes, title))
+    return FigureSpec("p95_ttft", title, caption, finish_figure(fig, axes, title))
 
 
 # ------------------------------------------------------------------ 4-5. per group
@@ -455,7 +455,7 @@ def _hit_by(res: Results, dimension: str, slug: str, what: str) -> FigureSpec | 
     groups = res.groups(dimension, ci)
     if len(groups) < 2:
         return None
-    fig, axes = _figure(len(chosen))
+    fig, axes = new_figure(len(chosen))
     for ax, v in zip(axes, chosen, strict=True):
         series = [
             (pi, pol, [stat.get((v, g, pi)) for g in groups]) for pi, pol in enumerate(res.policies)
@@ -471,7 +471,7 @@ def _hit_by(res: Results, dimension: str, slug: str, what: str) -> FigureSpec | 
     if len(chosen) < len(res.variants):
         caption += f" {len(chosen)} of {len(res.variants)} variants, evenly chosen."
     title = f"Token hit ratio by {what}"
-    return FigureSpec(slug, title, caption, _finish(fig, axes, title))
+    return FigureSpec(slug, title, caption, finish_figure(fig, axes, title))
 
 
 # ------------------------------------------------------------------ 6. size for a target
@@ -515,7 +515,7 @@ def _size_panel(ax: Axes, res: Results, v: str, stat: dict[Key, SeedStat]) -> No
     for pi, pol in enumerate(res.policies):
         ys = [stat[(v, ci, pi)].mean for ci in caps]
         x = base + (pi - (len(res.policies) - 1) / 2) * width
-        color = _style(pi)["color"]
+        color = plot_style(pi)["color"]
         ax.add_patch(Rectangle((0, 0), 0, 0, color=color, label=pol))  # the legend's swatch
         for k, t in enumerate(targets):
             size = size_for_target(xs, ys, t) if best > 0 else None
@@ -548,7 +548,7 @@ def _size_for_target(res: Results) -> FigureSpec | None:
         return None
     stat = res.stat("token_hit_ratio")
     chosen = [res.variants[i] for i in evenly(len(res.variants), MAX_VARIANT_PANELS)]
-    fig, axes = _figure(len(chosen))
+    fig, axes = new_figure(len(chosen))
     for ax, v in zip(axes, chosen, strict=True):
         _size_panel(ax, res, v, stat)
     axes[0].set_ylabel(f"cache size ({res.size_unit})")
@@ -563,7 +563,7 @@ def _size_for_target(res: Results) -> FigureSpec | None:
     if len(chosen) < len(res.variants):
         caption += f" {len(chosen)} of {len(res.variants)} variants, evenly chosen."
     title = "Cache size needed for a target hit ratio"
-    return FigureSpec("size_for_target", title, caption, _finish(fig, axes, title))
+    return FigureSpec("size_for_target", title, caption, finish_figure(fig, axes, title))
 
 
 # ------------------------------------------------------------------ entry points

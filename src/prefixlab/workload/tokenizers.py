@@ -80,7 +80,7 @@ def clean_text(texts: Sequence[str]) -> list[str]:
     return [_SURROGATE.sub("\ufffd", t) for t in texts]
 
 
-def _csr(lists: Sequence[Sequence[int]]) -> tuple[I64, I64]:
+def to_csr(lists: Sequence[Sequence[int]]) -> tuple[I64, I64]:
     offsets = np.zeros(len(lists) + 1, dtype=np.int64)
     np.cumsum([len(x) for x in lists], out=offsets[1:])
     flat = np.fromiter((i for x in lists for i in x), dtype=np.int64, count=int(offsets[-1]))
@@ -135,9 +135,9 @@ class TiktokenTokenizer(Tokenizer):
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[I64, I64]:
         try:
-            return _csr(self._enc.encode_ordinary_batch(list(texts), num_threads=1))
+            return to_csr(self._enc.encode_ordinary_batch(list(texts), num_threads=1))
         except (TypeError, UnicodeEncodeError):
-            return _csr(self._enc.encode_ordinary_batch(clean_text(texts), num_threads=1))
+            return to_csr(self._enc.encode_ordinary_batch(clean_text(texts), num_threads=1))
 
     def decode_batch(self, ids: I64, offsets: I64) -> list[str]:
         return [str(t) for t in self._enc.decode_batch(_runs(ids, offsets), num_threads=1)]
@@ -185,9 +185,9 @@ class HFTokenizer(Tokenizer):
         texts = clean_text(texts)
         if self._hf is not None:
             encs = self._hf.encode_batch(texts, add_special_tokens=False)
-            return _csr([e.ids for e in encs])
+            return to_csr([e.ids for e in encs])
         out = self._tf(texts, add_special_tokens=False)["input_ids"]
-        return _csr(out)
+        return to_csr(out)
 
     def decode_batch(self, ids: I64, offsets: I64) -> list[str]:
         runs = _runs(ids, offsets)

@@ -317,7 +317,7 @@ def _catch_up(ist: I64, fst: F64, aux: F64) -> None:
 
 
 @jit(nrt=False)
-def _gap(ist: I64, fst: F64, q: int) -> tuple[float, float]:
+def queue_gap(ist: I64, fst: F64, q: int) -> tuple[float, float]:
     """(mu, sigma) of session queue q's log-normal gap model now."""
     m = MODEL0 + 2 * (q - CHAT)
     n = fst[FS, GAP0 + 3 * q]
@@ -343,13 +343,13 @@ def _offset_scale(ist: I64, fst: F64, e: int) -> float:
 
 
 @jit(nrt=False)
-def _local(ist: I64, fst: F64, depth: I64, e: int, q: int, now: float) -> float:
+def local_rank(ist: I64, fst: F64, depth: I64, e: int, q: int, now: float) -> float:
     """``s`` of entry e in queue q (lower goes first)."""
     if q == STRUCT:
         return 1.0 - float(depth[e]) / _offset_scale(ist, fst, e)
     if q == EVICT:
         return 0.0
-    mu, sigma = _gap(ist, fst, q)
+    mu, sigma = queue_gap(ist, fst, q)
     return 1.0 - _lncdf(now - fst[TLAST, e], mu, sigma)
 
 
@@ -489,7 +489,7 @@ def _choose(ist: I64, fst: F64, depth: I64) -> int:
         h = _head(ist, q)
         if h < 0:
             continue
-        g = fst[FS, ALPHA0 + q] * _local(ist, fst, depth, h, q, now)
+        g = fst[FS, ALPHA0 + q] * local_rank(ist, fst, depth, h, q, now)
         if g < best_g:
             best, best_g = h, g
     return best
@@ -610,7 +610,7 @@ def uc_evict_opt(ist: I64, fst: F64, depth: I64, key: I64, out: I64, n: int) -> 
 
 
 # ----------------------------------------------------------------------------- policies
-def _weights(cols: F64, base: int) -> list[tuple[int, list[float]]]:
+def weight_rows(cols: F64, base: int) -> list[tuple[int, list[float]]]:
     """(request index, weights) of each update written in ``cols`` (requests base, ...)."""
     if cols.shape[0] <= AUX_W0:
         return []

@@ -206,7 +206,7 @@ CODE = 5
 
 
 @jit(inline=True)
-def _reuse(p: float, lam: float, age: float, window: float) -> float:
+def reuse_chance(p: float, lam: float, age: float, window: float) -> float:
     """P(reuse within ``window``) of a block idle ``age``: p (e^-lam age - e^-lam (age+w))."""
     return p * (math.exp(-lam * age) - math.exp(-lam * (age + window)))
 
@@ -262,7 +262,7 @@ def _choose(ist: I64, fst: F64, depth: I64) -> int:
         e = ist[HEAD, c]
         if ist[SC, MODE] == 0:
             age = max(now - fst[TLAST, e], 0.0)
-            a = _reuse(fst[PROB, c], fst[RATE, c], age, window)
+            a = reuse_chance(fst[PROB, c], fst[RATE, c], age, window)
             b = -float(depth[e])
         else:
             a = -(fst[HELD, c] / total - fst[SHARE, c])
