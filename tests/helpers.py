@@ -3,10 +3,15 @@ models of the hybrid cache tests, described in test_hybrid.py)."""
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
+
+from prefixlab.cache.view import EntryView
 from prefixlab.model.spec import ModelSpec
-from prefixlab.workload.trace import Trace
+from prefixlab.policies.base import EvictionPolicy
+from prefixlab.workload.trace import Request, Trace
 
 
 def assert_identical(a: Trace, b: Trace) -> None:
@@ -66,3 +71,119 @@ TF = ModelSpec(
 )
 KV = 4  # bytes per token, both models
 ST = 8  # bytes per checkpoint, HYB
+
+
+# ---------------------------------------------------------------- a policy driven by hand
+#: tokens per block in directly driven views (test_unicache.py, test_workload_aware.py)
+BT = 2
+
+
+def ids(*entries: int) -> npt.NDArray[np.int64]:
+    return np.array(entries, dtype=np.int64)
+
+
+def row(
+    t: float,
+    task: str | None,
+    session: str | None = None,
+    n_in: int = 4,
+    turn: int = 0,
+) -> Request:
+    """A request whose tokens nobody else uses (directly driven tests only read its labels,
+    arrival and input length)."""
+    base = 1000 * (int(t * 10) + 1)
+    return Request(
+        arrival_s=float(t),
+        input_length=n_in,
+        output_length=0,
+        session_id=session,
+        turn=turn,
+        task=task,
+        input_tokens=list(range(base, base + n_in)),
+    )
+
+
+def tok(
+    t: float,
+    task: str | None,
+    session: str | None,
+    inp: Sequence[int],
+    out: Sequence[int] | int = 0,
+    turn: int = 0,
+) -> Request:
+    """A token-form request; ``out``: output token ids (keyed blocks) or a bare length."""
+    out_tokens = None if isinstance(out, int) else list(out)
+    out_len = out if isinstance(out, int) else len(out)
+    return Request(
+        arrival_s=float(t),
+        input_length=len(inp),
+        output_length=out_len,
+        session_id=session,
+        turn=turn,
+        task=task,
+        input_tokens=list(inp),
+        output_tokens=out_tokens,
+    )
+
+
+class Drive:
+    """Drives a block-cache policy through its hooks as ``BlockCache`` would: metadata set,
+    then the hook; releases tail first; a hit is on_access, then on_pinned if it was free."""
+
+    def __init__(
+        self,
+        policy: EvictionPolicy,
+        rows: list[Request],
+        num_entries: int = 24,
+        clock: str = "arrival",
+    ) -> None:
+        self.trace = Trace.from_requests(rows)
+        self.policy = policy
+        self.view = EntryView(num_entries)
+        self.view.size[:] = BT
+        policy.bind(self.view)
+        if policy.needs_future:
+            policy.prepare(self.trace.block_layout(BT))
+        if policy.needs_trace:
+            policy.prepare_trace(self.trace, clock)
+
+    def at(self, r: int) -> None:
+        self.view.request_index = r
+        self.view.now = float(self.trace.arrival_s[r])
+
+    def store(
+        self,
+        r: int,
+        entries: Sequence[int],
+        depths: Sequence[int] | None = None,
+        release: bool = True,
+    ) -> None:
+        """Request r stores new entries (key 100 + e) at these depths (default 0, 1, ...)."""
+        self.at(r)
+        e = ids(*entries)
+        v = self.view
+        v.key[e] = 100 + e
+        v.depth[e] = list(range(len(entries))) if depths is None else list(depths)
+        v.ref[e] = 1
+        self.policy.on_insert(e)
+        if release:
+            self.release(*reversed(entries))
+
+    def release(self, *entries: int) -> None:
+        self.view.ref[list(entries)] -= 1
+        self.policy.on_evictable(ids(*entries))
+
+    def hit(self, r: int, *entries: int, release: bool = True) -> None:
+        self.at(r)
+        e = ids(*entries)
+        self.policy.on_access(e)
+        free = e[self.view.ref[e] == 0]
+        if free.shape[0]:
+            self.policy.on_pinned(free)
+        self.view.ref[e] += 1
+        if release:
+            self.release(*reversed(entries))
+
+    def evict(self, n: int) -> list[int]:
+        out: list[int] = self.policy.evict(n).tolist()
+        return out

@@ -1184,7 +1184,7 @@ WA_SPECS = ["wa-atc25:window_s=3", "wa"]
 
 def wa_driver(spec: str, rng: random.Random) -> Driver:
     """Three categories, per-request categories and fits set directly (the profiling fit is
-    tested in tests/test_unicache.py, with the rest of WA)."""
+    tested in tests/test_workload_aware.py)."""
     n, nc = 20_000, 3
     cats = [rng.randrange(nc) for _ in range(n)]
     p = [rng.choice([0.0, 0.5, rng.random()]) for _ in range(nc)]
