@@ -393,7 +393,7 @@ def test_results_list_shows_every_results_folder(
     assert sorted(body, key=lambda r: r["folder"]) == [
         {
             "folder": str(folder),
-            "experiment": "compare",
+            "study": "compare",
             "runner": kind,
             "rows": "4",
             "policies": "lru, fifo",
@@ -402,6 +402,36 @@ def test_results_list_shows_every_results_folder(
         }
         for folder, kind in ((engine_run[0], "engine"), (replay_run[0], "replay"))
     ]
+
+
+def test_results_commands_serve_an_experts_study_too(tmp_path: Path) -> None:
+    """results list / show / query on an expert-cache study's folder (it has no runner
+    column: the list says its kind)."""
+    from prefixlab.experts.config import parse_sweep_config
+    from prefixlab.experts.sweep import run_expert_sweep
+
+    cfg = parse_sweep_config(
+        {
+            "name": "zipf-small",
+            "workload": {
+                "trace": "gen:zipf",
+                "params": {"num_layers": 2, "num_experts": 3, "num_tokens": 20},
+            },
+            "cache": {"capacities": [2, 4], "policies": ["lru", "opt"]},
+        }
+    )
+    run_expert_sweep(cfg, tmp_path / "z")
+    listed = table(_invoke("results", "list", str(tmp_path)).output)
+    assert [(r["study"], r["runner"], r["rows"], r["policies"]) for r in listed] == [
+        ("zipf-small", "experts", "4", "lru, opt")
+    ]
+    shown = _invoke("results", "show", str(tmp_path / "z"), "--csv")
+    assert shown.exit_code == 0 and shown.output.splitlines()[0].startswith("variant,")
+    sql = "select policy, sum(num_faults) as f from results group by policy order by policy"
+    queried = table(_invoke("results", "query", str(tmp_path / "z"), sql).output)
+    opt = [r for r in queried if r["policy"] == "opt"]
+    lru = [r for r in queried if r["policy"] == "lru"]
+    assert int(opt[0]["f"]) <= int(lru[0]["f"])  # Belady faults no more than LRU
 
 
 def test_results_list_errors(tmp_path: Path) -> None:

@@ -35,10 +35,11 @@ from prefixlab.experiments.config import (
     config_from_text,
     parse_config,
 )
+from prefixlab.experiments.execute import BACKENDS
 from prefixlab.experiments.run import Cell
-from prefixlab.experiments.store import TABLES, find_results, query, read_table
+from prefixlab.experiments.store import TABLES, find_results, query, read_json, read_table
 from prefixlab.experiments.summary import summary_rows
-from prefixlab.experiments.sweep import BACKENDS, SweepSummary, run_sweep
+from prefixlab.experiments.sweep import SweepSummary, run_sweep
 
 OutOpt = Annotated[
     Path | None, typer.Option("--out", "-o", help="Results folder (default results/NAME).")
@@ -198,11 +199,8 @@ def sweep_cmd(
         if kind == "experts":
             from prefixlab.experts.config import parse_sweep_config
 
-            if backend != "local" or detail:
-                raise ConfigError(
-                    "an experts study runs on the local pool, with no per-request rows: "
-                    "drop --backend and --detail"
-                )
+            if detail:
+                raise ConfigError("--detail: an experts study has no per-request rows")
             study = parse_sweep_config(data, name=path.stem)
         else:
             cfg = parse_config(data if data is not None else {}, name=path.stem)
@@ -212,7 +210,16 @@ def sweep_cmd(
     if kind == "experts":
         from prefixlab.cli.experts import sweep_study
 
-        sweep_study(study, out, jobs=jobs, report=report, quiet=quiet, path_only=quiet)
+        sweep_study(
+            study,
+            out,
+            jobs=jobs,
+            report=report,
+            quiet=quiet,
+            path_only=quiet,
+            backend=backend,
+            address=address,
+        )
         return
     _execute(
         cfg,
@@ -345,6 +352,8 @@ def results_list_cmd(
     ),
 ) -> None:
     """Every results folder under FOLDER: name, runner, cells, policies, capacities."""
+    from prefixlab.studies import kind_of
+
     if not folder.is_dir():
         fail(f"{folder}: no such folder")
         return
@@ -353,14 +362,16 @@ def results_list_cmd(
         fail(f"{folder}: no results folders (run `prefixlab sweep` or `compare`)")
         return
     table = FitTable(title=f"results under {folder}")
-    for head in ("folder", "experiment", "runner", "rows", "policies", "capacities", "seeds"):
+    for head in ("folder", "study", "runner", "rows", "policies", "capacities", "seeds"):
         table.add_column(head, justify="right" if head in ("rows", "seeds") else "left")
     for path in found:
         rows = read_table(path).to_pylist()
+        first = rows[0] if rows else {}
+        kind = kind_of(path).name  # an expert-cache study's rows have no runner
         table.add_row(
             str(path),
-            rows[0]["experiment"],
-            rows[0]["runner"],
+            str(first.get("experiment") or read_json(path, "config.resolved.json").get("name")),
+            str(first.get("runner", kind)),
             f"{len(rows):,}",
             ", ".join(dict.fromkeys(r["policy"] for r in rows)),
             ", ".join(dict.fromkeys(str(r["capacity"]) for r in rows)),

@@ -214,6 +214,8 @@ def sweep_study(
     report: bool,
     quiet: bool,
     path_only: bool = False,
+    backend: str = "local",
+    address: str | None = None,
 ) -> None:
     """Run an expert-cache study into a results folder (resumable), then its report and
     its table (``path_only``: print the folder only, as ``prefixlab sweep --quiet``)."""
@@ -228,7 +230,9 @@ def sweep_study(
                 if advance is not None:
                     advance(done, total, "" if cell is None else cell.label())
 
-            summary = run_expert_sweep(cfg, folder, jobs=jobs, progress=progress)
+            summary = run_expert_sweep(
+                cfg, folder, jobs=jobs, progress=progress, backend=backend, address=address
+            )
         page = build_expert_report(folder) if report else None
         res = load_expert_results(folder)
     except (PrefixlabError, OSError) as exc:

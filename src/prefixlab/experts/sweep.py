@@ -20,16 +20,15 @@ import json
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prefixlab.errors import ConfigError
+from prefixlab.experiments.execute import check_backend, run_cells
 from prefixlab.experiments.store import environment, read_cell
 from prefixlab.experts.config import ExpertSweepConfig, Scalar, resolve_capacities
 from prefixlab.io import atomic_write, folder_lock, write_table
-from prefixlab.procs import process_pool
 
 #: columns of results.parquet, in order (variant parameters come after ``variant``)
 COLUMNS = [
@@ -169,22 +168,35 @@ def _done(cfg: ExpertSweepConfig, folder: Path, cells: list[ExpertCell]) -> set[
 
 
 def run_expert_sweep(
-    cfg: ExpertSweepConfig, folder: str | Path, *, jobs: int = 1, progress: Progress | None = None
+    cfg: ExpertSweepConfig,
+    folder: str | Path,
+    *,
+    jobs: int = 1,
+    progress: Progress | None = None,
+    backend: str = "local",
+    address: str | None = None,
 ) -> ExpertSweepSummary:
     """Run the cells of ``cfg`` not yet in ``folder`` and write the tables.
 
     Args:
-        jobs: worker processes; 1 runs in this process.
+        jobs: worker processes (local) or CPUs of a local Ray instance; 1 runs in-process.
         progress: called after each finished cell.
+        backend: ``local`` or ``ray`` (:func:`prefixlab.experiments.execute.run_cells`,
+            as every study kind).
+        address: a Ray cluster to join (``backend="ray"`` only).
     """
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ConfigError(f"--jobs must be a positive integer, got {jobs!r}")
+    check_backend(jobs, backend, address)
     with folder_lock(folder):  # one sweep at a time writes a folder
-        return _run_expert_sweep(cfg, Path(folder), jobs, progress)
+        return _run_expert_sweep(cfg, Path(folder), jobs, progress, backend, address)
 
 
 def _run_expert_sweep(
-    cfg: ExpertSweepConfig, out: Path, jobs: int, progress: Progress | None
+    cfg: ExpertSweepConfig,
+    out: Path,
+    jobs: int,
+    progress: Progress | None,
+    backend: str,
+    address: str | None,
 ) -> ExpertSweepSummary:
     start = time.perf_counter()
     cells = plan(cfg)
@@ -198,20 +210,14 @@ def _run_expert_sweep(
     if progress is not None:
         progress(0, len(todo), None)
 
-    def finished(cell: ExpertCell, doc: dict[str, Any]) -> None:
+    def finished(doc: dict[str, Any], cell: ExpertCell) -> bool:
         atomic_write(out / "cells" / f"{cell.cell_id}.json", json.dumps(doc).encode())
         summary.ran.append(cell.cell_id)
         if progress is not None:
             progress(len(summary.ran), len(todo), cell)
+        return False
 
-    if jobs == 1 or len(todo) <= 1:
-        for cell in todo:
-            finished(cell, run_cell(cfg, cell))
-    else:
-        with process_pool(min(jobs, len(todo))) as pool:
-            futures = {pool.submit(run_cell, cfg, c): c for c in todo}
-            for fut in as_completed(futures):
-                finished(futures[fut], fut.result())
+    run_cells(run_cell, cfg, todo, finished, jobs=jobs, backend=backend, address=address)
     summary.tables = consolidate(cfg, out, cells)
     summary.wall_s = time.perf_counter() - start
     return summary
