@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from prefixlab.configfile import ConfigModel
 from prefixlab.errors import ConfigError
-from prefixlab.experiments.config import ExperimentConfig
 from prefixlab.experiments.run import COLUMNS, Cell, CellResult
 from prefixlab.io import atomic_write, write_table
 
@@ -98,27 +98,68 @@ def environment() -> dict[str, Any]:
     }
 
 
-class ResultsStore:
-    """One experiment's folder of results."""
+class CellStore:
+    """A results folder of any study kind: the resolved config, the environment, one JSON
+    file per finished cell (written last and atomically: the resume marker) and the tidy
+    tables consolidated from them (Parquet and CSV, in plan order; ``timings.csv``)."""
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
         self.cells_dir = self.folder / "cells"
 
-    def prepare(self, cfg: ExperimentConfig) -> None:
+    def prepare(self, config: ConfigModel) -> None:
+        """Before a run: the folder, the resolved config and the environment."""
         self.cells_dir.mkdir(parents=True, exist_ok=True)
         for stale in self.cells_dir.glob(".*.tmp"):  # left by a killed run: never a result
             stale.unlink(missing_ok=True)
-        atomic_write(self.folder / "config.resolved.json", (cfg.to_json() + "\n").encode())
+        atomic_write(self.folder / "config.resolved.json", (config.to_json() + "\n").encode())
         env = json.dumps(environment(), indent=2, sort_keys=True) + "\n"
         atomic_write(self.folder / "environment.json", env.encode())
+
+    def done(self) -> set[str]:
+        """Ids of the finished cells."""
+        if not self.cells_dir.is_dir():
+            return set()
+        return {p.name[: -len(".json")] for p in self.cells_dir.glob("*.json")}
+
+    def write_cell(self, cell_id: str, doc: Mapping[str, object]) -> None:
+        """A finished cell's JSON (exact floats: JSON keeps each float's repr)."""
+        atomic_write(self.cells_dir / f"{cell_id}.json", json.dumps(doc).encode())
+
+    def read_cell(
+        self, cell_id: str, fields: Mapping[str, type | tuple[type, ...]]
+    ) -> dict[str, Any]:
+        return read_cell(self.cells_dir / f"{cell_id}.json", fields)
+
+    def write_tables(
+        self, tables: Mapping[str, list[dict[str, Any]]], timings: list[dict[str, Any]]
+    ) -> dict[str, Path]:
+        """``NAME.parquet`` and ``NAME.csv`` for each table with rows (an empty one's files
+        go), and ``timings.csv``; the Parquet paths written."""
+        import pyarrow as pa
+
+        written: dict[str, Path] = {}
+        for name, recs in tables.items():
+            path = self.folder / f"{name}.parquet"
+            if not recs:
+                path.unlink(missing_ok=True)
+                (self.folder / f"{name}.csv").unlink(missing_ok=True)
+                continue
+            table = pa.Table.from_pylist(recs)
+            write_table(table, path)
+            write_table(table, self.folder / f"{name}.csv")
+            written[name] = path
+        write_table(pa.Table.from_pylist(timings), self.folder / "timings.csv")
+        return written
+
+
+class ResultsStore(CellStore):
+    """One experiment's folder of results (per-request detail too, with ``--detail``)."""
 
     def done(self, detail: bool = False) -> set[str]:
         """Ids of the finished cells (with ``detail``: those that also kept per-request rows,
         so asking for detail later reruns the cells stored without it)."""
-        if not self.cells_dir.is_dir():
-            return set()
-        ids = {p.name[: -len(".json")] for p in self.cells_dir.glob("*.json")}
+        ids = super().done()
         if detail:
             ids = {i for i in ids if (self.cells_dir / f"{i}.requests.parquet").is_file()}
         return ids
@@ -137,10 +178,10 @@ class ResultsStore:
             "wall_s": result.wall_s,
             "worker": result.worker,
         }
-        atomic_write(self.cells_dir / f"{result.cell_id}.json", json.dumps(doc).encode())
+        self.write_cell(result.cell_id, doc)
 
     def load_cell(self, cell_id: str) -> dict[str, Any]:
-        return read_cell(self.cells_dir / f"{cell_id}.json", CELL_FIELDS)
+        return self.read_cell(cell_id, CELL_FIELDS)
 
     def consolidate(self, cells: Iterable[Cell]) -> dict[str, Path]:
         """Write the tidy tables from the cell files, in plan order."""
@@ -172,25 +213,14 @@ class ResultsStore:
                 for name, value in keys.items():
                     t = t.append_column(name, pa.array([value] * t.num_rows))
                 detail.append(t)
-        written: dict[str, Path] = {}
-        for name, recs in (("results", rows), ("breakdown", breakdown), ("cdf", cdf)):
-            path = self.folder / f"{name}.parquet"
-            if not recs:
-                path.unlink(missing_ok=True)
-                (self.folder / f"{name}.csv").unlink(missing_ok=True)
-                continue
-            table = pa.Table.from_pylist(recs)
-            write_table(table, path)
-            write_table(table, self.folder / f"{name}.csv")
-            written[name] = path
+        tables = {"results": rows, "breakdown": breakdown, "cdf": cdf}
+        written = self.write_tables(tables, timings)
         req_path = self.folder / "requests.parquet"
         if detail:
             write_table(pa.concat_tables(detail, promote_options="permissive"), req_path)
             written["requests"] = req_path
         else:
             req_path.unlink(missing_ok=True)
-        tpath = self.folder / "timings.csv"
-        write_table(pa.Table.from_pylist(timings), tpath)
         return written
 
 

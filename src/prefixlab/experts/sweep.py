@@ -26,9 +26,9 @@ from typing import Any
 
 from prefixlab.errors import ConfigError
 from prefixlab.experiments.execute import check_backend, run_cells
-from prefixlab.experiments.store import environment, read_cell
+from prefixlab.experiments.store import CellStore
 from prefixlab.experts.config import ExpertSweepConfig, Scalar, resolve_capacities
-from prefixlab.io import atomic_write, folder_lock, write_table
+from prefixlab.io import folder_lock
 
 #: columns of results.parquet, in order (variant parameters come after ``variant``)
 COLUMNS = [
@@ -152,14 +152,14 @@ CELL_FIELDS: dict[str, type | tuple[type, ...]] = {
 }
 
 
-def _done(cfg: ExpertSweepConfig, folder: Path, cells: list[ExpertCell]) -> set[str]:
+def _done(cfg: ExpertSweepConfig, store: CellStore, cells: list[ExpertCell]) -> set[str]:
     """Cells already stored for this exact config (a changed config reruns them)."""
     out = set()
+    stored = store.done()
     for cell in cells:
-        path = folder / "cells" / f"{cell.cell_id}.json"
-        if path.is_file():
+        if cell.cell_id in stored:
             try:
-                doc = read_cell(path, CELL_FIELDS)
+                doc = store.read_cell(cell.cell_id, CELL_FIELDS)
             except ConfigError:  # unreadable or not a cell: it reruns, and is overwritten
                 continue
             if doc["fingerprint"] == _fingerprint(cfg, cell):
@@ -200,37 +200,33 @@ def _run_expert_sweep(
 ) -> ExpertSweepSummary:
     start = time.perf_counter()
     cells = plan(cfg)
-    done = _done(cfg, out, cells)
+    store = CellStore(out)
+    done = _done(cfg, store, cells)
     todo = [c for c in cells if c.cell_id not in done]
     summary = ExpertSweepSummary(out, cells, skipped=sorted(done))
-    (out / "cells").mkdir(parents=True, exist_ok=True)
-    atomic_write(out / "config.resolved.json", (cfg.to_json() + "\n").encode())
-    env = json.dumps(environment(), indent=2, sort_keys=True) + "\n"
-    atomic_write(out / "environment.json", env.encode())
+    store.prepare(cfg)
     if progress is not None:
         progress(0, len(todo), None)
 
     def finished(doc: dict[str, Any], cell: ExpertCell) -> bool:
-        atomic_write(out / "cells" / f"{cell.cell_id}.json", json.dumps(doc).encode())
+        store.write_cell(cell.cell_id, doc)
         summary.ran.append(cell.cell_id)
         if progress is not None:
             progress(len(summary.ran), len(todo), cell)
         return False
 
     run_cells(run_cell, cfg, todo, finished, jobs=jobs, backend=backend, address=address)
-    summary.tables = consolidate(cfg, out, cells)
+    summary.tables = consolidate(store, cells)
     summary.wall_s = time.perf_counter() - start
     return summary
 
 
-def consolidate(cfg: ExpertSweepConfig, folder: Path, cells: list[ExpertCell]) -> dict[str, Path]:
+def consolidate(store: CellStore, cells: list[ExpertCell]) -> dict[str, Path]:
     """Write results.parquet/csv and timings.csv from the cell files, in plan order."""
-    import pyarrow as pa
-
     rows: list[dict[str, Any]] = []
     timings: list[dict[str, Any]] = []
     for cell in cells:
-        doc = read_cell(folder / "cells" / f"{cell.cell_id}.json", CELL_FIELDS)
+        doc = store.read_cell(cell.cell_id, CELL_FIELDS)
         rows += doc["rows"]
         timings.append(
             {
@@ -245,11 +241,7 @@ def consolidate(cfg: ExpertSweepConfig, folder: Path, cells: list[ExpertCell]) -
             "no results: every policy is undefined at these capacities (-dist policies need "
             "k >= the number of layers); add a capacity of at least num_layers or another policy"
         )
-    table = pa.Table.from_pylist(rows)
-    write_table(table, folder / "results.parquet")
-    write_table(table, folder / "results.csv")
-    write_table(pa.Table.from_pylist(timings), folder / "timings.csv")
-    return {"results": folder / "results.parquet"}
+    return store.write_tables({"results": rows}, timings)
 
 
 def is_experts_folder(folder: str | Path) -> bool:
