@@ -27,7 +27,7 @@ from rich.text import Text
 
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.model import capacity_blocks_for_bytes
-from prefixlab.policies.base import PolicyT, make_policy
+from prefixlab.policies.base import PolicyT, make_policy_of
 from prefixlab.registry import parse_spec
 from prefixlab.workload.idcheck import IdConflictWarning
 from prefixlab.workload.loaders.base import LOADERS
@@ -473,12 +473,8 @@ def _show_id_conflicts(message: Warning | str, *args: Any, **kwargs: Any) -> Non
 def make_policies(specs: list[str], structure: str, kind: type[PolicyT]) -> list[PolicyT]:
     """The ``--policy`` options as policies of ``kind`` (:class:`EvictionPolicy` for the
     block and radix caches); one given twice is an error."""
-    policies = [make_policy(spec, structure) for spec in specs]
-    for pol in policies:
-        if not isinstance(pol, kind):
-            where = ", ".join(sorted(pol.structures))
-            raise ConfigError(f"policy '{pol.name}' applies to the {where} structure only")
+    policies = [make_policy_of(kind, spec, structure) for spec in specs]
     names = [p.spec() for p in policies]
     if len(set(names)) != len(names):
         raise ConfigError(f"a policy is given twice: {', '.join(names)}")
-    return [pol for pol in policies if isinstance(pol, kind)]
+    return policies

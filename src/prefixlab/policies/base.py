@@ -304,13 +304,19 @@ def parameters(cls: type[object]) -> dict[str, Any]:
     return {n: p.default for n, p in sig.parameters.items() if n != "self" and p.kind in kinds}
 
 
-def make_eviction_policy(spec: str, structure: str | None = None) -> EvictionPolicy:
-    """A block or radix cache's policy from its spec string (errors name the bad part)."""
+def make_policy_of(kind: type[PolicyT], spec: str, structure: str | None = None) -> PolicyT:
+    """A policy of ``kind`` (:class:`EvictionPolicy` for the block and radix caches,
+    ``HybridPolicy`` for the hybrid one) from its spec string; errors name the bad part."""
     pol = make_policy(spec, structure)
-    if not isinstance(pol, EvictionPolicy):
+    if not isinstance(pol, kind):
         where = ", ".join(sorted(pol.structures))
         raise ConfigError(f"policy '{pol.name}' applies to the {where} structure only")
     return pol
+
+
+def make_eviction_policy(spec: str, structure: str | None = None) -> EvictionPolicy:
+    """A block or radix cache's policy from its spec string (errors name the bad part)."""
+    return make_policy_of(EvictionPolicy, spec, structure)
 
 
 def make_policy(spec: str, structure: str | None = None) -> Policy:
