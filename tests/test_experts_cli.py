@@ -14,6 +14,7 @@ import math
 import os
 import re
 import shutil
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +40,11 @@ from prefixlab.experts.report import (
     make_expert_figures,
 )
 from prefixlab.experts.simulate import simulate
-from prefixlab.experts.sweep import is_experts_folder, plan, run_expert_sweep
+from prefixlab.experts.sweep import plan, run_expert_sweep
 from prefixlab.experts.trace import ExpertTrace
 from prefixlab.experts.trace_io import load_expert_trace, load_trace, save_trace
+from prefixlab.studies import kind_of
+from tests.tables import table as table_of
 from tests.tables import table_rows
 
 runner = CliRunner()
@@ -404,7 +407,7 @@ def test_sweep_folder_layout(zipf_sweep: tuple[ExpertSweepConfig, Path]) -> None
     assert timings[0] == '"cell_id","label","wall_s","worker"'
     assert [line.split(",")[0].strip('"') for line in timings[1:]] == CELL_IDS
     assert len((folder / "results.csv").read_text(encoding="utf-8").splitlines()) == 309
-    assert is_experts_folder(folder)
+    assert kind_of(folder).name == "experts"
 
 
 def test_rerun_reuses_every_cell_and_rewrites_identical_tables(
@@ -495,18 +498,18 @@ block_tokens = 16
 """
 
 
-def test_is_experts_folder_only_for_expert_sweeps(tmp_path: Path) -> None:
+def test_only_an_expert_sweeps_folder_is_of_the_experts_kind(tmp_path: Path) -> None:
     config = tmp_path / "normal.toml"
     config.write_text(NORMAL_SWEEP, encoding="utf-8")
     result = _invoke("sweep", str(config), "-o", str(tmp_path / "normal"), "--no-report", "-q")
     assert result.exit_code == 0, result.output
     assert (tmp_path / "normal" / "config.resolved.json").is_file()
-    assert not is_experts_folder(tmp_path / "normal")
-    assert not is_experts_folder(tmp_path / "missing")
+    assert kind_of(tmp_path / "normal").name == "experiment"
+    assert kind_of(tmp_path / "missing").name == "experiment"
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.resolved.json").write_text("{oops", encoding="utf-8")
-    assert not is_experts_folder(broken)
+    assert kind_of(broken).name == "experiment"  # its loader then says what is wrong
 
 
 # ------------------------------------------------------------------------------ report
@@ -857,9 +860,10 @@ def test_experts_sweep_command_on_a_file_trace(tmp_path: Path) -> None:
     config = tmp_path / "file.toml"
     config.write_text(SWEEP_TOML.format(trace=trace_path), encoding="utf-8")
     folder = tmp_path / "out"
-    result = _invoke("experts", "sweep", str(config), "-o", str(folder), "--no-report", "-q")
+    result = _invoke("experts", "sweep", str(config), "-o", str(folder), "--no-report")
     assert result.exit_code == 0, result.output
-    assert f"2 cells run, 0 reused, results: {folder}" in result.stdout
+    assert "2 cells: 2 run, 0 already done" in result.stdout
+    assert f"results: {folder}/results.parquet" in result.stdout
     assert not (folder / "report.html").exists()
     rows = _rows(folder)
     assert [(r["seed"], r["capacity_spec"], r["capacity"], r["policy"]) for r in rows] == [
@@ -873,16 +877,22 @@ def test_experts_sweep_command_on_a_file_trace(tmp_path: Path) -> None:
         assert r["variant"] == "trace"
         res = simulate(trace, capacity=r["capacity"], policy=r["policy"], seed=r["seed"])
         assert r["num_faults"] == res.num_faults
-    # the printed table: faults / OPT per variant and capacity entry, mean over seeds
-    table = {(row[0], row[1]): row[2:] for row in table_rows(result.stdout)}
+    # the printed table: faults / OPT per capacity entry and policy, mean and sd over seeds
+    shown = {(r["k"], r["policy"]): r for r in table_of(result.stdout)}
+    assert list(shown) == [(k, p) for k in ("3", "0.5nl") for p in ("lru", "marking")]
     lru6 = [r["fault_ratio_to_opt"] for r in rows if r["capacity"] == 6 and r["policy"] == "lru"]
-    assert table["trace", "0.5nl"][0] == f"{sum(lru6) / 2:.3f}"
+    assert shown["0.5nl", "lru"]["faults/OPT"] == f"{statistics.mean(lru6):.4f}"
+    assert shown["0.5nl", "lru"]["± sd"] == f"{statistics.stdev(lru6):.4f}"
+    rate = [r["fault_rate"] for r in rows if r["capacity"] == 3 and r["policy"] == "marking"]
+    assert shown["3", "marking"]["fault rate"] == f"{statistics.mean(rate):.4f}"
     # a second run reuses both cells, and writes the report this time
-    result = _invoke("experts", "sweep", str(config), "-o", str(folder), "-j", "2", "-q")
+    result = _invoke("experts", "sweep", str(config), "-o", str(folder), "-j", "2")
     assert result.exit_code == 0, result.output
-    assert f"0 cells run, 2 reused, results: {folder}; report: {folder / 'report.html'}" in (
-        result.stdout
-    )
+    assert "2 cells: 0 run, 2 already done" in result.stdout
+    assert f"report:  {folder / 'report.html'}" in result.stdout
+    # -q prints the folder only, as `prefixlab sweep -q`
+    result = _invoke("experts", "sweep", str(config), "-o", str(folder), "-q", "--no-report")
+    assert result.exit_code == 0 and result.stdout.strip() == str(folder)
     assert _figure_ids((folder / "report.html").read_text(encoding="utf-8")) == [
         "experts-vs-capacity"
     ]

@@ -26,6 +26,8 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from prefixlab.errors import ConfigError, PrefixlabError
+from prefixlab.experiments.execute import BACKENDS
+from prefixlab.experiments.summary import Summary
 from prefixlab.model import capacity_blocks_for_bytes
 from prefixlab.policies.base import PolicyT, make_policy_of
 from prefixlab.registry import parse_spec
@@ -125,6 +127,39 @@ def secs(value: float) -> str:
     return f"{value:,.0f}"
 
 
+#: how each form of summary column is written (:data:`prefixlab.experiments.summary.FORMS`)
+FORMATS: dict[str, Callable[[Any], str]] = {
+    "text": str,
+    "count": "{:,}".format,
+    "ratio": "{:.4f}".format,
+    "percent": "{:.1%}".format,
+    "secs": secs,
+}
+
+
+def summary_table(summary: Summary) -> Table:
+    """A study's summary (any kind) as a table fitting the terminal: a section per group,
+    each group's best value in bold green."""
+    table = FitTable(title=summary.title)
+    for col in summary.columns:
+        table.add_column(col.header, justify="left" if col.form == "text" else "right")
+    best = summary.best_rows()
+    last: tuple[object, ...] | None = None
+    for i, row in enumerate(summary.rows):
+        key = summary.section(row)
+        if last is not None and key != last:
+            table.add_section()
+        last = key
+        cells = []
+        for col in summary.columns:
+            text = escape(cell(row[col.key], FORMATS[col.form]))
+            if i in best and col.key == summary.best:
+                text = f"[bold green]{text}[/]"
+            cells.append(text)
+        table.add_row(*cells)
+    return table
+
+
 def _widen(column: Column, cell: Any) -> None:
     """No narrower than the cell's widest word (a str cell; rich markup allowed)."""
     if isinstance(cell, str):
@@ -139,6 +174,21 @@ Advance = Callable[[int, int | None, str], None]
 QuietOpt = Annotated[
     bool, typer.Option("--quiet", "-q", help="No progress bars (for scripts and logs).")
 ]
+
+# the options of a sweep (prefixlab sweep, compare, experts sweep)
+ResultsOpt = Annotated[
+    Path | None, typer.Option("--out", "-o", help="Results folder (default results/NAME).")
+]
+JobsOpt = Annotated[int, typer.Option("--jobs", "-j", help="Worker processes (or Ray CPUs).")]
+BackendOpt = Annotated[str, typer.Option(help=f"Where cells run: {', '.join(BACKENDS)}.")]
+AddressOpt = Annotated[
+    str | None, typer.Option(help="Ray cluster to join (auto, ray://host:10001).")
+]
+DetailOpt = Annotated[bool, typer.Option("--detail", help="Also store per-request rows.")]
+QuietPathOpt = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress or table: print the results path.")
+]
+ReportOpt = Annotated[bool, typer.Option(help="Write report.html beside the results.")]
 
 
 @contextmanager

@@ -28,7 +28,7 @@ COMMANDS: dict[str, str] = {
     "compare": (
         "Compare policies on one workload at one or more capacities: a table, and results."
     ),
-    "sweep": "Run an experiment's cross product; finished cells are kept, so a rerun resumes.",
+    "sweep": "Run a study (experiment or experts); finished cells are kept, so a rerun resumes.",
     "demo": (
         "The built-in tour: a multi-turn + templated mix, the classic policies and OPT,\n"
         "on the serving engine; ends with the table and the path of the HTML report."

@@ -4,60 +4,47 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from prefixlab.cli.common import (
+    AddressOpt,
+    BackendOpt,
     BlockTokensOpt,
+    DetailOpt,
     FitTable,
     FormatOpt,
+    JobsOpt,
+    QuietPathOpt,
+    ReportOpt,
+    ResultsOpt,
     TraceArg,
-    cell,
     console,
     err,
     fail,
     print_json,
     progress_bar,
     resumable,
-    secs,
+    summary_table,
     with_loader_options,
 )
-from prefixlab.configfile import read_config_file, schema
+from prefixlab.configfile import ConfigModel, read_config_file, schema
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.experiments.config import (
-    ExperimentConfig,
     config_from_text,
     parse_config,
 )
-from prefixlab.experiments.execute import BACKENDS
-from prefixlab.experiments.run import Cell
 from prefixlab.experiments.store import TABLES, find_results, query, read_json, read_table
-from prefixlab.experiments.summary import summary_rows
-from prefixlab.experiments.sweep import SweepSummary, run_sweep
-
-OutOpt = Annotated[
-    Path | None, typer.Option("--out", "-o", help="Results folder (default results/NAME).")
-]
-JobsOpt = Annotated[int, typer.Option("--jobs", "-j", help="Worker processes (or Ray CPUs).")]
-BackendOpt = Annotated[str, typer.Option(help=f"Where cells run: {', '.join(BACKENDS)}.")]
-AddressOpt = Annotated[
-    str | None, typer.Option(help="Ray cluster to join (auto, ray://host:10001).")
-]
-DetailOpt = Annotated[bool, typer.Option("--detail", help="Also store per-request rows.")]
-QuietOpt = Annotated[
-    bool, typer.Option("--quiet", "-q", help="No progress or table: print the results path.")
-]
-ReportOpt = Annotated[bool, typer.Option(help="Write report.html beside the results.")]
+from prefixlab.experiments.study import Progress, StudyCell, SweepSummary, run_study
 
 
 @contextmanager
-def cell_progress(quiet: bool) -> Iterator[Callable[[int, int, Cell | None], None] | None]:
+def cell_progress(quiet: bool) -> Iterator[Progress[StudyCell] | None]:
     """The sweep's progress over cells (see :func:`progress_bar`)."""
     with progress_bar("cells", quiet) as advance:
         if advance is None:
@@ -65,56 +52,52 @@ def cell_progress(quiet: bool) -> Iterator[Callable[[int, int, Cell | None], Non
             return
         bar = advance
 
-        def update(done: int, total: int, cell: Cell | None) -> None:
+        def update(done: int, total: int, cell: StudyCell | None) -> None:
             bar(done, total, cell.label() if cell else "")
 
         yield update
 
 
-def _execute(
-    cfg: ExperimentConfig,
+def execute(
+    cfg: ConfigModel,
     out: Path | None,
     *,
     jobs: int,
-    backend: str,
-    address: str | None,
-    detail: bool,
     quiet: bool,
-    report: bool,
+    backend: str = "local",
+    address: str | None = None,
+    detail: bool = False,
+    report: bool = True,
     flags: bool = False,
 ) -> None:
-    """Run, then print the table; ``flags``: errors name compare's flags, not config keys."""
-    folder = out if out is not None else Path("results") / cfg.name
+    """Run the study of a config of any kind into ``out`` (default ``results/NAME``),
+    write its report, then print its summary table (``quiet``: the folder only).
+    ``flags``: errors name compare's flags, not config keys."""
+    from prefixlab.studies import kind_for
+
+    kind = kind_for(cfg)
+    name = str(getattr(cfg, "name", kind.name))
+    folder = out if out is not None else Path("results") / name
     try:
+        study = kind.study(cfg, detail)
         with resumable(folder), cell_progress(quiet) as progress:
-            summary = run_sweep(
-                cfg,
-                folder,
-                jobs=jobs,
-                backend=backend,
-                address=address,
-                detail=detail,
-                progress=progress,
+            summary = run_study(
+                study, folder, jobs=jobs, backend=backend, address=address, progress=progress
             )
-        report_path = _report(folder) if report else None
+        report_path = kind.report(folder, None) if report else None
+        table = None if quiet else kind.summary(folder)
     except PrefixlabError as exc:
         fail(_flag_names(str(exc)) if flags else str(exc))
         return
-    if quiet:
+    if table is None:
         typer.echo(str(folder))
         return
     out_console = console()
-    out_console.print(summary_table(folder, cfg.name))
-    out_console.print(_footer(summary, report_path))
+    out_console.print(summary_table(table))
+    out_console.print(_footer(summary, report_path), markup=False, highlight=False)
 
 
-def _report(folder: Path) -> Path:
-    from prefixlab.studies import build_report
-
-    return build_report(folder)
-
-
-def _footer(summary: SweepSummary, report: Path | None) -> str:
+def _footer(summary: SweepSummary[StudyCell], report: Path | None) -> str:
     n = len(summary.cells)
     text = (
         f"{n} cells: {len(summary.ran)} run, {len(summary.skipped)} already done "
@@ -125,112 +108,43 @@ def _footer(summary: SweepSummary, report: Path | None) -> str:
     return text
 
 
-def _summary_columns(rows: list[dict[str, Any]]) -> list[tuple[str, str, Callable[[Any], str]]]:
-    """(key, header, format) of the summary's columns: those the rows have values for."""
-    ratio = "{:.4f}".format
-    cols: list[tuple[str, str, Callable[[Any], str]]] = []
-    if any(r["variant"] for r in rows):
-        cols.append(("variant", "workload", str))
-    cols.append(("capacity", "capacity", str))
-    if any(r["capacity_blocks"] >= 0 for r in rows):  # the hybrid cache has bytes only
-        cols.append(("capacity_blocks", "blocks", "{:,}".format))
-    cols += [("policy", "policy", str), ("token_hit_ratio", "token hit", ratio)]
-    if max(r["seeds"] for r in rows) > 1:
-        cols.append(("token_hit_ratio_sd", "± sd", ratio))
-    cols.append(("request_hit_ratio", "req hit", ratio))
-    if any(not math.isnan(r["flops_saved_ratio"]) for r in rows):
-        cols.append(("flops_saved_ratio", "FLOPs saved", "{:.1%}".format))
-    if any(r["runner"] == "engine" for r in rows):
-        cols += [
-            ("mean_ttft_s", "TTFT mean s", secs),
-            ("p95_ttft_s", "TTFT P95 s", secs),
-            ("mean_qttft_s", "QTTFT mean s", secs),
-        ]
-    return cols
-
-
-def summary_table(folder: Path, title: str) -> Table:
-    """The answer: hit ratios, FLOPs saved and (engine) latency per capacity and policy,
-    with the spread of the token hit ratio over seeds."""
-    rows = summary_rows(read_table(folder).to_pylist())
-    cols = _summary_columns(rows)
-    seeds = max(r["seeds"] for r in rows)
-    note = f" (mean and sd of {seeds} seeds)" if seeds > 1 else ""
-    table = FitTable(title=f"{title}{note}")
-    for _, head, _ in cols:
-        table.add_column(head, justify="left" if head in ("policy", "workload") else "right")
-    best: dict[tuple[str, int], float] = {}
-    for r in rows:
-        key = (r["variant"], r["capacity_index"])
-        best[key] = max(best.get(key, -1.0), r["token_hit_ratio"])
-    last: tuple[str, int] | None = None
-    for r in rows:
-        key = (r["variant"], r["capacity_index"])
-        if last is not None and key != last:
-            table.add_section()
-        last = key
-        cells = [cell(r[k], f) for k, _, f in cols]
-        if r["token_hit_ratio"] == best[key]:
-            i = [k for k, _, _ in cols].index("token_hit_ratio")
-            cells[i] = f"[bold green]{cells[i]}[/]"
-        table.add_row(*cells)
-    return table
-
-
 # ------------------------------------------------------------------ commands
 def sweep_cmd(
     config: Annotated[
         Path, typer.Argument(help="Study config (.toml, .yaml): an experiment, or experts.")
     ],
-    out: OutOpt = None,
+    out: ResultsOpt = None,
     jobs: JobsOpt = 1,
     backend: BackendOpt = "local",
     address: AddressOpt = None,
     detail: DetailOpt = False,
-    quiet: QuietOpt = False,
+    quiet: QuietPathOpt = False,
     report: ReportOpt = True,
 ) -> None:
-    """Run an experiment's cross product; finished cells are kept, so a rerun resumes."""
-    from prefixlab.studies import config_kind
-
+    """Run a study (experiment or experts); finished cells are kept, so a rerun resumes."""
     try:
-        data, path = read_config_file(config)
-        kind = config_kind(data)
-        if kind == "experts":
-            from prefixlab.experts.config import parse_sweep_config
-
-            if detail:
-                raise ConfigError("--detail: an experts study has no per-request rows")
-            study = parse_sweep_config(data, name=path.stem)
-        else:
-            cfg = parse_config(data if data is not None else {}, name=path.stem)
+        cfg = load_study(config)
     except PrefixlabError as exc:
         fail(str(exc))
         return
-    if kind == "experts":
-        from prefixlab.cli.experts import sweep_study
-
-        sweep_study(
-            study,
-            out,
-            jobs=jobs,
-            report=report,
-            quiet=quiet,
-            path_only=quiet,
-            backend=backend,
-            address=address,
-        )
-        return
-    _execute(
+    execute(
         cfg,
         out,
         jobs=jobs,
+        quiet=quiet,
         backend=backend,
         address=address,
         detail=detail,
-        quiet=quiet,
         report=report,
     )
+
+
+def load_study(config: Path) -> ConfigModel:
+    """A study config file, validated by its kind's rules (named after the file)."""
+    from prefixlab.studies import config_kind, get_kind
+
+    data, path = read_config_file(config)
+    return get_kind(config_kind(data)).load(data, path.stem)
 
 
 _INT = re.compile(r"^\d+$")
@@ -260,10 +174,10 @@ def compare_cmd(
     ] = None,
     seed: Annotated[list[int] | None, typer.Option(help="Seed (repeatable).")] = None,
     name: Annotated[str, typer.Option(help="Experiment name.")] = "compare",
-    out: OutOpt = None,
+    out: ResultsOpt = None,
     jobs: JobsOpt = 1,
     detail: DetailOpt = False,
-    quiet: QuietOpt = False,
+    quiet: QuietPathOpt = False,
     report: ReportOpt = False,
     load: dict[str, Any] | None = None,
 ) -> None:
@@ -287,17 +201,7 @@ def compare_cmd(
     except PrefixlabError as exc:
         fail(_flag_names(str(exc)))
         return
-    _execute(
-        cfg,
-        out,
-        jobs=jobs,
-        backend="local",
-        address=None,
-        detail=detail,
-        quiet=quiet,
-        report=report,
-        flags=True,
-    )
+    execute(cfg, out, jobs=jobs, quiet=quiet, detail=detail, report=report, flags=True)
 
 
 def _flag_names(message: str) -> str:
@@ -316,12 +220,12 @@ def _flag_names(message: str) -> str:
 
 
 def demo_cmd(
-    out: OutOpt = None,
+    out: ResultsOpt = None,
     jobs: JobsOpt = 2,
     num_requests: Annotated[
         int, typer.Option(min=500, help="Requests of the workload (500 or more).")
     ] = 1000,
-    quiet: QuietOpt = False,
+    quiet: QuietPathOpt = False,
 ) -> None:
     """The built-in tour: a multi-turn + templated mix, the classic policies and OPT,
     on the serving engine; ends with the table and the path of the HTML report."""
@@ -336,9 +240,7 @@ def demo_cmd(
             f"{len(cfg.policies)} policies x {len(cfg.cache.capacities)} capacities on the "
             f"engine runner, {jobs} jobs"
         )
-    _execute(
-        cfg, out, jobs=jobs, backend="local", address=None, detail=False, quiet=quiet, report=True
-    )
+    execute(cfg, out, jobs=jobs, quiet=quiet)
 
 
 # ------------------------------------------------------------------ results

@@ -2,27 +2,31 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from prefixlab.cli.common import (
+    AddressOpt,
+    BackendOpt,
     FitTable,
+    JobsOpt,
     QuietOpt,
+    QuietPathOpt,
+    ReportOpt,
+    ResultsOpt,
     console,
     err,
     fail,
     print_json,
     progress_bar,
-    resumable,
     warn,
 )
 from prefixlab.errors import PrefixlabError
 
 if TYPE_CHECKING:
-    from prefixlab.experts.config import ExpertSweepConfig
+    pass
 
 experts_app = typer.Typer(
     no_args_is_help=True,
@@ -181,14 +185,15 @@ def simulate_cmd(
 
 def sweep_cmd(
     config: Annotated[Path, typer.Argument(help="Expert sweep config (TOML or YAML).")],
-    out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Results folder [default: results/NAME].")
-    ] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes.")] = 1,
-    report: Annotated[bool, typer.Option(help="Write report.html beside the results.")] = True,
-    quiet: QuietOpt = False,
+    out: ResultsOpt = None,
+    jobs: JobsOpt = 1,
+    backend: BackendOpt = "local",
+    address: AddressOpt = None,
+    quiet: QuietPathOpt = False,
+    report: ReportOpt = True,
 ) -> None:
     """The same as `prefixlab sweep` on an experts config (kept for old scripts)."""
+    from prefixlab.cli.experiments import execute
     from prefixlab.experts.config import load_sweep_config
 
     try:
@@ -196,67 +201,10 @@ def sweep_cmd(
     except (PrefixlabError, OSError) as exc:
         fail(str(exc))
         return
-    sweep_study(cfg, out, jobs=jobs, report=report, quiet=quiet)
+    execute(cfg, out, jobs=jobs, quiet=quiet, backend=backend, address=address, report=report)
     err.print(  # after the run: an error stays one line
         "note: 'prefixlab experts sweep' is 'prefixlab sweep' on an experts config; "
         "this alias stays",
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
-    )
-
-
-def sweep_study(
-    cfg: ExpertSweepConfig,
-    out: Path | None,
-    *,
-    jobs: int,
-    report: bool,
-    quiet: bool,
-    path_only: bool = False,
-    backend: str = "local",
-    address: str | None = None,
-) -> None:
-    """Run an expert-cache study into a results folder (resumable), then its report and
-    its table (``path_only``: print the folder only, as ``prefixlab sweep --quiet``)."""
-    from prefixlab.experts.report import build_expert_report, load_expert_results
-    from prefixlab.experts.sweep import run_expert_sweep
-
-    try:
-        folder = out if out is not None else Path("results") / cfg.name
-        with resumable(folder), progress_bar("cells", quiet) as advance:
-
-            def progress(done: int, total: int, cell: Any) -> None:
-                if advance is not None:
-                    advance(done, total, "" if cell is None else cell.label())
-
-            summary = run_expert_sweep(
-                cfg, folder, jobs=jobs, progress=progress, backend=backend, address=address
-            )
-        page = build_expert_report(folder) if report else None
-        res = load_expert_results(folder)
-    except (PrefixlabError, OSError) as exc:
-        fail(str(exc))
-        return
-    if path_only:
-        print(folder)
-        return
-    table = FitTable(title=f"{cfg.name}: faults / OPT (mean over seeds)")
-    table.add_column("variant")
-    table.add_column("k", justify="right")
-    for p in res.policies:
-        table.add_column(p, justify="right")
-    for v in res.variants:
-        for spec in res.capacity_specs[:12]:
-            w = {"variant": v, "capacity_spec": spec}
-            means = [res.mean("fault_ratio_to_opt", **w, policy=p) for p in res.policies]
-            cells = ["-" if math.isnan(x) else f"{x:.3f}" for x in means]
-            table.add_row(v, spec, *cells)
-    console().print(table)
-    ran, skipped = len(summary.ran), len(summary.skipped)
-    tail = f"; report: {page}" if page is not None else ""
-    console().print(
-        f"{ran} cells run, {skipped} reused, results: {folder}{tail}",
         markup=False,
         highlight=False,
         soft_wrap=True,

@@ -1,4 +1,5 @@
-"""Experiments: typed configs, cells, the results store and sweeps (local or Ray)."""
+"""Experiments: typed configs, cells, the results store, and the study engine every kind
+runs on (local or Ray)."""
 
 from prefixlab.experiments.config import (
     CacheConfig,
@@ -12,7 +13,8 @@ from prefixlab.experiments.config import (
 )
 from prefixlab.experiments.run import COLUMNS, Cell, CellResult, plan, run_cell
 from prefixlab.experiments.store import ResultsStore, find_results, read_table
-from prefixlab.experiments.sweep import SweepSummary, run_sweep
+from prefixlab.experiments.study import Study, SweepSummary, run_study
+from prefixlab.experiments.sweep import ExperimentStudy, run_sweep
 
 __all__ = [
     "COLUMNS",
@@ -20,9 +22,11 @@ __all__ = [
     "Cell",
     "CellResult",
     "ExperimentConfig",
+    "ExperimentStudy",
     "ModelConfig",
     "ResultsStore",
     "RunnerConfig",
+    "Study",
     "SweepSummary",
     "WorkloadConfig",
     "find_results",
@@ -32,5 +36,6 @@ __all__ = [
     "read_table",
     "resolve_capacity",
     "run_cell",
+    "run_study",
     "run_sweep",
 ]

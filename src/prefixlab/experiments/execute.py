@@ -13,6 +13,8 @@ same path on every node (a generated workload needs nothing).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, Protocol, TypeVar
@@ -32,6 +34,13 @@ class CellLike(Protocol):
 P = TypeVar("P")
 C = TypeVar("C", bound=CellLike)
 R = TypeVar("R")
+
+
+def cell_id_of(fingerprint: str, *key: object) -> str:
+    """A cell's id from its study's fingerprint and its own key (a changed config gives
+    new ids, so its cells run again): 16 hex digits."""
+    ident = json.dumps([fingerprint, *key], sort_keys=True, default=str)
+    return hashlib.blake2b(ident.encode(), digest_size=8).hexdigest()
 
 
 def check_backend(jobs: int, backend: str, address: str | None) -> None:

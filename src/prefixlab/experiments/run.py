@@ -10,7 +10,6 @@ same rows (wall-clock time is kept apart, in ``wall_s``).
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
@@ -23,6 +22,7 @@ import numpy.typing as npt
 
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.experiments.config import ExperimentConfig, resolve_capacity
+from prefixlab.experiments.execute import cell_id_of
 from prefixlab.policies.base import EvictionPolicy, make_policy, parameters, registered
 from prefixlab.registry import parse_spec
 from prefixlab.workload.generators import GENERATORS
@@ -161,8 +161,7 @@ def plan(cfg: ExperimentConfig) -> list[Cell]:
         for ci, cap in enumerate(cfg.cache.capacities):
             for pi, pol in enumerate(cfg.policies):
                 for seed in cfg.seeds:
-                    ident = json.dumps([fp, variant, cap, pol, seed], sort_keys=True, default=str)
-                    cid = hashlib.blake2b(ident.encode(), digest_size=8).hexdigest()
+                    cid = cell_id_of(fp, variant, cap, pol, seed)
                     cells.append(Cell(variant, cap, ci, pol, pi, seed, cid))
     if len({c.cell_id for c in cells}) != len(cells):
         raise ConfigError("the config lists a capacity, policy, seed or vary value twice")

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from prefixlab.errors import ConfigError
+from prefixlab.experiments.summary import Column, Summary, over_seeds
 from prefixlab.io import atomic_write
 from prefixlab.report.html import page
 from prefixlab.report.plots import FigureSpec, evenly, finish_figure, plot_style
@@ -64,7 +65,7 @@ def load_expert_results(folder: str | Path) -> ExpertResults:
         f = f.parent
     path = f / "results.parquet"
     if not path.is_file():
-        raise ConfigError(f"{f}: no results.parquet here (run `prefixlab experts sweep`)")
+        raise ConfigError(f"{f}: no results.parquet here (run `prefixlab sweep`)")
     cfg = json.loads((f / "config.resolved.json").read_text(encoding="utf-8"))
     env_path = f / "environment.json"
     env = json.loads(env_path.read_text(encoding="utf-8")) if env_path.is_file() else {}
@@ -87,6 +88,43 @@ def load_expert_results(folder: str | Path) -> ExpertResults:
         vary=dict(cfg.get("workload", cfg).get("vary", {})),
         capacity_specs=seen_caps,
         seeds=list(cfg.get("seeds", [0])),
+    )
+
+
+def expert_summary(folder: str | Path) -> Summary:
+    """An expert-cache study's answer: faults relative to OPT (mean and sd over seeds)
+    and the fault rate, per variant, cache size and policy; the fewest faults of each
+    (variant, cache size) among the online policies marked."""
+    from prefixlab.experts.policies import registered
+    from prefixlab.registry import parse_spec
+
+    res = load_expert_results(folder)
+    rows = over_seeds(
+        res.rows,
+        lambda r: (r["variant"], r["capacity_spec"], r["policy"]),
+        ("variant", "capacity_spec", "policy"),
+        ("fault_ratio_to_opt", "fault_rate"),
+    )
+    known = registered()
+    for r in rows:
+        name = parse_spec(str(r["policy"]), "policy")[0]
+        r["offline"] = name in known and known[name].needs_future
+    cols = [Column("capacity_spec", "k"), Column("policy", "policy")]
+    if len(res.variants) > 1 or res.vary:
+        cols.insert(0, Column("variant", "workload"))
+    cols.append(Column("fault_ratio_to_opt", "faults/OPT", "ratio"))
+    if len(res.seeds) > 1:
+        cols.append(Column("fault_ratio_to_opt_sd", "± sd", "ratio"))
+    cols.append(Column("fault_rate", "fault rate", "ratio"))
+    note = f" (mean and sd of {len(res.seeds)} seeds)" if len(res.seeds) > 1 else ""
+    return Summary(
+        f"{res.name}: faults relative to OPT{note}",
+        tuple(cols),
+        rows,
+        group=("variant", "capacity_spec"),
+        best="fault_ratio_to_opt",
+        lower_is_better=True,
+        bound="offline",
     )
 
 

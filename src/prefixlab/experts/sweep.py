@@ -20,15 +20,14 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from prefixlab.errors import ConfigError
-from prefixlab.experiments.execute import check_backend, run_cells
 from prefixlab.experiments.store import CellStore
+from prefixlab.experiments.study import Progress, Study, SweepSummary, run_study
 from prefixlab.experts.config import ExpertSweepConfig, Scalar, resolve_capacities
-from prefixlab.io import folder_lock
 
 #: columns of results.parquet, in order (variant parameters come after ``variant``)
 COLUMNS = [
@@ -130,19 +129,6 @@ def run_cell(cfg: ExpertSweepConfig, cell: ExpertCell) -> dict[str, Any]:
     }
 
 
-@dataclass(slots=True)
-class ExpertSweepSummary:
-    folder: Path
-    cells: list[ExpertCell]
-    ran: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    tables: dict[str, Path] = field(default_factory=dict)
-    wall_s: float = 0.0
-
-
-Progress = Callable[[int, int, ExpertCell | None], None]
-
-
 #: what an expert cell file holds
 CELL_FIELDS: dict[str, type | tuple[type, ...]] = {
     "rows": list,
@@ -152,19 +138,49 @@ CELL_FIELDS: dict[str, type | tuple[type, ...]] = {
 }
 
 
-def _done(cfg: ExpertSweepConfig, store: CellStore, cells: list[ExpertCell]) -> set[str]:
-    """Cells already stored for this exact config (a changed config reruns them)."""
-    out = set()
-    stored = store.done()
-    for cell in cells:
-        if cell.cell_id in stored:
-            try:
-                doc = store.read_cell(cell.cell_id, CELL_FIELDS)
-            except ConfigError:  # unreadable or not a cell: it reruns, and is overwritten
-                continue
-            if doc["fingerprint"] == _fingerprint(cfg, cell):
-                out.add(cell.cell_id)
-    return out
+def _task(payload: object, cell: ExpertCell) -> dict[str, Any]:
+    """What a worker runs (top level, so process pools and Ray can ship it)."""
+    assert isinstance(payload, ExpertSweepConfig)
+    return run_cell(payload, cell)
+
+
+class ExpertStudy(Study[ExpertCell, dict[str, Any], CellStore]):
+    """An expert-cache study: a cell is one workload variant and seed."""
+
+    config: ExpertSweepConfig
+
+    def __init__(self, config: ExpertSweepConfig) -> None:
+        super().__init__(config)
+
+    def plan(self) -> list[ExpertCell]:
+        return plan(self.config)
+
+    def store(self, folder: Path) -> CellStore:
+        return CellStore(folder)
+
+    def done(self, store: CellStore, cells: list[ExpertCell]) -> set[str]:
+        """Cells already stored for this exact config (a changed config, or a rewritten
+        trace file, reruns them; an unreadable cell file reruns and is overwritten)."""
+        out = set()
+        stored = store.done()
+        for cell in cells:
+            if cell.cell_id in stored:
+                try:
+                    doc = store.read_cell(cell.cell_id, CELL_FIELDS)
+                except ConfigError:
+                    continue
+                if doc["fingerprint"] == _fingerprint(self.config, cell):
+                    out.add(cell.cell_id)
+        return out
+
+    def task(self) -> tuple[Callable[[object, ExpertCell], dict[str, Any]], object]:
+        return _task, self.config
+
+    def save(self, store: CellStore, result: dict[str, Any], cell: ExpertCell) -> None:
+        store.write_cell(cell.cell_id, result)
+
+    def consolidate(self, store: CellStore, cells: list[ExpertCell]) -> dict[str, Path]:
+        return consolidate(store, cells)
 
 
 def run_expert_sweep(
@@ -172,53 +188,30 @@ def run_expert_sweep(
     folder: str | Path,
     *,
     jobs: int = 1,
-    progress: Progress | None = None,
+    progress: Progress[ExpertCell] | None = None,
     backend: str = "local",
     address: str | None = None,
-) -> ExpertSweepSummary:
-    """Run the cells of ``cfg`` not yet in ``folder`` and write the tables.
+    stop_after: int | None = None,
+) -> SweepSummary[ExpertCell]:
+    """Run the cells of ``cfg`` not yet in ``folder`` and write the tables
+    (:func:`~prefixlab.experiments.study.run_study`, as every study kind).
 
     Args:
         jobs: worker processes (local) or CPUs of a local Ray instance; 1 runs in-process.
         progress: called after each finished cell.
-        backend: ``local`` or ``ray`` (:func:`prefixlab.experiments.execute.run_cells`,
-            as every study kind).
+        backend: ``local`` or ``ray``.
         address: a Ray cluster to join (``backend="ray"`` only).
+        stop_after: stop after this many cells without consolidating (tests of resume).
     """
-    check_backend(jobs, backend, address)
-    with folder_lock(folder):  # one sweep at a time writes a folder
-        return _run_expert_sweep(cfg, Path(folder), jobs, progress, backend, address)
-
-
-def _run_expert_sweep(
-    cfg: ExpertSweepConfig,
-    out: Path,
-    jobs: int,
-    progress: Progress | None,
-    backend: str,
-    address: str | None,
-) -> ExpertSweepSummary:
-    start = time.perf_counter()
-    cells = plan(cfg)
-    store = CellStore(out)
-    done = _done(cfg, store, cells)
-    todo = [c for c in cells if c.cell_id not in done]
-    summary = ExpertSweepSummary(out, cells, skipped=sorted(done))
-    store.prepare(cfg)
-    if progress is not None:
-        progress(0, len(todo), None)
-
-    def finished(doc: dict[str, Any], cell: ExpertCell) -> bool:
-        store.write_cell(cell.cell_id, doc)
-        summary.ran.append(cell.cell_id)
-        if progress is not None:
-            progress(len(summary.ran), len(todo), cell)
-        return False
-
-    run_cells(run_cell, cfg, todo, finished, jobs=jobs, backend=backend, address=address)
-    summary.tables = consolidate(store, cells)
-    summary.wall_s = time.perf_counter() - start
-    return summary
+    return run_study(
+        ExpertStudy(cfg),
+        folder,
+        jobs=jobs,
+        backend=backend,
+        address=address,
+        progress=progress,
+        stop_after=stop_after,
+    )
 
 
 def consolidate(store: CellStore, cells: list[ExpertCell]) -> dict[str, Path]:
@@ -242,14 +235,3 @@ def consolidate(store: CellStore, cells: list[ExpertCell]) -> dict[str, Path]:
             "k >= the number of layers); add a capacity of at least num_layers or another policy"
         )
     return store.write_tables({"results": rows}, timings)
-
-
-def is_experts_folder(folder: str | Path) -> bool:
-    """Whether a results folder holds an expert-cache sweep."""
-    path = Path(folder) / "config.resolved.json"
-    if not path.is_file():
-        return False
-    try:
-        return bool(json.loads(path.read_text(encoding="utf-8")).get("kind") == "experts")
-    except (OSError, json.JSONDecodeError):
-        return False
