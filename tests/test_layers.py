@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"learn", "cache"},
     {"workload", "model"},
     {"configfile", "procs", "registry", "io", "_keytable"},
-    {"_jit", "errors"},
+    {"_jit", "errors", "types"},
 ]
 
 

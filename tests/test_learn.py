@@ -91,6 +91,9 @@ def test_hashed_embedder_is_deterministic_and_unit_norm() -> None:
     assert splitmix64(np.array([0], dtype=np.uint64))[0] == np.uint64(0xE220A8397B1DCDAF)
     with pytest.raises(ConfigError, match="unknown embedder 'w2v'"):
         get_embedder("w2v")
+    for spec, value in (("hashed:dim=wide", "'wide'"), ("hashed:seed=0.5", "0.5")):
+        with pytest.raises(ConfigError, match=f"must be an integer, got {value}"):
+            get_embedder(spec)
 
 
 def test_metrics_by_hand() -> None:

@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, cast
+from typing import Literal, TypedDict, cast
 
 import pytest
 
@@ -31,6 +31,7 @@ from prefixlab.studies import (
     register_kind,
     write_plots,
 )
+from prefixlab.types import Row
 from tests.tables import table as table_of
 
 
@@ -114,6 +115,10 @@ class ToyCell:
         return f"n={self.n}"
 
 
+class ToyDoc(TypedDict):
+    rows: list[Row]
+
+
 def toy_task(payload: object, cell: ToyCell) -> dict[str, object]:
     assert isinstance(payload, ToyConfig)
     return {"rows": [{"n": cell.n, "seed": cell.seed, "square": cell.n * cell.n + cell.seed}]}
@@ -139,7 +144,7 @@ class ToyStudy(Study[ToyCell, dict[str, object], CellStore]):
         store.write_cell(cell.cell_id, result)
 
     def consolidate(self, store: CellStore, cells: list[ToyCell]) -> dict[str, Path]:
-        rows = [row for c in cells for row in store.read_cell(c.cell_id, {"rows": list})["rows"]]
+        rows = [row for c in cells for row in store.read_cell(c.cell_id, ToyDoc)["rows"]]
         return store.write_tables({"results": rows}, [{"cell_id": c.cell_id} for c in cells])
 
 

@@ -1,5 +1,6 @@
-"""UniCache (``unicache``, ``unicache-opt``) and ``opt-online``, which shares UniCache-OPT's
-waiting-queue machinery (WA, the other baseline, is in test_workload_aware.py).
+"""UniCache (``unicache``, ``unicache-opt``). WA, the other baseline, is in
+test_workload_aware.py; ``opt-online``, which keeps the waiting queue as UniCache-OPT does,
+in test_opt_online.py (what the two share: tests/engine_only.py).
 
 Hand-computed queue assignments, victim orders, Algorithm 2 weight steps, the online gap fit,
 the stage-2 ablation; Hypothesis comparisons against naive
@@ -12,9 +13,7 @@ Every expectation is derived by hand in the comment next to it.
 
 from __future__ import annotations
 
-import json
 import math
-import pickle
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -25,11 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prefixlab.cache.block import BlockCache
 from prefixlab.errors import ConfigError
-from prefixlab.model.timing import make_timing
-from prefixlab.policies import EntryView, EvictionPolicy, make_policy, opt_online, unicache
-from prefixlab.policies.opt_online import OPTOnline
+from prefixlab.policies import EntryView, make_policy
 from prefixlab.policies.unicache import (
     AGENTIC,
     CHAT,
@@ -45,11 +41,25 @@ from prefixlab.policies.unicache import (
 from prefixlab.policies.workload_aware import (
     WorkloadAware,
 )
-from prefixlab.runner.engine import EngineConfig, EngineResult, simulate
+from prefixlab.runner.engine import simulate
 from prefixlab.runner.replay import ReplayConfig, ReplayResult, replay
 from prefixlab.workload.arrivals import GAP_PRESETS
-from prefixlab.workload.generators import GENERATORS
-from prefixlab.workload.trace import Request, Trace
+from prefixlab.workload.trace import Trace
+from tests.engine_only import (
+    ENGINE,
+    TIMING,
+    Guard,
+    Twin,
+    check_clone_and_pickle,
+    check_engine_only_run,
+    check_replay_refuses,
+    check_waiting_positions,
+    drive_window,
+    mix_trace,
+    same,
+    scenario_trace,
+    small_traces,
+)
 from tests.helpers import BT, Drive, ids, row, tok
 
 I64 = npt.NDArray[np.int64]
@@ -143,35 +153,11 @@ def test_unlabelled_and_mapped_tasks_choose_the_queue() -> None:
 
 
 # ----------------------------------------------------------------------------- UniCache: replay
-#: the replay scenario: (arrival, task, session, input ids, output ids or length, block prefix)
-SCENARIO: list[tuple[int, str, str | None, list[int], list[int] | int, str]] = [
-    (0, "chat", "a", [1, 2, 3, 4], [5, 6], "A"),
-    (1, "untemplated", None, [11, 12, 13, 14], [15, 16], "U"),
-    (2, "programming", None, [21, 22, 23, 24, 25, 26], [27, 28], "P"),
-    (3, "agentic", "b", [31, 32], [33, 34], "G"),
-    (4, "chat", "a", [1, 2, 3, 4, 5, 6, 7, 8], [9, 10], "A"),
-    (5, "tool-use", None, [41, 42, 43, 44], 0, "T"),
-    (6, "untemplated", None, [51, 52], [53, 54], "V"),
-    (7, "programming", None, [21, 22, 23, 24, 61], 0, "P"),
-]
-
-
-def _scenario_trace() -> tuple[Trace, dict[int, str]]:
-    reqs = [tok(t, task, s, i, o, turn=int(t == 4)) for t, task, s, i, o, _ in SCENARIO]
-    trace = Trace.from_requests(reqs)
-    layout = trace.block_layout(BT)
-    label: dict[int, str] = {}
-    for r, (*_, prefix) in enumerate(SCENARIO):
-        for d, k in enumerate(layout.request_keys(r).tolist()):
-            label.setdefault(k, f"{prefix}{d}")
-    return trace, label
-
-
 def _replay_snapshots(
     pol: UniCache, capacity: int = 12
 ) -> tuple[ReplayResult, list[dict[str, str]]]:
     """Replay the scenario; after each request, cached block label -> its queue."""
-    trace, label = _scenario_trace()
+    trace, label = scenario_trace()
     snaps: list[dict[str, str]] = []
 
     def snap(r: int) -> None:
@@ -680,54 +666,8 @@ def test_unicache_opt_stage2_off_keeps_needed_blocks_last() -> None:
     assert d.evict(5) == [4, 3, 2, 1, 0]
 
 
-# ----------------------------------------------------------------------------- opt-online
-def _waiting_positions(pol: OPTOnline | UniCacheOPT, keys: range) -> dict[int, int]:
-    """The policy's first-waiting-position row (-1: not waited for), as a dict."""
-    row = pol.state[0][opt_online.WPOS if isinstance(pol, OPTOnline) else unicache.WPOS]
-    return {k: int(row[k]) for k in keys if row[k] >= 0}
-
-
-@pytest.mark.parametrize("cls", [OPTOnline, UniCacheOPT])
-def test_waiting_positions(cls: type[OPTOnline] | type[UniCacheOPT]) -> None:
-    """Each key's first waiting request, and a new queue forgets the old one's keys."""
-    pol = cls()
-    Drive(pol, [row(0, None)], num_entries=4)
-    pol.on_waiting([ids(3, 1), ids(1, 2), ids()])
-    assert _waiting_positions(pol, range(8)) == {3: 0, 1: 0, 2: 1}
-    pol.on_waiting([])
-    assert _waiting_positions(pol, range(8)) == {}
-    pol.on_waiting([ids(), ids()])
-    assert _waiting_positions(pol, range(8)) == {}
-    pol.on_waiting([ids(5), ids(2, 5)])
-    assert _waiting_positions(pol, range(8)) == {5: 0, 2: 1}
-
-
-def _opt_online_stored() -> Drive:
-    """Entries 0-6 (key 100 + e) released in order, then 1 is hit: LRU 0 2 3 4 5 6 1.
-    Entry 7 stays pinned. Offsets: 2 -> 0, 3 -> 1, 4 -> 2, 5 -> 0 (others 0)."""
-    d = Drive(OPTOnline(), [row(0, None)], num_entries=8)
-    for e in range(8):
-        d.store(0, [e], depths=[{3: 1, 4: 2}.get(e, 0)], release=e != 7)
-    d.hit(0, 1)
-    return d
-
-
-def test_opt_online_unneeded_lru_first_then_farthest_waiting() -> None:
-    """Waiting: [102 103] [105] [102 103 104 107] -> 102, 103 at 0; 105 at 1; 104 at 2; 107 is
-    needed but pinned. Unneeded, LRU order: 0 6 1. Needed, farthest first: 4 (2), 5 (1),
-    then position 0 deepest first: 3 (offset 1), 2 (offset 0)."""
-    want = [0, 6, 1, 4, 5, 3, 2]
-    for chunks in ((7,), (2, 2, 5)):
-        d = _opt_online_stored()
-        d.policy.on_waiting([ids(102, 103), ids(105), ids(102, 103, 104, 107)])
-        got: list[int] = []
-        for n in chunks:
-            got += d.evict(n)
-        assert got == want
-        assert d.evict(1) == []
-    d = _opt_online_stored()
-    d.policy.on_waiting([])
-    assert d.evict(8) == [0, 2, 3, 4, 5, 6, 1]  # plain LRU
+def test_waiting_positions() -> None:
+    check_waiting_positions(UniCacheOPT)
 
 
 # ----------------------------------------------------------------------------- reference models
@@ -834,7 +774,7 @@ class RefUniCache:
             self.order.pop(e, None)
 
 
-class TwinUniCache(UniCache):
+class TwinUniCache(Twin, UniCache):
     """UniCache that replays every hook into the reference and compares the victims."""
 
     def __init__(self, alpha: list[float], offset: str = "global") -> None:
@@ -870,147 +810,6 @@ class TwinUniCache(UniCache):
         super().on_remove(entries)
         self.ref.on_remove(entries)
 
-    def evict(self, n: int) -> I64:
-        got = super().evict(n)
-        assert got.tolist() == self.ref.evict(n)
-        self.num_victims += int(got.shape[0])
-        return got
-
-
-class RefOPTOnline:
-    """A naive opt-online: sort every evictable entry by (needed?, -position, -offset, LRU)."""
-
-    def __init__(self, view: EntryView) -> None:
-        self.view = view
-        self.lru: list[int] = []
-        self.pos: dict[int, int] = {}
-
-    def on_waiting(self, waiting: Sequence[I64]) -> None:
-        self.pos = {}
-        for i, keys in enumerate(waiting):
-            for k in keys.tolist():
-                self.pos.setdefault(k, i)
-
-    def evict(self, n: int) -> list[int]:
-        def rank(item: tuple[int, int]) -> tuple[int, ...]:
-            i, e = item
-            p = self.pos.get(int(self.view.key[e]))
-            return (0, i) if p is None else (1, -p, -int(self.view.depth[e]), i)
-
-        out = [e for _, e in sorted(enumerate(self.lru), key=rank)[:n]]
-        self.lru = [e for e in self.lru if e not in out]
-        return out
-
-
-class TwinOPTOnline(OPTOnline):
-    def bind(self, view: EntryView) -> None:
-        super().bind(view)
-        self.ref = RefOPTOnline(view)
-        self.num_victims = 0
-
-    def on_waiting(self, waiting_keys: Sequence[I64]) -> None:
-        super().on_waiting(waiting_keys)
-        self.ref.on_waiting(waiting_keys)
-
-    def on_evictable(self, entries: I64) -> None:
-        super().on_evictable(entries)
-        self.ref.lru += entries.tolist()
-
-    def on_access(self, entries: I64) -> None:
-        super().on_access(entries)
-        for e in entries.tolist():
-            if e in self.ref.lru:
-                self.ref.lru.remove(e)
-                self.ref.lru.append(e)
-
-    def on_pinned(self, entries: I64) -> None:
-        super().on_pinned(entries)
-        self.ref.lru = [e for e in self.ref.lru if e not in entries.tolist()]
-
-    def evict(self, n: int) -> I64:
-        got = super().evict(n)
-        assert got.tolist() == self.ref.evict(n)
-        self.num_victims += int(got.shape[0])
-        return got
-
-
-TASKS = ["chat", "agentic", "programming", "untemplated", "tool-use", None, "mystery"]
-
-
-@st.composite
-def small_traces(draw: st.DrawFn) -> Trace:
-    """2-14 requests over three 6-token system prompts and session continuations (a prior
-    request's prompt and reply plus new tokens), so prefixes, replies and gaps recur."""
-    systems = [list(range(1000 * k + 1, 1000 * k + 7)) for k in range(3)]
-    fresh = iter(range(100_000, 200_000))
-    seqs: list[list[int]] = []
-    reqs: list[Request] = []
-    t = 0.0
-    for i in range(draw(st.integers(2, 14))):
-        t += draw(st.sampled_from([0.0, 0.5, 1.0, 5.0, 30.0, 200.0]))
-        if i and draw(st.booleans()):
-            head = seqs[draw(st.integers(0, i - 1))]
-        else:
-            head = systems[draw(st.integers(0, 2))][: draw(st.integers(0, 6))]
-        inp = head + [next(fresh) for _ in range(draw(st.integers(0 if head else 1, 5)))]
-        n_out = draw(st.integers(0, 3))
-        out = [next(fresh) for _ in range(n_out)] if draw(st.booleans()) else None
-        seqs.append(inp + (out or []))
-        reqs.append(
-            Request(
-                arrival_s=t,
-                input_length=len(inp),
-                output_length=n_out,
-                session_id=draw(st.sampled_from([None, "s0", "s1"])),
-                task=draw(st.sampled_from(TASKS)),
-                input_tokens=inp,
-                output_tokens=out,
-            )
-        )
-    return Trace.from_requests(reqs)
-
-
-def drive_window(
-    trace: Trace, policy: EvictionPolicy, capacity: int, window: int, lookahead: int
-) -> None:
-    """Runs requests in order on a BlockCache, up to ``window`` at once (the oldest released
-    when a new one is admitted, or when it does not fit); before each admission the policy
-    sees the lookup keys of the next ``lookahead`` requests (the waiting queue)."""
-    layout = trace.block_layout(BT)
-    cache = BlockCache(capacity, policy, layout.num_distinct_keys, block_tokens=BT)
-    if policy.needs_trace:
-        policy.prepare_trace(trace, "arrival")
-    running: list[I64] = []
-    n = len(trace)
-    for r in range(n):
-        cache.view.now = float(trace.arrival_s[r])
-        cache.view.request_index = r
-        if lookahead:
-            policy.on_waiting(
-                [
-                    layout.request_keys(w)[: int(layout.num_lookup_blocks[w])]
-                    for w in range(r, min(n, r + lookahead))
-                ]
-            )
-        keys = layout.request_keys(r)
-        while True:
-            m = cache.match(
-                keys[: int(layout.num_lookup_blocks[r])], int(layout.lookup_end_tokens[r])
-            )
-            held = cache.acquire(m, int(layout.num_blocks_held[r]), keys[m.num_hit_blocks :])
-            if held is not None:
-                break
-            assert running, "a lone request must fit"
-            cache.release(running.pop(0))
-        cache.commit(held, keys, m.num_hit_blocks)
-        running.append(held)
-        while len(running) >= window:
-            cache.release(running.pop(0))
-        cache.check()
-    for h in running:
-        cache.release(h)
-    cache.check()
-
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
@@ -1028,149 +827,33 @@ def test_unicache_matches_a_naive_reference(
     drive_window(trace, pol, held + slack, window, 0)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    trace=small_traces(),
-    slack=st.integers(0, 6),
-    window=st.integers(1, 2),
-    lookahead=st.integers(0, 4),
-)
-def test_opt_online_matches_a_naive_reference(
-    trace: Trace, slack: int, window: int, lookahead: int
-) -> None:
-    held = int(trace.block_layout(BT).num_blocks_held.max())
-    drive_window(trace, TwinOPTOnline(), held + slack, window, lookahead)
-
-
-def test_the_twins_do_evict() -> None:
-    """The property tests compare something: on a fixed trace both twins evict."""
-    trace = _scenario_trace()[0]
+def test_the_twin_does_evict() -> None:
+    """The property test compares something: on a fixed trace the twin evicts."""
     uni = TwinUniCache([1.0, 2.0, 0.5])
-    drive_window(trace, uni, 8, 2, 0)
-    opt = TwinOPTOnline()
-    drive_window(trace, opt, 8, 2, 3)
-    assert uni.num_victims > 5 and opt.num_victims > 5
+    drive_window(scenario_trace()[0], uni, 8, 2, 0)
+    assert uni.num_victims > 5
 
 
 # ----------------------------------------------------------------------------- engine runner
-TIMING = make_timing("power:preset=llama-3.1-8b-h100+tpot:s=0.02")
-#: the largest request holds 210 blocks; at most 4 running requests, so requests wait and
-#: the waiting queue's blocks are sometimes all that is left to evict
-ENGINE = EngineConfig(capacity_blocks=230, block_tokens=64, max_num_seqs=4)
-
-
 @pytest.fixture(scope="module")
 def mix() -> Trace:
-    return GENERATORS["mix"].fn(trace=2, num_requests=300)
+    return mix_trace()
 
 
-class _Guard(EvictionPolicy):
-    """Mixin: tracks the evictable entries and the waiting queue's keys; every victim must be
-    evictable, unpinned, chosen once, and an unneeded one must not be left behind when a
-    needed one goes."""
-
-    def bind(self, view: EntryView) -> None:
-        super().bind(view)
-        self.free: set[int] = set()
-        self.needed: set[int] = set()
-        self.num_victims = 0
-        self.num_needed_victims = 0
-
-    def on_waiting(self, waiting_keys: Sequence[I64]) -> None:
-        super().on_waiting(waiting_keys)
-        self.needed = {k for keys in waiting_keys for k in keys.tolist()}
-
-    def on_evictable(self, entries: I64) -> None:
-        assert not self.free & set(entries.tolist()), "announced evictable twice"
-        self.free.update(entries.tolist())
-        super().on_evictable(entries)
-
-    def on_pinned(self, entries: I64) -> None:
-        assert set(entries.tolist()) <= self.free, "pinned but never evictable"
-        self.free.difference_update(entries.tolist())
-        super().on_pinned(entries)
-
-    def evict(self, n: int) -> I64:
-        victims = super().evict(n)
-        got = victims.tolist()
-        assert len(got) == len(set(got)) == min(n, len(self.free)), (n, got)
-        assert set(got) <= self.free and (self.view.ref[victims] == 0).all()
-        self.free.difference_update(got)
-        key = self.view.key
-        if any(int(key[e]) in self.needed for e in got):
-            self.num_needed_victims += 1
-            left = [e for e in self.free if int(key[e]) not in self.needed]
-            assert not left, f"needed blocks evicted while unneeded {left[:5]} stay"
-        self.num_victims += len(got)
-        return victims
-
-
-class GuardedOPTOnline(_Guard, OPTOnline):
+class GuardedUniCacheOPT(Guard, UniCacheOPT):
     pass
 
 
-class GuardedUniCacheOPT(_Guard, UniCacheOPT):
-    pass
+def test_unicache_opt_runs_checked_and_deterministic_under_the_engine(mix: Trace) -> None:
+    check_engine_only_run(mix, GuardedUniCacheOPT(), "unicache-opt")
 
 
-def _same(a: EngineResult, b: EngineResult) -> None:
-    for name in (
-        "arrival_s",
-        "scheduled_s",
-        "first_token_s",
-        "finish_s",
-        "hit_tokens",
-        "num_preemptions",
-    ):
-        assert np.array_equal(getattr(a, name), getattr(b, name), equal_nan=True), name
-    # JSON text: NaN latencies (no TPOT for one-token replies) compare equal
-    plain = [
-        json.dumps({k: v for k, v in m.items() if k != "elapsed_s"}, sort_keys=True)
-        for m in (a.metrics, b.metrics)
-    ]
-    assert plain[0] == plain[1]
+def test_replay_refuses_unicache_opt() -> None:
+    check_replay_refuses("unicache-opt")
 
 
-@pytest.mark.parametrize("name", ["opt-online", "unicache-opt"])
-def test_engine_only_policies_run_checked_and_deterministic(mix: Trace, name: str) -> None:
-    """check_every=1 (cache and scheduler invariants after every step) with a guard on
-    every victim; then again unguarded and unchecked: the same results bit for bit."""
-    guarded: _Guard = GuardedOPTOnline() if name == "opt-online" else GuardedUniCacheOPT()
-    checked = simulate(mix, guarded, ENGINE, TIMING, check_every=1)
-    # needed blocks did go (only when nothing else was left: the guard checks it)
-    assert guarded.num_victims > 1000 and guarded.num_needed_victims > 0
-    assert checked.metrics["num_preemptions"] > 0  # tight enough to preempt
-    _same(checked, simulate(mix, name, ENGINE, TIMING))
-
-
-def test_opt_online_beats_lru_under_the_engine(mix: Trace) -> None:
-    lru = simulate(mix, "lru", ENGINE, TIMING)
-    opt = simulate(mix, "opt-online", ENGINE, TIMING)
-    assert int(opt.hit_tokens.sum()) >= int(lru.hit_tokens.sum())
-
-
-@pytest.mark.parametrize("name", ["opt-online", "unicache-opt"])
-def test_replay_refuses_engine_only_policies(name: str) -> None:
-    trace = _scenario_trace()[0]
-    cfg = ReplayConfig(capacity_blocks=32, block_tokens=BT)
-    for pol in (name, make_policy(name)):
-        with pytest.raises(ConfigError, match="engine runner"):
-            replay(trace, pol, cfg)
-
-
-@pytest.mark.parametrize("name", ["opt-online", "unicache-opt"])
-def test_engine_only_clone_and_pickle(name: str) -> None:
-    """Clones are fresh; a pickled bound policy picks the same next victims."""
-    trace = _scenario_trace()[0]
-    cfg = EngineConfig(capacity_blocks=10, block_tokens=BT)
-    pol = make_policy(f"{name}:offset=request" if name == "unicache-opt" else name)
-    clone = pol.clone()
-    assert clone.spec() == pol.spec() and make_policy(pol.spec()).params() == pol.params()
-    res = simulate(trace, pol, cfg, TIMING, check_every=1)
-    assert not hasattr(pol.clone(), "view")
-    _same(res, simulate(trace, clone, cfg, TIMING))
-    copy = pickle.loads(pickle.dumps(pol))
-    assert copy.evict(3).tolist() == pol.evict(3).tolist()
+def test_unicache_opt_clone_and_pickle() -> None:
+    check_clone_and_pickle("unicache-opt:offset=request")
 
 
 # ----------------------------------------------------------------------------- determinism
@@ -1196,5 +879,5 @@ def test_unicache_and_wa_run_under_the_engine(mix: Trace) -> None:
     """The view clock: both run checked and give the same results twice."""
     for spec in ("unicache", "wa", "wa-atc25"):
         a = simulate(mix, spec, ENGINE, TIMING, check_every=200)
-        _same(a, simulate(mix, spec, ENGINE, TIMING))
+        same(a, simulate(mix, spec, ENGINE, TIMING))
         assert a.metrics["token_hit_ratio"] > 0

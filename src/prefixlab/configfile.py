@@ -20,7 +20,7 @@ import json
 import sys
 import typing
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
@@ -148,7 +148,7 @@ def schema(cls: type[BaseModel]) -> dict[str, object]:
 
 
 # ------------------------------------------------------------------ files
-def read_config_file(path: str | Path) -> tuple[Any, Path]:
+def read_config_file(path: str | Path) -> tuple[object, Path]:
     """The parsed contents of a TOML (``.toml``) or YAML (``.yaml``/``.yml``) file."""
     p = Path(path)
     if not p.is_file():
@@ -160,7 +160,7 @@ def read_config_file(path: str | Path) -> tuple[Any, Path]:
     return parse_config_text(text, yaml=p.suffix in (".yaml", ".yml"), where=str(p)), p
 
 
-def parse_config_text(text: str, *, yaml: bool = False, where: str = "config") -> Any:
+def parse_config_text(text: str, *, yaml: bool = False, where: str = "config") -> object:
     """TOML (or YAML) text as Python data; syntax errors name ``where``."""
     if yaml:
         try:

@@ -19,7 +19,7 @@ import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.context import SpawnContext
-from typing import Any
+from types import TracebackType
 
 #: ``prctl`` option: the signal a process gets when its parent dies (linux/prctl.h)
 PR_SET_PDEATHSIG = 1
@@ -68,7 +68,12 @@ class WorkerPool(ProcessPoolExecutor):
     exception (Ctrl-C's ``KeyboardInterrupt`` included), it stops its workers at once
     instead of waiting for their tasks to end."""
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool | None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
         if exc_type is not None:
             self.stop()
         return super().__exit__(exc_type, exc, tb)

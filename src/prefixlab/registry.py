@@ -11,9 +11,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from prefixlab.errors import ConfigError
+from prefixlab.types import Scalar
 
 C = TypeVar("C", bound=type)
 T = TypeVar("T", bound=type)
@@ -57,7 +58,7 @@ class Registry(Generic[C]):
         return dict(sorted(self.classes.items()))
 
 
-def _parse_value(text: str) -> Any:
+def _parse_value(text: str) -> str | int | float | bool:
     low = text.lower()
     if low in ("true", "false"):
         return low == "true"
@@ -69,12 +70,12 @@ def _parse_value(text: str) -> Any:
     return text
 
 
-def parse_spec(spec: str, what: str = "policy spec") -> tuple[str, dict[str, Any]]:
+def parse_spec(spec: str, what: str = "policy spec") -> tuple[str, dict[str, Scalar]]:
     """``"s3fifo:small_ratio=0.1,x=2"`` -> ``("s3fifo", {"small_ratio": 0.1, "x": 2})``: the
     ``name:key=value,...`` form of every spec (policies, generators, timing models,
     embedders); values read as booleans, integers, numbers, else text."""
     name, _, rest = spec.strip().partition(":")
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Scalar] = {}
     for item in filter(None, (p.strip() for p in rest.split(","))):
         key, eq, value = item.partition("=")
         if not eq or not key.strip():

@@ -14,16 +14,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
+from prefixlab.types import F64, I64
 from prefixlab.workload.arrivals import lognormal_cdf, previous_turn_gaps, session_order
 from prefixlab.workload.trace import Trace
-
-I64 = npt.NDArray[np.int64]
-F64 = npt.NDArray[np.float64]
 
 NO_TASK = "(none)"
 _Z90 = 1.2815515655446004  # the standard normal quantile of 0.9
@@ -53,7 +49,7 @@ class GapFit:
             return None
         return math.exp(self.mu + _Z90 * self.sigma)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, int | float | None]:
         return {
             "num_gaps": self.num_gaps,
             "num_zero_gaps": self.num_zero_gaps,

@@ -44,10 +44,9 @@ Everything works on the trace's block layout (:meth:`Trace.block_layout`), in tr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab.analysis.gaps import (
     NO_TASK,
@@ -60,10 +59,10 @@ from prefixlab.analysis.gaps import (
 from prefixlab.analysis.stats import infinite_cache_token_hit_ratio
 from prefixlab.errors import ConfigError
 from prefixlab.runner.replay import ReplayConfig, replay
+from prefixlab.types import B1, I64, Row
 from prefixlab.workload.trace import BlockLayout, Trace
 
-I64 = npt.NDArray[np.int64]
-B = npt.NDArray[np.bool_]
+V = TypeVar("V")
 
 ALL = "(all)"
 #: (first, last) block position of each bin, last None = open
@@ -97,7 +96,7 @@ class Attribution:
     num_intra_session: int
     num_intra_task: int
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, int | float | None]:
         n = self.num_reuses
         inter_session, inter_task = n - self.num_intra_session, n - self.num_intra_task
         return {
@@ -132,7 +131,7 @@ class PhaseReuse:
     def decode_reuse_fraction(self) -> float | None:
         return _share(self.num_decode_reused, self.num_decode_stored)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, int | float | None]:
         return {
             "num_prefill_stored": self.num_prefill_stored,
             "num_prefill_reused": self.num_prefill_reused,
@@ -154,7 +153,7 @@ class PositionReuse:
     def probability(self) -> tuple[float | None, ...]:
         return tuple(_share(r, s) for r, s in zip(self.num_reused, self.num_stored, strict=True))
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, list[int] | list[float | None]]:
         return {
             "num_stored": list(self.num_stored),
             "num_reused": list(self.num_reused),
@@ -171,7 +170,7 @@ class Headroom:
     lru_token_hit_ratio: float | None = None
     opt_token_hit_ratio: float | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, int | float | None]:
         lru, opt = self.lru_token_hit_ratio, self.opt_token_hit_ratio
         inf = self.infinite_token_hit_ratio
         return {
@@ -204,7 +203,7 @@ class ReuseAnalysis:
         groups = list(self.attribution)
         return groups if len(groups) > 2 else [ALL]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> Row:
         """JSON-ready: plain numbers, lists and None."""
         return {
             "name": self.name,
@@ -232,8 +231,8 @@ class _Blocks:
     request: I64
     position: I64
     key: I64
-    is_lookup: B
-    is_prefill: B
+    is_lookup: B1
+    is_prefill: B1
 
 
 def _blocks(trace: Trace, layout: BlockLayout) -> _Blocks:
@@ -271,7 +270,7 @@ def reuse_sources(layout: BlockLayout) -> I64:
     return np.where(position < layout.num_lookup_blocks[request], prev, -1)
 
 
-def _reused_later(blocks: _Blocks, num_keys: int) -> B:
+def _reused_later(blocks: _Blocks, num_keys: int) -> B1:
     """For each stored block: does a later request look its key up?"""
     last_lookup = np.full(max(num_keys, 1), -1, dtype=np.int64)
     np.maximum.at(last_lookup, blocks.key[blocks.is_lookup], blocks.request[blocks.is_lookup])
@@ -285,7 +284,7 @@ def position_bin(position: I64) -> I64:
     return np.where(pos < 4, pos, np.minimum(log2 + 2, len(POSITION_BINS) - 1))
 
 
-def _per_group(codes: I64, num_groups: int, mask: B) -> list[int]:
+def _per_group(codes: I64, num_groups: int, mask: B1) -> list[int]:
     """Counts of ``mask`` per group, then the overall count (index ``num_groups``)."""
     per = np.bincount(codes[mask], minlength=num_groups)
     return [*(int(c) for c in per), int(mask.sum())]
@@ -315,12 +314,12 @@ def _attribution(
     return _all_first(out)
 
 
-def _all_first(groups: dict[str, Any]) -> dict[str, Any]:
+def _all_first(groups: dict[str, V]) -> dict[str, V]:
     return {ALL: groups[ALL], **{k: v for k, v in groups.items() if k != ALL}}
 
 
 def _phase_and_position(
-    blocks: _Blocks, later: B, task: I64, names: list[str]
+    blocks: _Blocks, later: B1, task: I64, names: list[str]
 ) -> tuple[dict[str, PhaseReuse], dict[str, PositionReuse]]:
     group = task[blocks.request]
     k = len(names)

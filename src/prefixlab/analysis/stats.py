@@ -6,11 +6,10 @@ is ever evicted): the ceiling any policy can reach on this trace and block size.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from prefixlab.runner.replay import ReplayConfig, replay
+from prefixlab.types import Row
 from prefixlab.workload.trace import Trace
 
 PERCENTILES = (5, 50, 95, 99)
@@ -31,7 +30,7 @@ def infinite_cache_token_hit_ratio(trace: Trace, block_tokens: int | None = None
     return float(replay(trace, "lru", config).metrics["token_hit_ratio"])
 
 
-def trace_stats(trace: Trace, block_tokens: int | None = None) -> dict[str, Any]:
+def trace_stats(trace: Trace, block_tokens: int | None = None) -> Row:
     """Requests, sessions, tasks, length percentiles, arrival span and the hit ceiling."""
     layout = trace.block_layout(block_tokens)
     sessions = {s for s in trace.session_id if s is not None}

@@ -22,13 +22,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab.cache.events import MatchResult, Observer, Removed, Stored
 from prefixlab.cache.view import CachePolicy, EntryView
 from prefixlab.errors import ConfigError
-
-I64 = npt.NDArray[np.int64]
+from prefixlab.types import I64
 
 
 class BlockCache:

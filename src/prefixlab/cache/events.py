@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-import numpy.typing as npt
 
-I64 = npt.NDArray[np.int64]
+from prefixlab.types import I64
 
 
 @dataclass(slots=True, frozen=True)

@@ -41,13 +41,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab.cache.events import Admitted, Observer, Rejected
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.model.spec import ModelSpec
+from prefixlab.types import I64
 
-I64 = npt.NDArray[np.int64]
 EMPTY = np.zeros(0, dtype=np.int64)
 
 

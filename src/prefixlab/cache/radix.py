@@ -30,13 +30,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab.cache.events import MatchResult, Observer, Removed, Stored
 from prefixlab.cache.view import CachePolicy, EntryView
 from prefixlab.errors import ConfigError
+from prefixlab.types import I64
 
-I64 = npt.NDArray[np.int64]
 ROOT = 0
 
 

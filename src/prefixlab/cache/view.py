@@ -7,9 +7,8 @@ from __future__ import annotations
 from typing import Protocol
 
 import numpy as np
-import numpy.typing as npt
 
-I64 = npt.NDArray[np.int64]
+from prefixlab.types import I64
 
 
 class EntryView:

@@ -30,6 +30,7 @@ from prefixlab.cli.common import (
     print_json,
     progress_bar,
     resumable,
+    secs,
     summary_table,
     with_loader_options,
 )
@@ -333,11 +334,39 @@ def results_show_cmd(
     out = FitTable(title=f"{find_results(results)}: {table} ({len(rows)} rows shown)")
     for c in cols:
         out.add_column(
-            c, justify="left" if isinstance(rows[0][c] if rows else "", str) else "right"
+            SHORT_HEADERS.get(c, c),
+            justify="left" if isinstance(rows[0][c] if rows else "", str) else "right",
         )
     for r in rows:
-        out.add_row(*(_cell(r[c]) for c in cols))
+        out.add_row(*(_shown(c, r[c]) for c in cols))
     console().print(out)
+
+
+#: the headers of ``results show`` tables for long column names (so a table of the
+#: default columns fits 80 columns; CSV output keeps the column names)
+SHORT_HEADERS = {
+    "capacity_blocks": "blocks",
+    "capacity_bytes": "bytes",
+    "token_hit_ratio": "token hit",
+    "request_hit_ratio": "req hit",
+    "block_hit_ratio": "block hit",
+    "flops_saved_ratio": "FLOPs saved",
+    "mean_ttft_s": "TTFT mean s",
+    "p95_ttft_s": "TTFT P95 s",
+    "mean_qttft_s": "QTTFT mean s",
+    "num_requests": "requests",
+}
+
+
+def _shown(column: str, value: object) -> str:
+    """A table cell: ratios to four places, seconds as the summary tables write them (at
+    most six characters), other numbers to six significant digits; "-" for NaN."""
+    if isinstance(value, float) and not math.isnan(value):
+        if column.endswith("_ratio"):
+            return f"{value:.4f}"
+        if column.endswith("_s"):
+            return secs(value)
+    return _cell(value)
 
 
 def _default_columns(table: str, names: list[str]) -> list[str]:

@@ -14,6 +14,7 @@ import itertools
 import json
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from prefixlab.experiments.config import ExperimentConfig, resolve_capacity
 from prefixlab.experiments.execute import cell_id_of
 from prefixlab.policies.base import EvictionPolicy, make_policy, parameters, registered
 from prefixlab.registry import parse_spec
+from prefixlab.types import Row, Scalar
 from prefixlab.workload.generators import GENERATORS
 from prefixlab.workload.trace import Trace
 
@@ -98,7 +100,7 @@ COLUMNS = KEY_COLUMNS + METRIC_COLUMNS
 class Cell:
     """One point of the cross product (indices keep the plan's order in the tables)."""
 
-    variant: dict[str, Any]
+    variant: dict[str, object]
     capacity: int | str
     capacity_index: int
     policy: str
@@ -116,10 +118,10 @@ class CellResult:
     """What a cell returns: its row, breakdown and CDF rows, optional per-request detail."""
 
     cell_id: str
-    row: dict[str, Any]
-    breakdown: list[dict[str, Any]]
-    cdf: list[dict[str, Any]]
-    requests: dict[str, list[Any]] | None = None
+    row: Row
+    breakdown: list[Row]
+    cdf: list[Row]
+    requests: dict[str, list[Scalar]] | None = None
     wall_s: float = 0.0
     worker: str = ""
 
@@ -129,11 +131,11 @@ class CellResult:
 _LATER_DEFAULTS = {"memory_utilization": 1.0, "reserve_gib": 0.0, "gated": False}
 
 
-def _without_later_defaults(d: dict[str, Any]) -> dict[str, Any]:
+def _without_later_defaults(d: dict[str, object]) -> dict[str, object]:
     return {k: v for k, v in d.items() if not (k in _LATER_DEFAULTS and v == _LATER_DEFAULTS[k])}
 
 
-def fingerprint(cfg: ExperimentConfig) -> dict[str, Any]:
+def fingerprint(cfg: ExperimentConfig) -> dict[str, object]:
     """The parts of a config that decide a cell's result (not its name, not the lists)."""
     d = cfg.model_dump()
     return {
@@ -144,7 +146,7 @@ def fingerprint(cfg: ExperimentConfig) -> dict[str, Any]:
     }
 
 
-def variant_label(variant: dict[str, Any]) -> str:
+def variant_label(variant: Mapping[str, object]) -> str:
     return ",".join(f"{k}={v}" for k, v in variant.items())
 
 
@@ -152,7 +154,7 @@ def plan(cfg: ExperimentConfig) -> list[Cell]:
     """Every cell, in table order: variant, capacity, policy, seed."""
     fp = json.dumps(fingerprint(cfg), sort_keys=True, default=str)
     keys = list(cfg.workload.vary)
-    variants = [
+    variants: list[dict[str, object]] = [
         dict(zip(keys, vals, strict=True))
         for vals in itertools.product(*(cfg.workload.vary[k] for k in keys))
     ]
@@ -173,7 +175,7 @@ _TRACES: dict[str, Trace] = {}
 _KEEP_TRACES = 4
 
 
-def build_trace(cfg: ExperimentConfig, variant: dict[str, Any], seed: int) -> Trace:
+def build_trace(cfg: ExperimentConfig, variant: Mapping[str, object], seed: int) -> Trace:
     """The cell's trace: a generator gets the seed (unless its params pin one); a file
     gets it as ``sample_seed`` when sampled. Kept per process for the next cells."""
     key = json.dumps([cfg.workload.model_dump(), variant, seed], sort_keys=True, default=str)

@@ -23,32 +23,50 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast, get_origin, get_type_hints
 
 from prefixlab.configfile import ConfigModel
 from prefixlab.errors import ConfigError
 from prefixlab.experiments.run import COLUMNS, Cell, CellResult
 from prefixlab.io import atomic_write, write_table
+from prefixlab.types import JSON, Row
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 TABLES = ("results", "breakdown", "cdf", "requests")
 
 
-#: what a prefix-cache cell file holds (:func:`read_cell` checks it)
-CELL_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "row": dict,
-    "breakdown": list,
-    "cdf": list,
-    "wall_s": (int, float),
-    "worker": str,
-}
+class CellDoc(TypedDict):
+    """What a prefix-cache cell file holds (:func:`read_cell` checks it)."""
+
+    row: Row
+    breakdown: list[Row]
+    cdf: list[Row]
+    wall_s: float
+    worker: str
 
 
-def read_cell(path: Path, fields: Mapping[str, type | tuple[type, ...]]) -> dict[str, Any]:
-    """A finished cell's JSON file, checked to hold ``fields`` (name -> type): anything
-    else (unreadable, not JSON, a field missing or of another type) is a ConfigError
-    naming the file and what is wrong, with the way out (delete it: the cell reruns)."""
+#: a cell file's document type (a TypedDict)
+D = TypeVar("D", bound=Mapping[str, object])
+
+
+def _field_kinds(doc_type: type[Mapping[str, object]]) -> dict[str, type | tuple[type, ...]]:
+    """The JSON types of a cell document's fields (a number may be written as an integer)."""
+    kinds: dict[str, type | tuple[type, ...]] = {}
+    for key, hint in get_type_hints(doc_type).items():
+        kind = get_origin(hint) or hint
+        kinds[key] = (int, float) if kind is float else kind
+    return kinds
+
+
+def read_cell(path: Path, doc_type: type[D]) -> D:
+    """A finished cell's JSON file, checked to hold the fields of ``doc_type`` (a
+    TypedDict) with their JSON types: anything else (unreadable, not JSON, a field missing
+    or of another type) is a ConfigError naming the file and what is wrong, with the way out
+    (delete it: the cell reruns)."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
@@ -56,7 +74,7 @@ def read_cell(path: Path, fields: Mapping[str, type | tuple[type, ...]]) -> dict
     if not isinstance(doc, dict):
         what = f"a JSON {_json_kind(doc)}, not an object"
         raise ConfigError(f"{path}: not a cell result ({what}); delete it to rerun")
-    for key, kind in fields.items():
+    for key, kind in _field_kinds(doc_type).items():
         if key not in doc:
             what = f"no {key!r}"
         elif not isinstance(doc[key], kind) or isinstance(doc[key], bool):
@@ -64,7 +82,7 @@ def read_cell(path: Path, fields: Mapping[str, type | tuple[type, ...]]) -> dict
         else:
             continue
         raise ConfigError(f"{path}: not a cell result ({what}); delete it to rerun")
-    return doc
+    return cast(D, doc)
 
 
 def _json_kind(value: object) -> str:
@@ -79,11 +97,11 @@ def _json_kind(value: object) -> str:
     return next((name for t, name in kinds if isinstance(value, t)), "null")
 
 
-def environment() -> dict[str, Any]:
+def environment() -> dict[str, JSON]:
     """What ran the experiment (for the report)."""
     from importlib import metadata
 
-    versions = {}
+    versions: dict[str, JSON] = {}
     for pkg in ("prefixlab", "numpy", "numba", "pyarrow", "matplotlib", "ray", "duckdb"):
         try:
             versions[pkg] = metadata.version(pkg)
@@ -126,13 +144,11 @@ class CellStore:
         """A finished cell's JSON (exact floats: JSON keeps each float's repr)."""
         atomic_write(self.cells_dir / f"{cell_id}.json", json.dumps(doc).encode())
 
-    def read_cell(
-        self, cell_id: str, fields: Mapping[str, type | tuple[type, ...]]
-    ) -> dict[str, Any]:
-        return read_cell(self.cells_dir / f"{cell_id}.json", fields)
+    def read_cell(self, cell_id: str, doc_type: type[D]) -> D:
+        return read_cell(self.cells_dir / f"{cell_id}.json", doc_type)
 
     def write_tables(
-        self, tables: Mapping[str, list[dict[str, Any]]], timings: list[dict[str, Any]]
+        self, tables: Mapping[str, Sequence[Row]], timings: Sequence[Row]
     ) -> dict[str, Path]:
         """``NAME.parquet`` and ``NAME.csv`` for each table with rows (an empty one's files
         go), and ``timings.csv``; the Parquet paths written."""
@@ -171,7 +187,7 @@ class ResultsStore(CellStore):
 
             path = self.cells_dir / f"{result.cell_id}.requests.parquet"
             write_table(pa.table(result.requests), path)
-        doc = {
+        doc: CellDoc = {
             "row": result.row,
             "breakdown": result.breakdown,
             "cdf": result.cdf,
@@ -180,18 +196,18 @@ class ResultsStore(CellStore):
         }
         self.write_cell(result.cell_id, doc)
 
-    def load_cell(self, cell_id: str) -> dict[str, Any]:
-        return self.read_cell(cell_id, CELL_FIELDS)
+    def load_cell(self, cell_id: str) -> CellDoc:
+        return self.read_cell(cell_id, CellDoc)
 
     def consolidate(self, cells: Iterable[Cell]) -> dict[str, Path]:
         """Write the tidy tables from the cell files, in plan order."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        rows: list[dict[str, Any]] = []
-        breakdown: list[dict[str, Any]] = []
-        cdf: list[dict[str, Any]] = []
-        timings: list[dict[str, Any]] = []
+        rows: list[Row] = []
+        breakdown: list[Row] = []
+        cdf: list[Row] = []
+        timings: list[Row] = []
         detail = []
         for cell in cells:
             doc = self.load_cell(cell.cell_id)
@@ -234,7 +250,7 @@ def find_results(path: str | Path) -> Path:
     return p
 
 
-def read_table(path: str | Path, name: str = "results") -> Any:
+def read_table(path: str | Path, name: str = "results") -> pa.Table:
     """A pyarrow table of a results folder (``results``, ``breakdown``, ``cdf``, ``requests``)."""
     import pyarrow.parquet as pq
 
@@ -248,7 +264,7 @@ def read_table(path: str | Path, name: str = "results") -> Any:
     return pq.read_table(file)
 
 
-def read_json(folder: Path, name: str) -> dict[str, Any]:
+def read_json(folder: Path, name: str) -> dict[str, Any]:  # Any: a JSON document of any shape
     path = folder / name
     if not path.is_file():
         return {}
@@ -256,7 +272,7 @@ def read_json(folder: Path, name: str) -> dict[str, Any]:
     return data
 
 
-def query(results: Path | str, sql: str) -> tuple[list[tuple[Any, ...]], list[str]]:
+def query(results: Path | str, sql: str) -> tuple[list[tuple[object, ...]], list[str]]:
     """Rows and column names of ``sql`` run by DuckDB over a results folder."""
     try:
         import duckdb

@@ -29,13 +29,13 @@ list kernel measured about 5x slower.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab._jit import COMPILED, HAVE_NUMBA, jit, python_function
+from prefixlab.types import B1, F64, I64
 
 __all__ = [
     "COMPILED",
@@ -50,8 +50,7 @@ __all__ = [
     "warm_up",
 ]
 
-I64 = npt.NDArray[np.int64]
-Mask = npt.NDArray[np.bool_]
+Mask = B1
 UNIFORM_CHUNK = 1 << 16
 
 
@@ -71,14 +70,14 @@ class KernelRun:
 # ------------------------------------------------------------------ linked list of pages
 @jit()
 def _list_kernel(
-    pages: Any,
+    pages: I64,
     capacity: int,
     num_layers: int,
     num_pages: int,
     mode: int,
-    fpl: Any,
-    mask: Any,
-    victims: Any,
+    fpl: I64,
+    mask: B1,
+    victims: I64,
     record: bool,
 ) -> int:
     """mode 0 = lru, 1 = fifo, 2 = llru. The list operations are written out in place:
@@ -154,16 +153,16 @@ def _list_kernel(
 # --------------------------------------------------------------------- indexed min-heap
 @jit()
 def _heap_kernel(
-    pages: Any,
+    pages: I64,
     capacity: int,
     num_layers: int,
     num_pages: int,
     mode: int,
-    fpl: Any,
-    mask: Any,
-    victims: Any,
+    fpl: I64,
+    mask: B1,
+    victims: I64,
     record: bool,
-    okeys: Any,
+    okeys: I64,
 ) -> int:
     """mode 0 = opt (Belady), 1 = lfu.
 
@@ -246,19 +245,19 @@ def next_use_keys(pages: I64) -> I64:
 # ---------------------------------------------------------------------------- marking
 @jit()
 def _marking_kernel(
-    pages: Any,
+    pages: I64,
     t0: int,
     capacity: int,
     num_layers: int,
-    uniforms: Any,
-    st: Any,
-    res_list: Any,
-    res_pos: Any,
-    unm_list: Any,
-    unm_pos: Any,
-    fpl: Any,
-    mask: Any,
-    victims: Any,
+    uniforms: F64,
+    st: I64,
+    res_list: I64,
+    res_pos: I64,
+    unm_list: I64,
+    unm_pos: I64,
+    fpl: I64,
+    mask: B1,
+    victims: I64,
     record: bool,
 ) -> int:
     """Resumable: returns the request where the uniforms ran out (N when done).
@@ -329,7 +328,7 @@ def _outputs(n: int, num_layers: int, record: bool) -> tuple[I64, Mask, I64]:
 
 
 def _run(
-    kernel: Any,
+    kernel: Callable[..., int],  # _list_kernel or _heap_kernel (one more argument)
     pages: I64,
     capacity: int,
     num_layers: int,

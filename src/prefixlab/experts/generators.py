@@ -18,18 +18,18 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
 from prefixlab.experts.trace import ExpertTrace
 from prefixlab.registry import parse_spec
+from prefixlab.types import F64, I64
 from prefixlab.workload.generators.base import GeneratorInfo, param, registrar, resolve_params
 
-I64 = npt.NDArray[np.int64]
-F64 = npt.NDArray[np.float64]
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 # Stream tags of default_rng([seed, tag]): one per purpose (see the module docstring).
 _LAYOUT, _FRESH, _REUSE, _LINK, _FURTHER, _SPREAD = range(6)
@@ -40,7 +40,7 @@ EXPERT_GENERATORS: dict[str, ExpertGeneratorInfo] = {}
 
 
 def register_expert_generator(
-    name: str, params: type[Any], summary: str
+    name: str, params: type[DataclassInstance], summary: str
 ) -> Callable[[Callable[..., ExpertTrace]], Callable[..., ExpertTrace]]:
     """Decorator: register ``fn`` as the expert generator ``name``."""
     return registrar(EXPERT_GENERATORS, name, params, summary)

@@ -14,9 +14,14 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, cast
 
 from prefixlab.errors import ConfigError
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from transformers import DynamicCache, PreTrainedModel
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 
@@ -43,7 +48,7 @@ def load_model(
     device: str = "cpu",
     local_files_only: bool = False,
     trust_remote_code: bool = False,
-) -> object:
+) -> PreTrainedModel:
     """Load a causal LM with ``AutoModelForCausalLM`` and check that it reports routing.
 
     Args:
@@ -78,10 +83,10 @@ def load_model(
             f"AutoModelForCausalLM: {type(exc).__name__}: {reason}"
         ) from None
     probe_router(model)
-    return model
+    return cast("PreTrainedModel", model)
 
 
-def import_backend() -> tuple[Any, Any]:
+def import_backend() -> tuple[ModuleType, ModuleType]:
     try:
         import torch
         import transformers  # type: ignore[import-not-found,unused-ignore]
@@ -93,18 +98,18 @@ def import_backend() -> tuple[Any, Any]:
     return torch, transformers
 
 
-def model_name(m: Any) -> str:
+def model_name(m: PreTrainedModel) -> str:
     cfg = getattr(m, "config", None)
     return str(getattr(cfg, "_name_or_path", "") or getattr(cfg, "model_type", "") or "model")
 
 
 def model_vocab_size(model: object) -> int:
     """Number of token ids the model's input embedding accepts."""
-    m: Any = model
+    m: Any = model  # Any: a transformers model, whose embedding module's type is not declared
     return int(m.get_input_embeddings().num_embeddings)
 
 
-def check_softmax_topk(m: Any) -> None:
+def check_softmax_topk(m: PreTrainedModel) -> None:
     cfg = m.config
     reasons = []
     if getattr(cfg, "scoring_func", "softmax") != "softmax":
@@ -121,7 +126,7 @@ def check_softmax_topk(m: Any) -> None:
         )
 
 
-def router_logits_of(m: Any, out: Any) -> list[Any]:
+def router_logits_of(m: PreTrainedModel, out: object) -> list[Tensor]:
     logits = getattr(out, "router_logits", None)
     layers = [t for t in (logits or ()) if t is not None]
     if not layers:
@@ -132,7 +137,7 @@ def router_logits_of(m: Any, out: Any) -> list[Any]:
     return layers
 
 
-def new_kv_cache(m: Any) -> Any:
+def new_kv_cache(m: PreTrainedModel) -> DynamicCache:
     """An empty KV cache object for ``m`` (transformers' ``DynamicCache``): the decode loop
     passes it to every forward call, which fills it in place. It is never read back from
     the outputs, whose ``past_key_values`` field is deprecated (renamed ``cache`` in 5.x)."""
@@ -144,8 +149,15 @@ def new_kv_cache(m: Any) -> Any:
         return DynamicCache()
 
 
-def run_forward(m: Any, ids: Any, *, mask: Any = None, past: Any = None, cache: bool) -> Any:
-    kwargs: dict[str, Any] = {"output_router_logits": True, "use_cache": cache}
+def run_forward(
+    m: PreTrainedModel,
+    ids: Tensor,
+    *,
+    mask: Tensor | None = None,
+    past: DynamicCache | None = None,
+    cache: bool,
+) -> Any:  # Any: the model's output (a ModelOutput, its fields the model class's)
+    kwargs: dict[str, object] = {"output_router_logits": True, "use_cache": cache}
     if mask is not None:
         kwargs["attention_mask"] = mask
     params = inspect.signature(m.forward).parameters
@@ -167,7 +179,7 @@ def probe_router(model: object) -> RouterInfo:
         ConfigError: the model exposes no router logits, or does not route by softmax top-k.
     """
     torch, _ = import_backend()
-    m: Any = model
+    m = cast("PreTrainedModel", model)
     check_softmax_topk(m)
     with torch.inference_mode():
         out = run_forward(m, torch.zeros((1, 1), dtype=torch.long, device=m.device), cache=False)

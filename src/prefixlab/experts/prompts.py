@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from prefixlab.errors import ConfigError, TraceFormatError
-from prefixlab.workload.tokenizers import I64, Tokenizer, as_tokenizer, to_csr
+from prefixlab.types import I64
+from prefixlab.workload.tokenizers import Tokenizer, as_tokenizer, to_csr
 
 
 def read_prompts(path: str | Path) -> list[str]:
@@ -55,7 +56,7 @@ class ModelTokenizer(Tokenizer):
     expects in front of a prompt."""
 
     def __init__(self, hf_tokenizer: object, name: str) -> None:
-        self._tok: Any = cast(Any, hf_tokenizer)
+        self._tok: Any = cast(Any, hf_tokenizer)  # Any: a transformers tokenizer (optional)
         self.name = name
         self.vocab_size = len(self._tok)
 

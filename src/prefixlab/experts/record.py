@@ -29,7 +29,8 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, cast
 
 from prefixlab.errors import ConfigError
 from prefixlab.experts.hf_model import (
@@ -45,6 +46,10 @@ from prefixlab.experts.hf_model import (
     router_logits_of,
     run_forward,
 )
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from transformers import PreTrainedModel
 
 __all__ = [
     "RecordSummary",
@@ -99,17 +104,19 @@ class RecordSummary:
     num_rows: int
 
 
-def _stack(torch: Any, m: Any, layers: list[Any], batch: int, seq: int) -> Any:
+def _stack(
+    torch: ModuleType, m: PreTrainedModel, layers: list[Tensor], batch: int, seq: int
+) -> Tensor:
     """Router logits as one float32 tensor ``[batch, seq, num_layers, num_experts]``."""
     widths = {int(t.shape[-1]) for t in layers}
     if len(widths) != 1:
         raise ConfigError(f"model '{model_name(m)}' has layers with {sorted(widths)} experts")
-    return torch.stack([t.reshape(batch, seq, -1).float() for t in layers], dim=2)
+    return cast("Tensor", torch.stack([t.reshape(batch, seq, -1).float() for t in layers], dim=2))
 
 
 def _prefill_batches(
-    torch: Any, m: Any, prompts: list[list[int]], batch_size: int
-) -> list[tuple[list[int], Any]]:
+    torch: ModuleType, m: PreTrainedModel, prompts: list[list[int]], batch_size: int
+) -> list[tuple[list[int], Tensor]]:
     """Per prompt, its ids and router logits ``[len, num_layers, num_experts]``, in
     right-padded batches.
 
@@ -119,7 +126,7 @@ def _prefill_batches(
         ids  a0 a1 a2 a3      mask 1 1 1 1
              b0 b1 __ __           1 1 0 0   -> rows of b2, b3 dropped
     """
-    per_prompt: list[tuple[list[int], Any]] = []
+    per_prompt: list[tuple[list[int], Tensor]] = []
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
         seq = max(len(p) for p in chunk)
@@ -135,8 +142,8 @@ def _prefill_batches(
 
 
 def _prefill_and_decode(
-    torch: Any, m: Any, prompt: list[int], max_new_tokens: int
-) -> tuple[list[int], Any]:
+    torch: ModuleType, m: PreTrainedModel, prompt: list[int], max_new_tokens: int
+) -> tuple[list[int], Tensor]:
     """Token ids and router logits ``[len + max_new_tokens, num_layers, num_experts]`` of one
     prompt and its greedy continuation: each new token is fed through ``forward`` with the
     KV cache, so the last one's routing is recorded too."""
@@ -153,7 +160,7 @@ def _prefill_and_decode(
     return token_ids, torch.cat(steps, dim=0).cpu()
 
 
-def _resolve_top_k(m: Any, top_k: int | None, num_experts: int) -> int:
+def _resolve_top_k(m: PreTrainedModel, top_k: int | None, num_experts: int) -> int:
     k = top_k if top_k is not None else getattr(m.config, "num_experts_per_tok", None)
     if k is None:
         raise ConfigError(
@@ -164,7 +171,7 @@ def _resolve_top_k(m: Any, top_k: int | None, num_experts: int) -> int:
     return int(k)
 
 
-def _resolve_renormalize(m: Any, renormalize: bool | None) -> bool:
+def _resolve_renormalize(m: PreTrainedModel, renormalize: bool | None) -> bool:
     if renormalize is not None:
         return renormalize
     norm = getattr(m.config, "norm_topk_prob", None)
@@ -184,7 +191,7 @@ def _check_options(max_new_tokens: int, batch_size: int, top_k: int | None) -> N
 
 
 def _check_prompts(
-    m: Any, token_id_lists: Sequence[Sequence[int]], max_new_tokens: int
+    m: PreTrainedModel, token_id_lists: Sequence[Sequence[int]], max_new_tokens: int
 ) -> list[list[int]]:
     vocab = model_vocab_size(m)
     max_pos = getattr(m.config, "max_position_embeddings", None)
@@ -238,7 +245,7 @@ def record_routing(
             model without router logits.
     """
     torch, _ = import_backend()
-    m: Any = model
+    m: Any = model  # Any: a transformers model (load_model's), whose eval() is untyped
     _check_options(max_new_tokens, batch_size, top_k)
     check_softmax_topk(m)
     prompts = _check_prompts(m, token_id_lists, max_new_tokens)
@@ -255,7 +262,7 @@ def record_routing(
 
 
 def _rows(
-    torch: Any, per_prompt: list[tuple[list[int], Any]], top_k: int, renormalize: bool
+    torch: ModuleType, per_prompt: list[tuple[list[int], Tensor]], top_k: int, renormalize: bool
 ) -> list[RoutingRow]:
     rows: list[RoutingRow] = []
     token_idx = 0

@@ -18,16 +18,16 @@ import math
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from prefixlab.errors import ConfigError
-from prefixlab.experiments.summary import Column, Summary, over_seeds
+from prefixlab.experiments.summary import Column, Summary, mean, number, over_seeds
 from prefixlab.io import atomic_write
 from prefixlab.report.html import page
 from prefixlab.report.plots import FigureSpec, evenly, finish_figure, plot_style
 from prefixlab.report.plots import new_figure as _panels
+from prefixlab.types import JSON, Row
 
 MAX_PANELS = 6
 MAX_SUMMARY_CAPACITIES = 12
@@ -39,21 +39,19 @@ class ExpertResults:
 
     folder: Path
     name: str
-    config: dict[str, Any]
-    environment: dict[str, Any]
-    rows: list[dict[str, Any]]
+    config: dict[str, JSON]
+    environment: dict[str, JSON]
+    rows: list[Row]
     policies: list[str]
     variants: list[str]
-    vary: dict[str, list[Any]]
+    vary: dict[str, list[JSON]]
     capacity_specs: list[str]
     seeds: list[int]
 
-    def mean(self, metric: str, **where: Any) -> float:
+    def mean(self, metric: str, **where: object) -> float:
         """Mean of ``metric`` over the rows matching ``where`` (over seeds); NaN if none."""
         rows = [r for r in self.rows if all(r.get(k) == v for k, v in where.items())]
-        vals = [float(r[metric]) for r in rows if r[metric] is not None]
-        vals = [v for v in vals if not math.isnan(v)]
-        return sum(vals) / len(vals) if vals else math.nan
+        return mean(r[metric] for r in rows)
 
 
 def load_expert_results(folder: str | Path) -> ExpertResults:
@@ -137,7 +135,7 @@ def _vs_capacity(res: ExpertResults) -> FigureSpec:
     variants = [res.variants[i] for i in evenly(len(res.variants), MAX_PANELS)]
     fig, axes = _panels(len(variants))
     for ax, v in zip(axes, variants, strict=True):
-        caps = sorted({int(r["capacity"]) for r in res.rows if r["variant"] == v})
+        caps = sorted({int(number(r["capacity"])) for r in res.rows if r["variant"] == v})
         for pi, pol in enumerate(res.policies):
             ys = [res.mean("fault_ratio_to_opt", variant=v, capacity=k, policy=pol) for k in caps]
             st = plot_style(pi)
@@ -169,7 +167,8 @@ def _vs_param(res: ExpertResults) -> FigureSpec | None:
                 for v in values
             ]
             st = plot_style(pi)
-            ax.plot(values, ys, label=pol, color=st["color"], marker=st["marker"], markersize=4)
+            xs = [number(v) for v in values]
+            ax.plot(xs, ys, label=pol, color=st["color"], marker=st["marker"], markersize=4)
         ax.set_title(f"k = {spec}", fontsize="small")
         ax.set_xlabel(key)
         ax.grid(alpha=0.3)

@@ -37,7 +37,8 @@ from typing import IO
 import numpy as np
 
 from prefixlab.errors import ConfigError, TraceFormatError
-from prefixlab.experts.trace import F64, I64, ExpertTrace
+from prefixlab.experts.trace import ExpertTrace
+from prefixlab.types import F64, I64
 
 #: Keys accepted for the expert list of a routing line (first: the canonical one).
 EXPERT_KEYS = ("experts", "expert_ids", "topk_ids", "indices")

@@ -32,14 +32,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
 from prefixlab.experts import _kernels
 from prefixlab.experts.policies import ExpertPolicy, KernelRun, PolicyContext, make_policy
+from prefixlab.types import B1, I64
 
-I64 = npt.NDArray[np.int64]
-Mask = npt.NDArray[np.bool_]
+Mask = B1
 BACKENDS = ("auto", "numba", "python")
 
 

@@ -22,12 +22,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from prefixlab.errors import ConfigError
 from prefixlab.experiments.store import CellStore
 from prefixlab.experiments.study import Progress, Study, SweepSummary, run_study
 from prefixlab.experts.config import ExpertSweepConfig, Scalar, resolve_capacities
+from prefixlab.types import Row
 
 #: columns of results.parquet, in order (variant parameters come after ``variant``)
 COLUMNS = [
@@ -99,7 +100,7 @@ def _fingerprint(cfg: ExpertSweepConfig, cell: ExpertCell) -> str:
     return hashlib.sha256(doc.encode()).hexdigest()[:16]
 
 
-def run_cell(cfg: ExpertSweepConfig, cell: ExpertCell) -> dict[str, Any]:
+def run_cell(cfg: ExpertSweepConfig, cell: ExpertCell) -> ExpertCellDoc:
     """Generate (or read) the cell's trace and simulate every capacity and policy."""
     from prefixlab.experts.simulate import sweep_capacities
     from prefixlab.experts.trace_io import load_expert_trace
@@ -110,7 +111,7 @@ def run_cell(cfg: ExpertSweepConfig, cell: ExpertCell) -> dict[str, Any]:
     label_of = {pages: label for label, pages in caps}
     rows = []
     for r in sweep_capacities(trace, [p for _, p in caps], cfg.policies, seed=cell.seed):
-        row: dict[str, Any] = {
+        row: Row = {
             "variant": cell.label(),
             **cell.variant,
             "seed": cell.seed,
@@ -129,22 +130,22 @@ def run_cell(cfg: ExpertSweepConfig, cell: ExpertCell) -> dict[str, Any]:
     }
 
 
-#: what an expert cell file holds
-CELL_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "rows": list,
-    "fingerprint": str,
-    "wall_s": (int, float),
-    "worker": str,
-}
+class ExpertCellDoc(TypedDict):
+    """What an expert cell file holds."""
+
+    rows: list[Row]
+    fingerprint: str
+    wall_s: float
+    worker: str
 
 
-def _task(payload: object, cell: ExpertCell) -> dict[str, Any]:
+def _task(payload: object, cell: ExpertCell) -> ExpertCellDoc:
     """What a worker runs (top level, so process pools and Ray can ship it)."""
     assert isinstance(payload, ExpertSweepConfig)
     return run_cell(payload, cell)
 
 
-class ExpertStudy(Study[ExpertCell, dict[str, Any], CellStore]):
+class ExpertStudy(Study[ExpertCell, ExpertCellDoc, CellStore]):
     """An expert-cache study: a cell is one workload variant and seed."""
 
     config: ExpertSweepConfig
@@ -166,17 +167,17 @@ class ExpertStudy(Study[ExpertCell, dict[str, Any], CellStore]):
         for cell in cells:
             if cell.cell_id in stored:
                 try:
-                    doc = store.read_cell(cell.cell_id, CELL_FIELDS)
+                    doc = store.read_cell(cell.cell_id, ExpertCellDoc)
                 except ConfigError:
                     continue
                 if doc["fingerprint"] == _fingerprint(self.config, cell):
                     out.add(cell.cell_id)
         return out
 
-    def task(self) -> tuple[Callable[[object, ExpertCell], dict[str, Any]], object]:
+    def task(self) -> tuple[Callable[[object, ExpertCell], ExpertCellDoc], object]:
         return _task, self.config
 
-    def save(self, store: CellStore, result: dict[str, Any], cell: ExpertCell) -> None:
+    def save(self, store: CellStore, result: ExpertCellDoc, cell: ExpertCell) -> None:
         store.write_cell(cell.cell_id, result)
 
     def consolidate(self, store: CellStore, cells: list[ExpertCell]) -> dict[str, Path]:
@@ -216,10 +217,10 @@ def run_expert_sweep(
 
 def consolidate(store: CellStore, cells: list[ExpertCell]) -> dict[str, Path]:
     """Write results.parquet/csv and timings.csv from the cell files, in plan order."""
-    rows: list[dict[str, Any]] = []
-    timings: list[dict[str, Any]] = []
+    rows: list[Row] = []
+    timings: list[Row] = []
     for cell in cells:
-        doc = store.read_cell(cell.cell_id, CELL_FIELDS)
+        doc = store.read_cell(cell.cell_id, ExpertCellDoc)
         rows += doc["rows"]
         timings.append(
             {

@@ -22,12 +22,9 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
-
-I64 = npt.NDArray[np.int64]
-F64 = npt.NDArray[np.float64]
+from prefixlab.types import F64, I64
 
 __all__ = ["F64", "I64", "ExpertTrace", "TraceSummary"]
 

@@ -25,7 +25,8 @@ import numpy.typing as npt
 
 from prefixlab.errors import ConfigError, TraceFormatError
 from prefixlab.experts.routing_jsonl import load_routing_jsonl, write_routing_jsonl
-from prefixlab.experts.trace import I64, ExpertTrace
+from prefixlab.experts.trace import ExpertTrace
+from prefixlab.types import I64
 
 NPZ_FORMAT = "prefixlab-expert-trace"
 _NOT_NPZ = "not a prefixlab expert trace (.npz)"

@@ -23,15 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
 from prefixlab.io import atomic_open_binary
 from prefixlab.learn.features import Features
 from prefixlab.registry import parse_spec
-
-F32 = npt.NDArray[np.float32]
-U64 = npt.NDArray[np.uint64]
+from prefixlab.types import F32, U64
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -123,9 +120,10 @@ class SentenceTransformerEmbedder(Embedder):
         self.batch_size = batch_size
         self.name = f"st:{model}"
         self._folder = model
-        self._model: Any = None  # loaded on first use: a disk-cache hit never loads it
+        # loaded on first use: a disk-cache hit never loads it
+        self._model: Any = None  # Any: a SentenceTransformer (optional extra, untyped)
 
-    def _loaded(self) -> Any:
+    def _loaded(self) -> Any:  # Any: the SentenceTransformer (optional extra, untyped)
         if self._model is None:
             from sentence_transformers import SentenceTransformer
 
@@ -201,7 +199,12 @@ def get_embedder(spec: str = "hashed") -> Embedder:
         unknown = set(kwargs) - {"dim", "seed"}
         if unknown:
             raise ConfigError(f"embedder 'hashed' takes dim and seed, not {', '.join(unknown)}")
-        return HashedNgramEmbedder(**kwargs)
+        ints: dict[str, int] = {}
+        for key, value in kwargs.items():
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(f"embedder 'hashed': {key} must be an integer, got {value!r}")
+            ints[key] = value
+        return HashedNgramEmbedder(**ints)
     if name == "minilm":
         return SentenceTransformerEmbedder(minilm_path())
     raise ConfigError(f"unknown embedder '{name}'; known: hashed, st:NAME_OR_PATH, minilm")

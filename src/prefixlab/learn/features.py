@@ -19,13 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
+from prefixlab.types import B1, I64
 from prefixlab.workload.tokenizers import Tokenizer, as_tokenizer
 from prefixlab.workload.trace import Trace
-
-I64 = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +54,7 @@ class Features:
     ids: I64
     offsets: I64
     turns: I64
-    labels: npt.NDArray[np.bool_]
+    labels: B1
     sessions: list[str]
     #: boundaries of the window's parts (each prompt, each reply) in ``ids``; request i's
     #: parts are ``part_offsets[row_parts[i]] .. part_offsets[row_parts[i + 1]]``
@@ -80,7 +78,7 @@ def conversations(trace: Trace) -> tuple[list[str], list[list[int]]]:
     return keys, list(order.values())
 
 
-def continuation_labels(trace: Trace) -> npt.NDArray[np.bool_]:
+def continuation_labels(trace: Trace) -> B1:
     """True where the conversation has a later request."""
     labels = np.zeros(len(trace), dtype=bool)
     for rows in conversations(trace)[1]:

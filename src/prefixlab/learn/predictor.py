@@ -18,19 +18,14 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
 from prefixlab.learn.embedders import cached_embed, get_embedder
 from prefixlab.learn.features import FeatureConfig, Features, build_features, window_texts
+from prefixlab.types import B1, F32, F64, I64, JSON
 from prefixlab.workload.trace import Trace
-
-F32 = npt.NDArray[np.float32]
-F64 = npt.NDArray[np.float64]
-B = npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +47,7 @@ class TrainConfig:
         return FeatureConfig(self.history, self.token_budget, self.replies)
 
 
-def split_conversations(sessions: list[str], seed: int, fraction: float = 0.5) -> B:
+def split_conversations(sessions: list[str], seed: int, fraction: float = 0.5) -> B1:
     """True for the rows whose conversation falls in the first part (a seeded hash)."""
     out = np.zeros(len(sessions), dtype=bool)
     memo: dict[str, bool] = {}
@@ -64,7 +59,7 @@ def split_conversations(sessions: list[str], seed: int, fraction: float = 0.5) -
     return out
 
 
-def inputs(x: F32, turns: npt.NDArray[np.int64]) -> F32:
+def inputs(x: F32, turns: I64) -> F32:
     """The classifier's input: the embedding and log(1 + turn count)."""
     t = np.log1p(turns.astype(np.float32))[:, None]
     out: F32 = np.hstack([x, t]).astype(np.float32)
@@ -79,10 +74,10 @@ class ContinuationPredictor:
     biases: list[F64]
     config: TrainConfig
     threshold: float = 0.5
-    history: dict[str, Any] = field(default_factory=dict)
+    history: dict[str, JSON] = field(default_factory=dict)
 
     def predict_proba(self, x: F32) -> F64:
-        h: Any = x  # float32 rows times float64 weights: float64 activations, no copy
+        h: F32 | F64 = x  # float32 rows times float64 weights: float64 activations, no copy
         for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
             h = h @ w
             h += b
@@ -153,14 +148,14 @@ def embed_features(cfg: TrainConfig, feats: Features, embed_cache: str | Path | 
     return cached_embed(emb, feats, texts, embed_cache)
 
 
-def _bce(p: F64, y: B, w: F64) -> float:
+def _bce(p: F64, y: B1, w: F64) -> float:
     p = np.clip(p, 1e-7, 1 - 1e-7)
     yf = y.astype(np.float64)
     loss = -(yf * np.log(p) + (1.0 - yf) * np.log(1 - p))
     return float((loss * w).sum() / w.sum())
 
 
-def class_weights(y: B) -> F64:
+def class_weights(y: B1) -> F64:
     """Per-row weights that balance the classes (the minority class weighs more)."""
     pos = int(y.sum())
     neg = int(y.shape[0] - pos)
@@ -173,7 +168,7 @@ def class_weights(y: B) -> F64:
 
 def train(
     trace: Trace, config: TrainConfig | None = None, embed_cache: str | Path | None = None
-) -> tuple[ContinuationPredictor, B]:
+) -> tuple[ContinuationPredictor, B1]:
     """Train on one half of the conversations; returns the predictor and the train mask
     (evaluate on ``~mask``). The embeddings are computed once for all epochs."""
     cfg = config or TrainConfig()
@@ -208,7 +203,7 @@ def train(
         shuffle=True,
     )
     best: tuple[float, list[F64], list[F64], int] | None = None
-    losses = []
+    losses: list[JSON] = []
     for epoch in range(cfg.epochs):
         clf.partial_fit(xf, yf, classes=np.array([False, True]), sample_weight=wf)
         pv = clf.predict_proba(xv)[:, 1]
@@ -223,7 +218,7 @@ def train(
                 epoch + 1,
             )
     assert best is not None
-    history = {
+    history: dict[str, JSON] = {
         "val_loss": losses,
         "best_epoch": best[3],
         "train_rows": int(fit_mask.sum()),
@@ -250,7 +245,7 @@ class Evaluation:
         )
 
 
-def mcc(y: B, p: B) -> float:
+def mcc(y: B1, p: B1) -> float:
     tp = float(np.count_nonzero(y & p))
     tn = float(np.count_nonzero(~y & ~p))
     fp = float(np.count_nonzero(~y & p))
@@ -259,7 +254,7 @@ def mcc(y: B, p: B) -> float:
     return (tp * tn - fp * fn) / den if den else 0.0
 
 
-def f1_macro(y: B, p: B) -> float:
+def f1_macro(y: B1, p: B1) -> float:
     scores = []
     for cls in (True, False):
         tp = float(np.count_nonzero((y == cls) & (p == cls)))
@@ -269,9 +264,7 @@ def f1_macro(y: B, p: B) -> float:
     return sum(scores) / 2
 
 
-def turns_only(
-    train_turns: npt.NDArray[np.int64], train_y: B, test_turns: npt.NDArray[np.int64]
-) -> B:
+def turns_only(train_turns: I64, train_y: B1, test_turns: I64) -> B1:
     """The ablation: the majority label of the training rows with the same turn count (the
     overall majority for turn counts never seen)."""
     overall = bool(train_y.mean() >= 0.5) if train_y.shape[0] else False
@@ -284,7 +277,7 @@ def turns_only(
 def evaluate(
     pred: ContinuationPredictor,
     trace: Trace,
-    train_mask: B | None = None,
+    train_mask: B1 | None = None,
     all_rows: bool = False,
     embed_cache: str | Path | None = None,
 ) -> Evaluation:

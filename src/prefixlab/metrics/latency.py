@@ -12,13 +12,12 @@ Each latency gets mean, P5, P50, P95 and P99; every metric can be broken down by
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
-import numpy.typing as npt
 
-F64 = npt.NDArray[np.float64]
+from prefixlab.types import B1, F64, I64
+
 PERCENTILES = (5, 50, 95, 99)
 
 
@@ -38,9 +37,9 @@ def latency_summary(
     scheduled_s: F64,
     first_token_s: F64,
     finish_s: F64,
-    input_tokens: npt.NDArray[np.int64],
-    output_tokens: npt.NDArray[np.int64],
-    rows: npt.NDArray[np.bool_] | None = None,
+    input_tokens: I64,
+    output_tokens: I64,
+    rows: B1 | None = None,
 ) -> dict[str, float]:
     """The latency and throughput figures of the requests selected by ``rows``."""
     sel = np.ones(arrival_s.shape[0], dtype=bool) if rows is None else rows
@@ -64,7 +63,9 @@ def latency_summary(
     return out
 
 
-def by_task(tasks: Sequence[str | None], compute: Any) -> dict[str, dict[str, float]]:
+def by_task(
+    tasks: Sequence[str | None], compute: Callable[[B1], dict[str, float]]
+) -> dict[str, dict[str, float]]:
     """``compute(rows)`` for each task label's requests (label ``-`` for none)."""
     labels = np.array([t if t is not None else "-" for t in tasks], dtype=object)
     return {str(t): compute(labels == t) for t in sorted(set(labels.tolist()))}

@@ -7,21 +7,22 @@ import csv
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, TextIO
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from prefixlab.errors import ConfigError
 from prefixlab.io import temp_beside
+from prefixlab.types import I64
+
+if TYPE_CHECKING:
+    from _csv import Writer
 
 
 class PerRequestRun(Protocol):
     """What a finished run gives the per-request file: its policy and per-request tokens."""
 
     policy: str
-    hit_tokens: npt.NDArray[np.int64]
-    input_tokens: npt.NDArray[np.int64]
+    hit_tokens: I64
+    input_tokens: I64
 
 
 class PerRequestFiles:
@@ -44,7 +45,7 @@ class PerRequestFiles:
             if target.is_dir():
                 raise ConfigError(f"--per-request: {target} is a folder, not a file")
         self._tmps: list[Path] = []
-        self._files: list[tuple[TextIO, Any]] = []  # (file, its csv writer)
+        self._files: list[tuple[TextIO, Writer]] = []  # (file, its csv writer)
         try:
             for target in self.targets:
                 fd, tmp = temp_beside(target)  # the umask's mode
@@ -56,9 +57,7 @@ class PerRequestFiles:
             self.abort()
             raise
 
-    def rows(
-        self, i: int, start: int, hits: npt.NDArray[np.int64], inputs: npt.NDArray[np.int64]
-    ) -> None:
+    def rows(self, i: int, start: int, hits: I64, inputs: I64) -> None:
         """Policy i's rows for requests start, start + 1, ... (hit and input tokens)."""
         self._files[i][1].writerows(
             zip(range(start, start + len(hits)), hits.tolist(), inputs.tolist(), strict=True)

@@ -9,11 +9,9 @@ All cold misses are included.
 from __future__ import annotations
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab.cache.events import Event, Hit, Miss, Removed
-
-I64 = npt.NDArray[np.int64]
+from prefixlab.types import I64
 
 
 class ReplayMetrics:

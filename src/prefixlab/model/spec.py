@@ -31,14 +31,17 @@ checkpointed every 16 tokens (tests/test_model_timing.py), as the paper reports.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
+from prefixlab.types import F64
 
 LAYER_TYPES = ("attention", "mlp", "moe", "ssm")
+#: what the FLOPs formula takes and gives: floats, or arrays of them element-wise
+Floats = TypeVar("Floats", float, F64)
 
 
 @dataclass(slots=True, frozen=True)
@@ -167,10 +170,10 @@ class ModelSpec:
 
     def prefill_flops_array(
         self,
-        num_new_tokens: npt.NDArray[np.float64],
-        num_cached_tokens: npt.NDArray[np.float64],
+        num_new_tokens: F64,
+        num_cached_tokens: F64,
         causal: bool = False,
-    ) -> dict[str, npt.NDArray[np.float64]]:
+    ) -> dict[str, F64]:
         """:meth:`prefill_flops` of many requests at once (same formula, element-wise)."""
         n = np.maximum(np.asarray(num_new_tokens, dtype=np.float64), 0.0)
         p = np.asarray(num_cached_tokens, dtype=np.float64)
@@ -207,7 +210,7 @@ class ModelSpec:
         )
         return out
 
-    def _flops(self, n: Any, p: Any, causal: bool) -> dict[str, Any]:
+    def _flops(self, n: Floats, p: Floats, causal: bool) -> dict[str, Floats]:
         """The per-layer-type formula on floats or arrays (every term has a factor n)."""
         d = float(self.hidden_size)
         d_kv = float(self.num_kv_heads * self.head_dim)
@@ -236,7 +239,7 @@ class ModelSpec:
             total += v
         return total
 
-    def prefill_flops_table(self, max_tokens: int) -> npt.NDArray[np.float64]:
+    def prefill_flops_table(self, max_tokens: int) -> F64:
         """``total_prefill_flops(n)`` for n = 0 .. max_tokens, bit for bit (the same
         element-wise formula, added in the same order): what the compiled hybrid replay and
         Marconi's efficiency read."""

@@ -33,7 +33,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -41,6 +40,7 @@ from prefixlab._jit import jit
 from prefixlab.errors import ConfigError
 from prefixlab.model._csv import read_csv
 from prefixlab.model.spec import ModelSpec, get_model
+from prefixlab.types import F64
 
 #: (new tokens, cached tokens[, tokens of this prompt's earlier chunks]) of a prefill chunk;
 #: the third part (0 when absent) lets a model price a chunk as the increment it adds, so a
@@ -95,7 +95,7 @@ def power_batch_s(a: float, b: float, c: float, n: int, total_fresh: float) -> f
 
 
 @jit()
-def table_s(tokens: Any, seconds: Any, n: float) -> float:
+def table_s(tokens: F64, seconds: F64, n: float) -> float:
     """A measured table's seconds at n tokens: interpolated inside it, extrapolated from
     its end segments outside it (never below 0); one row scales linearly."""
     t, s = tokens, seconds
@@ -203,7 +203,7 @@ class TableTiming(TimingModel):
         return f"table:path={self.path}"
 
 
-def _read_table(path: Path) -> tuple[np.ndarray, np.ndarray]:
+def _read_table(path: Path) -> tuple[F64, F64]:
     from prefixlab.errors import TraceFormatError
 
     if not path.is_file():

@@ -30,17 +30,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab._jit import jit
-from prefixlab.policies.base import I64
+from prefixlab.types import F64, I64
 from prefixlab.workload.trace import BlockLayout
 
 #: ``passes(forward)``: (first request, layout, the policy's columns) per chunk of a
 #: streamed trace, first to last (forward) or last to first
-ChunkPasses = Callable[[bool], Iterator[tuple[int, BlockLayout, npt.NDArray[np.float64]]]]
+ChunkPasses = Callable[[bool], Iterator[tuple[int, BlockLayout, F64]]]
 
-F64 = npt.NDArray[np.float64]
 State = tuple[I64, F64]
 
 # I rows

@@ -13,7 +13,7 @@ hooks run.
 
 from __future__ import annotations
 
-from typing import Any
+import numpy as np
 
 from prefixlab._jit import jit
 from prefixlab.policies._arrays import (
@@ -28,8 +28,8 @@ from prefixlab.policies._arrays import (
     SPLIT,
     set_free,
 )
-from prefixlab.policies.base import I64
 from prefixlab.policies.hooks import arc, lecar, lpc, opt_online, s3fifo, unicache, workload_aware
+from prefixlab.types import F64, I64
 
 ARC, S3FIFO, LECAR, LPC, WA = arc.CODE, s3fifo.CODE, lecar.CODE, lpc.CODE, workload_aware.CODE
 UNICACHE, OPT_ONLINE = unicache.CODE, opt_online.CODE
@@ -42,7 +42,7 @@ def miss_begin(code: int, ist: I64) -> None:
 
 
 @jit()
-def reserve(code: int, ist: I64, fst: Any, n: int) -> tuple[I64, Any]:
+def reserve(code: int, ist: I64, fst: F64, n: int) -> tuple[I64, F64]:
     """The state with room for n more hook calls (the same arrays when there is room)."""
     if code == LPC:
         return lpc.lpc_reserve(ist, fst, n)
@@ -53,14 +53,14 @@ def reserve(code: int, ist: I64, fst: Any, n: int) -> tuple[I64, Any]:
 def hook(
     code: int,
     ist: I64,
-    fst: Any,
+    fst: F64,
     h: int,
     x: int,
     y: int,
     key: I64,
     depth: I64,
-    rng: Any,
-    aux: Any,
+    rng: np.random.Generator,
+    aux: F64,
 ) -> int:
     """Run hook h of policy ``code`` on entry (or key) x (y: a split's lower entry)."""
     if code == LPC:
@@ -125,7 +125,7 @@ def waiting_begin(code: int, ist: I64) -> None:
 
 
 @jit(nrt=False)
-def waiting_add(code: int, ist: I64, fst: Any, k: int, pos: int, key: I64, depth: I64) -> None:
+def waiting_add(code: int, ist: I64, fst: F64, k: int, pos: int, key: I64, depth: I64) -> None:
     """Waiting request ``pos`` (in queue order, called in that order) looks key k up."""
     if code == OPT_ONLINE:
         opt_online.oo_waiting_add(ist, fst, k, pos, key, depth)
@@ -134,13 +134,13 @@ def waiting_add(code: int, ist: I64, fst: Any, k: int, pos: int, key: I64, depth
 
 
 @jit(nrt=False)
-def waiting_end(code: int, ist: I64, fst: Any, key: I64, depth: I64) -> None:
+def waiting_end(code: int, ist: I64, fst: F64, key: I64, depth: I64) -> None:
     if code == OPT_ONLINE:
         opt_online.oo_waiting_end(ist, fst, key, depth)
 
 
 @jit(nrt=False)
-def waiting(code: int, ist: I64, fst: Any, keys: I64, pos: I64, key: I64, depth: I64) -> None:
+def waiting(code: int, ist: I64, fst: F64, keys: I64, pos: I64, key: I64, depth: I64) -> None:
     """The whole waiting queue at once: its lookup keys and their requests' positions."""
     waiting_begin(code, ist)
     for i in range(keys.shape[0]):
@@ -152,14 +152,14 @@ def waiting(code: int, ist: I64, fst: Any, keys: I64, pos: I64, key: I64, depth:
 def batch(
     code: int,
     ist: I64,
-    fst: Any,
+    fst: F64,
     h: int,
     xs: I64,
     y: int,
     key: I64,
     depth: I64,
-    rng: Any,
-    aux: Any,
+    rng: np.random.Generator,
+    aux: F64,
 ) -> int:
     """Run hook h on every x in order; for EVICT fill xs with up to len(xs) victims and
     return how many."""

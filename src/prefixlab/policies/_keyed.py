@@ -17,25 +17,24 @@ interpreted otherwise (:mod:`prefixlab._jit`)::
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab._jit import jit
 from prefixlab.cache.view import EntryView
 from prefixlab.errors import ConfigError
-from prefixlab.policies.base import I64, EvictionPolicy
+from prefixlab.policies.base import EvictionPolicy
+from prefixlab.types import B1, F64, I64
 from prefixlab.workload.trace import BlockLayout
 
-F64 = npt.NDArray[np.float64]
 COLUMNS = ("last_access", "hits", "depth", "created", "next_use", "primary")
 NEVER = np.inf
 
 
 # ----------------------------------------------------------------------------- heap
 @jit(inline=True)
-def _before(hk: Any, i: int, k0: float, k1: float, k2: float, k3: float) -> bool:
+def _before(hk: F64, i: int, k0: float, k1: float, k2: float, k3: float) -> bool:
     """Row i's key is smaller than (k0, k1, k2, k3)."""
     a = hk[i]
     if a[0] != k0:
@@ -48,7 +47,7 @@ def _before(hk: Any, i: int, k0: float, k1: float, k2: float, k3: float) -> bool
 
 
 @jit(inline=True)
-def _move(hk: Any, he: Any, pos: Any, src: int, dst: int) -> None:
+def _move(hk: F64, he: I64, pos: I64, src: int, dst: int) -> None:
     for c in range(4):
         hk[dst, c] = hk[src, c]
     e = he[src]
@@ -57,7 +56,7 @@ def _move(hk: Any, he: Any, pos: Any, src: int, dst: int) -> None:
 
 
 @jit(nrt=False)
-def _sift(hk: Any, he: Any, pos: Any, n: int, i: int) -> None:
+def _sift(hk: F64, he: I64, pos: I64, n: int, i: int) -> None:
     """Restore heap order around row i (up, then down), moving rows into a hole. The heap
     is 4-ary (row i's children are 4i + 1 .. 4i + 4): half the levels of a binary heap."""
     k0, k1, k2, k3 = hk[i, 0], hk[i, 1], hk[i, 2], hk[i, 3]
@@ -93,7 +92,7 @@ def _sift(hk: Any, he: Any, pos: Any, n: int, i: int) -> None:
 
 @jit(nrt=False)
 def heap_set(
-    hk: Any, he: Any, pos: Any, hn: Any, e: int, k0: float, k1: float, k2: float, order: float
+    hk: F64, he: I64, pos: I64, hn: I64, e: int, k0: float, k1: float, k2: float, order: float
 ) -> None:
     """Insert e with key (k0, k1, k2) and tie order, or re-key it if present."""
     i = pos[e]
@@ -110,7 +109,7 @@ def heap_set(
 
 
 @jit(nrt=False)
-def heap_remove(hk: Any, he: Any, pos: Any, hn: Any, e: int) -> None:
+def heap_remove(hk: F64, he: I64, pos: I64, hn: I64, e: int) -> None:
     """Take e out of the heap (no-op when absent)."""
     i = pos[e]
     if i < 0:
@@ -128,7 +127,7 @@ def heap_remove(hk: Any, he: Any, pos: Any, hn: Any, e: int) -> None:
 
 
 @jit(nrt=False)
-def heap_pop(hk: Any, he: Any, pos: Any, hn: Any) -> int:
+def heap_pop(hk: F64, he: I64, pos: I64, hn: I64) -> int:
     """Remove and return the entry with the smallest key, or -1."""
     if hn[0] == 0:
         return -1
@@ -168,7 +167,7 @@ def _by_key(keys: I64, reqs: I64, occ_start: I64) -> I64:
 
 
 @jit(nrt=False)
-def next_use(occ_start: Any, occ_req: Any, key: int, after: int) -> float:
+def next_use(occ_start: I64, occ_req: I64, key: int, after: int) -> float:
     """The first request after ``after`` whose lookup range holds ``key`` (inf: never)."""
     lo, hi = occ_start[key], occ_start[key + 1]
     while lo < hi:  # first occurrence > after
@@ -182,19 +181,19 @@ def next_use(occ_start: Any, occ_req: Any, key: int, after: int) -> float:
 
 @jit(inline=True)
 def entry_key(
-    cols: Any,
-    signs: Any,
+    cols: I64,
+    signs: F64,
     e: int,
-    la: Any,
-    hits: Any,
-    depth: Any,
-    created: Any,
-    primary: Any,
-    key: Any,
-    occ_start: Any,
-    occ_req: Any,
+    la: F64,
+    hits: I64,
+    depth: I64,
+    created: F64,
+    primary: B1,
+    key: I64,
+    occ_start: I64,
+    occ_req: I64,
     after: int,
-    out: Any,
+    out: F64,
     nu: float = np.nan,
 ) -> None:
     """Write entry e's sort key (three floats) into out. ``nu``: e's next use when the
@@ -227,23 +226,23 @@ def entry_key(
 # ----------------------------------------------------------------------------- batches
 @jit()
 def push_batch(
-    hk: Any,
-    he: Any,
-    pos: Any,
-    hn: Any,
-    entries: Any,
-    orders: Any,
+    hk: F64,
+    he: I64,
+    pos: I64,
+    hn: I64,
+    entries: I64,
+    orders: I64,
     only_present: bool,
-    cols: Any,
-    signs: Any,
-    la: Any,
-    hits: Any,
-    depth: Any,
-    created: Any,
-    primary: Any,
-    key: Any,
-    occ_start: Any,
-    occ_req: Any,
+    cols: I64,
+    signs: F64,
+    la: F64,
+    hits: I64,
+    depth: I64,
+    created: F64,
+    primary: B1,
+    key: I64,
+    occ_start: I64,
+    occ_req: I64,
     after: int,
 ) -> None:
     """(Re-)key entries; ``orders[i] < 0`` keeps an entry's tie order. With
@@ -262,13 +261,13 @@ def push_batch(
 
 
 @jit()
-def remove_batch(hk: Any, he: Any, pos: Any, hn: Any, entries: Any) -> None:
+def remove_batch(hk: F64, he: I64, pos: I64, hn: I64, entries: I64) -> None:
     for i in range(entries.shape[0]):
         heap_remove(hk, he, pos, hn, entries[i])
 
 
 @jit()
-def pop_batch(hk: Any, he: Any, pos: Any, hn: Any, n: int, out: Any) -> int:
+def pop_batch(hk: F64, he: I64, pos: I64, hn: I64, n: int, out: I64) -> int:
     """Pop up to n entries into out; returns how many."""
     for i in range(n):
         e = heap_pop(hk, he, pos, hn)
@@ -323,12 +322,12 @@ class KeyedPolicy(EvictionPolicy):
     occ_start: I64
     occ_req: I64
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         if any(c == "next_use" for c, _ in cls.sort_key):
             cls.needs_future = True  # the runners hand it the trace's layout (prepare)
 
-    def prepare(self, future: Any) -> None:
+    def prepare(self, future: BlockLayout) -> None:
         """Ranking by ``next_use``: every key's lookups, from the trace's block layout."""
         if any(c == "next_use" for c, _ in self.sort_key):
             self.occ_start, self.occ_req = occurrences(future)

@@ -19,20 +19,16 @@ the upper part is as old as the node it came from) finds room between two neighb
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab._jit import jit
+from prefixlab.types import B1, I64
 
-I64 = npt.NDArray[np.int64]
-B = npt.NDArray[np.bool_]
 GAP = 1 << 16
 
 
 @jit(inline=True)
-def sq_compact(ids: Any, sts: Any, stamp: Any, qs: Any) -> None:
+def sq_compact(ids: I64, sts: I64, stamp: I64, qs: I64) -> None:
     """Keep only valid copies, in order, at the front of the buffer."""
     w = 0
     for i in range(qs[0], qs[1]):
@@ -45,7 +41,7 @@ def sq_compact(ids: Any, sts: Any, stamp: Any, qs: Any) -> None:
 
 
 @jit(inline=True)
-def sq_push(ids: Any, sts: Any, stamp: Any, qs: Any, e: int) -> None:
+def sq_push(ids: I64, sts: I64, stamp: I64, qs: I64, e: int) -> None:
     """Append e with a fresh stamp; older copies of e become stale. The buffer must hold
     at least one slot more than the valid copies (it is compacted when full)."""
     if qs[1] == ids.shape[0]:
@@ -59,7 +55,7 @@ def sq_push(ids: Any, sts: Any, stamp: Any, qs: Any, e: int) -> None:
 
 
 @jit(inline=True)
-def sq_pop(ids: Any, sts: Any, stamp: Any, elig: Any, busy_if_set: bool, qs: Any) -> int:
+def sq_pop(ids: I64, sts: I64, stamp: I64, elig: I64 | B1, busy_if_set: bool, qs: I64) -> int:
     """Remove and return the oldest valid copy whose entry is eligible, or -1.
 
     ``elig[e] != 0`` means busy (pinned) when ``busy_if_set`` (the kernel passes ref
@@ -89,7 +85,7 @@ def sq_pop(ids: Any, sts: Any, stamp: Any, elig: Any, busy_if_set: bool, qs: Any
 # (the engine pins many). A push gives the entry a fresh copy (the caller clears pk).
 # qs[3] is the heap's size; an item is live while pk[e] == 2 and stamp[e] is its stamp.
 @jit(inline=True)
-def _ph_push(hst: Any, hid: Any, qs: Any, st: int, e: int) -> None:
+def _ph_push(hst: I64, hid: I64, qs: I64, st: int, e: int) -> None:
     i = qs[3]
     qs[3] = i + 1
     while i > 0:
@@ -102,7 +98,7 @@ def _ph_push(hst: Any, hid: Any, qs: Any, st: int, e: int) -> None:
 
 
 @jit(inline=True)
-def _ph_pop(hst: Any, hid: Any, qs: Any) -> None:
+def _ph_pop(hst: I64, hid: I64, qs: I64) -> None:
     n = qs[3] - 1
     qs[3] = n
     st, e = hst[n], hid[n]
@@ -122,7 +118,7 @@ def _ph_pop(hst: Any, hid: Any, qs: Any) -> None:
 
 
 @jit(nrt=False)
-def sq_unpark(stamp: Any, pk: Any, hst: Any, hid: Any, qs: Any, e: int) -> None:
+def sq_unpark(stamp: I64, pk: I64, hst: I64, hid: I64, qs: I64, e: int) -> None:
     """e became evictable: if a pop parked it, it competes again at its old stamp."""
     if pk[e] != 1:
         return
@@ -139,15 +135,15 @@ def sq_unpark(stamp: Any, pk: Any, hst: Any, hid: Any, qs: Any, e: int) -> None:
 
 @jit(nrt=False)
 def sq_pop_parked(
-    ids: Any,
-    sts: Any,
-    stamp: Any,
-    elig: Any,
+    ids: I64,
+    sts: I64,
+    stamp: I64,
+    elig: I64 | B1,
     busy_if_set: bool,
-    qs: Any,
-    pk: Any,
-    hst: Any,
-    hid: Any,
+    qs: I64,
+    pk: I64,
+    hst: I64,
+    hid: I64,
 ) -> int:
     """:func:`sq_pop` with parking: the same victim (or -1)."""
     i = qs[0]
@@ -185,14 +181,14 @@ def sq_pop_parked(
 
 
 @jit()
-def sq_push_batch(ids: Any, sts: Any, stamp: Any, qs: Any, entries: Any) -> None:
+def sq_push_batch(ids: I64, sts: I64, stamp: I64, qs: I64, entries: I64) -> None:
     for i in range(entries.shape[0]):
         sq_push(ids, sts, stamp, qs, entries[i])
 
 
 @jit()
 def sq_pop_batch(
-    ids: Any, sts: Any, stamp: Any, elig: Any, busy_if_set: bool, qs: Any, out: Any
+    ids: I64, sts: I64, stamp: I64, elig: I64 | B1, busy_if_set: bool, qs: I64, out: I64
 ) -> int:
     """Pop up to len(out) entries into out; returns how many."""
     for k in range(out.shape[0]):
@@ -204,7 +200,7 @@ def sq_pop_batch(
 
 
 @jit(nrt=False)
-def sq_insert_after(ids: Any, sts: Any, stamp: Any, qs: Any, anchor: int, e: int) -> bool:
+def sq_insert_after(ids: I64, sts: I64, stamp: I64, qs: I64, anchor: int, e: int) -> bool:
     """Queue e right behind anchor's valid copy (same age; popped after it). Stamps are
     sorted along the buffer, so the anchor is found by bisection and e takes the midpoint
     stamp to the next copy. Returns False when no gap is left (renumber, then retry)."""
@@ -235,7 +231,7 @@ def sq_insert_after(ids: Any, sts: Any, stamp: Any, qs: Any, anchor: int, e: int
 
 
 @jit(nrt=False)
-def sq_renumber(ids: Any, sts: Any, stamp: Any, qs: Any) -> None:
+def sq_renumber(ids: I64, sts: I64, stamp: I64, qs: I64) -> None:
     """Compact, then space the stamps GAP apart again."""
     sq_compact(ids, sts, stamp, qs)
     for i in range(qs[1]):
@@ -298,7 +294,7 @@ class SegmentQueue:
         """Forget ids (their queued copies become stale)."""
         self.stamp[ids] = -1
 
-    def pop(self, n: int, eligible: B | None = None) -> I64:
+    def pop(self, n: int, eligible: B1 | None = None) -> I64:
         """Remove and return up to n valid ids from the front, skipping ineligible ones."""
         out = np.empty(n, dtype=np.int64)
         if eligible is None:

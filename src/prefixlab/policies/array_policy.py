@@ -19,7 +19,6 @@ from prefixlab.policies._arrays import (
     ACCESS,
     EVICT,
     EVICTABLE,
-    F64,
     FS,
     GSEQ0,
     INSERT,
@@ -38,7 +37,8 @@ from prefixlab.policies._arrays import (
     State,
     grow_state,
 )
-from prefixlab.policies.base import I64, EvictionPolicy
+from prefixlab.policies.base import EvictionPolicy
+from prefixlab.types import F64, I64
 from prefixlab.workload.trace import Trace
 
 

@@ -31,22 +31,22 @@ from __future__ import annotations
 import heapq
 import inspect
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar, TypedDict, TypeVar
+from typing import ClassVar, TypedDict, TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab.cache.view import EntryView
 from prefixlab.errors import ConfigError
 from prefixlab.registry import Registry, parse_spec
-from prefixlab.workload.trace import BlockLayout
+from prefixlab.types import F64, I64, Scalar
+from prefixlab.workload.trace import BlockLayout, Trace
 
-I64 = npt.NDArray[np.int64]
-F64 = npt.NDArray[np.float64]
 EMPTY = np.zeros(0, dtype=np.int64)
 
 
 PolicyT = TypeVar("PolicyT", bound="Policy")
+#: a :class:`PriorityPolicy` rank: the lowest is evicted first (tuples compare in order)
+Priority = float | tuple[float, ...]
 
 
 class Policy:
@@ -76,7 +76,7 @@ class Policy:
     reserved_bytes: int = 0
 
     # --------------------------------------------------------------- parameters
-    def params(self) -> dict[str, Any]:
+    def params(self) -> dict[str, Scalar]:
         """Constructor arguments, each stored under its own name (river style)."""
         return {name: getattr(self, name) for name in parameters(type(self))}
 
@@ -116,7 +116,7 @@ class EvictionPolicy(Policy):
     def prepare(self, future: BlockLayout) -> None:
         """Receive the trace's block layout (only policies with ``needs_future`` use it)."""
 
-    def prepare_trace(self, trace: Any, clock: str) -> None:
+    def prepare_trace(self, trace: Trace, clock: str) -> None:
         """Receive the trace (only policies with ``needs_trace``). ``clock``: ``"arrival"``
         (replay: the current request's arrival time is the time) or ``"view"`` (engine:
         ``view.now`` is the simulated time). The base keeps what :meth:`now` needs;
@@ -209,16 +209,16 @@ class PriorityPolicy(EvictionPolicy):
         super().bind(view)
         # Heap items: (priority, order it became evictable, version, entry). The order is
         # kept across re-ranks, so ties always go to the entry that became evictable first.
-        self._heap: list[tuple[Any, int, int, int]] = []
+        self._heap: list[tuple[Priority, int, int, int]] = []
         self._token = np.full(view.num_entries, -1, dtype=np.int64)
         self._order = np.zeros(view.num_entries, dtype=np.int64)
         self._free = np.zeros(view.num_entries, dtype=bool)
         self._next_token = 0
 
-    def priority(self, e: int) -> Any:
+    def priority(self, e: int) -> Priority:
         raise NotImplementedError
 
-    def priorities(self, entries: I64) -> list[Any]:
+    def priorities(self, entries: I64) -> list[Priority]:
         """Priorities of a batch (default: ``priority`` entry by entry)."""
         return [self.priority(e) for e in entries.tolist()]
 
@@ -295,7 +295,7 @@ def describe(cls: type[object]) -> str:
     return (inspect.getdoc(cls) or "").splitlines()[0] if cls.__doc__ else ""
 
 
-def parameters(cls: type[object]) -> dict[str, Any]:
+def parameters(cls: type[object]) -> dict[str, Scalar]:
     """Constructor parameters and their defaults."""
     if cls.__init__ is object.__init__:
         return {}

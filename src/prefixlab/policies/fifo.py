@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from prefixlab.policies.base import I64, register
+from prefixlab.policies.base import register
 from prefixlab.policies.lru import LRU
+from prefixlab.types import I64
 
 
 @register("fifo")

@@ -59,6 +59,7 @@ import numpy as np
 from prefixlab._jit import jit
 from prefixlab.policies.admission import BRANCHES, Admission, AllBlocks, Judicious, NoAdmission
 from prefixlab.policies.base import Policy, register
+from prefixlab.types import B1, F64, I64, Scalar
 
 if TYPE_CHECKING:
     from prefixlab.cache.hybrid import HybridCache, HybridMatch, Node
@@ -133,7 +134,7 @@ class HybridPolicy(Policy):
         raise NotImplementedError
 
 
-def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+def _choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
     return str(value)
@@ -225,7 +226,7 @@ class SglangPlus(_LRULeaves):
         self.admission = Judicious(self.chunk_tokens, self.branch)
 
 
-def _chunk(chunk_tokens: Any) -> int:
+def _chunk(chunk_tokens: object) -> int:
     if (
         isinstance(chunk_tokens, bool)
         or not isinstance(chunk_tokens, int)
@@ -306,7 +307,7 @@ class Marconi(HybridPolicy):
         self._index = _CandidateIndex()
         self.current_alpha = 0.0 if self.alpha is None else self.alpha
 
-    def params(self) -> dict[str, Any]:
+    def params(self) -> dict[str, Scalar]:
         return {
             "alpha": self.alpha,
             "bootstrap_multiplier": self.bootstrap_multiplier,
@@ -324,7 +325,9 @@ class Marconi(HybridPolicy):
 
     def with_alpha(self, alpha: float) -> Marconi:
         """The same policy with ``alpha`` fixed (what the tuner replays)."""
-        return Marconi(**{**self.params(), "alpha": alpha})
+        # every other parameter as params() gives it (a parameter added later follows)
+        kwargs: dict[str, Any] = {**self.params(), "alpha": alpha}  # Any: mixed types
+        return Marconi(**kwargs)
 
     def alpha_grid(self) -> list[float]:
         """0, step, 2 step, ..., alpha_max (rounded to the step's decimals)."""
@@ -342,7 +345,7 @@ class Marconi(HybridPolicy):
         eff = node_efficiency(self._tot, nd.start, nd.end, nd.ckpt, cache.kv, cache.state, mode)
         return float(eff)
 
-    def scores(self, cands: list[Node]) -> tuple[Any, int]:
+    def scores(self, cands: list[Node]) -> tuple[F64, int]:
         """(score array, index of the least score among the unlocked ones or -1) of the
         candidates, now (:func:`marconi_scores`)."""
         r = np.array([nd.last_access for nd in cands], dtype=np.float64)
@@ -447,7 +450,7 @@ class _CandidateIndex:
         self.free_slots: list[int] = []
         self.used = 0
 
-    def live(self) -> Any:
+    def live(self) -> I64:
         return np.flatnonzero(self.alive[: self.used])
 
     def upsert(self, nd: Node, r: float, f: float, evictable: bool = True) -> None:
@@ -486,7 +489,7 @@ class _CandidateIndex:
 
 @jit(nrt=False)
 def node_efficiency(
-    tot: Any, start: int, end: int, ckpt: bool, kv: int, state: int, mode: int
+    tot: F64, start: int, end: int, ckpt: bool, kv: int, state: int, mode: int
 ) -> float:
     """FLOPs a node saves over its parent per byte. ``tot[n]``: the prefill FLOPs of n
     tokens (:meth:`ModelSpec.prefill_flops_table`). ``mode`` 0 (``prefix``, Marconi's
@@ -501,7 +504,7 @@ def node_efficiency(
 
 @jit(nrt=False)
 def marconi_scores(
-    r: Any, f: Any, ok: Any, clock: float, alpha: float, recency: int, score: Any
+    r: F64, f: F64, ok: B1, clock: float, alpha: float, recency: int, score: F64
 ) -> int:
     """Marconi's score of each candidate into ``score``: ``norm(recency) + alpha x
     norm(efficiency)``, each min-max normalised over all the candidates (a constant column

@@ -8,20 +8,20 @@ replay and engine kernels) and the state layout are in
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 
 from prefixlab.errors import ConfigError
 from prefixlab.policies._arrays import FS, NEG_ROWS, SC, ChunkPasses, State, new_state
 from prefixlab.policies.array_policy import ArrayPolicy
-from prefixlab.policies.base import I64, register
+from prefixlab.policies.base import register
 from prefixlab.policies.hooks.lpc import (
     AUX_CONV,
     AUX_PROB,
     BEST,
     CODE,
-    F64,
     FREE_HEAD,
     HEAD,
     HPOS,
@@ -39,6 +39,7 @@ from prefixlab.policies.hooks.lpc import (
     P,
     T,
 )
+from prefixlab.types import F64, I64, Scalar
 from prefixlab.workload.trace import Trace
 
 
@@ -69,7 +70,7 @@ class _LPCBase(ArrayPolicy):
         self.update_interval_s = float(update_interval_s)
         self.scale = float(scale)
 
-    def params(self) -> dict[str, Any]:
+    def params(self) -> dict[str, Scalar]:
         return {
             "update_interval_s": self.update_interval_s,
             "scale": self.scale,
@@ -88,10 +89,10 @@ class _LPCBase(ArrayPolicy):
         fst[FS, LAST_UPDATE] = -math.inf
         return ist, fst
 
-    def request_probabilities(self, trace: Any) -> F64:
+    def request_probabilities(self, trace: Trace) -> F64:
         raise NotImplementedError
 
-    def prepare_trace(self, trace: Any, clock: str) -> None:
+    def prepare_trace(self, trace: Trace, clock: str) -> None:
 
         probs = np.asarray(self.request_probabilities(trace), dtype=np.float64)
         if probs.shape[0] != len(trace):
@@ -104,7 +105,7 @@ class _LPCBase(ArrayPolicy):
     _conv_ids: dict[str, int]
     _next_conv: int
 
-    def _numbered(self, sessions: Any) -> tuple[F64, F64]:
+    def _numbered(self, sessions: Sequence[str | None]) -> tuple[F64, F64]:
         """Each request's conversation number, numbered in order of first appearance (those
         met before, a streamed trace's earlier chunks, kept in ``_conv_ids``), a request
         without a session its own; and 1.0 where a request has no session."""
@@ -168,10 +169,10 @@ class LPC(_LPCBase):
             raise ValueError(f"model must be a path, got {model!r}")
         self.model = model
 
-    def params(self) -> dict[str, Any]:
+    def params(self) -> dict[str, Scalar]:
         return {"model": self.model, **super().params()}
 
-    def request_probabilities(self, trace: Any) -> F64:
+    def request_probabilities(self, trace: Trace) -> F64:
         if not self.model:
             raise ConfigError("policy 'lpc' needs model=PATH (train one: prefixlab lpc train)")
         from prefixlab.learn.predictor import ContinuationPredictor
@@ -183,7 +184,7 @@ class LPC(_LPCBase):
 class LPCOracle(_LPCBase):
     """LPC with the true continuation label as the probability (its upper bound)."""
 
-    def request_probabilities(self, trace: Any) -> F64:
+    def request_probabilities(self, trace: Trace) -> F64:
         from prefixlab.learn.features import continuation_labels
 
         return continuation_labels(trace).astype(np.float64)

@@ -6,7 +6,8 @@ import numpy as np
 
 from prefixlab.cache.view import EntryView
 from prefixlab.policies._segments import SegmentQueue
-from prefixlab.policies.base import I64, EvictionPolicy, register
+from prefixlab.policies.base import EvictionPolicy, register
+from prefixlab.types import I64
 
 
 @register("lru")

@@ -18,19 +18,19 @@ bundled traces, and rare tiny adversarial traces can beat it.
 from __future__ import annotations
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab._jit import jit
 from prefixlab._keytable import kcell, with_room
 from prefixlab.policies._keyed import KeyedPolicy
 from prefixlab.policies._keyed import next_use as _next_use
-from prefixlab.policies.base import I64, register
+from prefixlab.policies.base import register
+from prefixlab.types import F64, I64
 from prefixlab.workload.trace import BlockLayout
 
 NEVER = float("inf")
 
 
-def next_use_at(layout: BlockLayout) -> npt.NDArray[np.float64]:
+def next_use_at(layout: BlockLayout) -> F64:
     """For every key position of the layout (request r, block j), the first request after r
     that looks that key up (inf: never): one backward pass over the requests."""
     table = with_room(np.full((16, 2), -1, np.int64), max(layout.num_distinct_keys, 1))
@@ -39,9 +39,7 @@ def next_use_at(layout: BlockLayout) -> npt.NDArray[np.float64]:
 
 
 @jit(nogil=True)
-def next_uses_back(
-    keys: I64, offs: I64, num_lookup: I64, r0: int, table: I64
-) -> tuple[npt.NDArray[np.float64], int]:
+def next_uses_back(keys: I64, offs: I64, num_lookup: I64, r0: int, table: I64) -> tuple[F64, int]:
     """Next uses of a run of requests r0, r0 + 1, ... (the rows of ``offs``; a whole
     trace, or a streamed one's chunk, walked from the last chunk to the first), walked
     last to first: each key position gets its key's earliest lookup after its request so
@@ -74,10 +72,10 @@ class OPT(KeyedPolicy):
     def prepare(self, future: BlockLayout) -> None:
         super().prepare(future)
         self._future = future
-        self._next_use_pos: npt.NDArray[np.float64] | None = None
+        self._next_use_pos: F64 | None = None
 
     @property
-    def next_use_pos(self) -> npt.NDArray[np.float64]:
+    def next_use_pos(self) -> F64:
         """Next use of every key position: the replay kernel's key for a block released
         after its request (computed on first use; the engine looks next uses up instead)."""
         if self._next_use_pos is None:

@@ -15,13 +15,12 @@ class calls them in batches, the compiled replay kernel entry by entry::
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from prefixlab._jit import jit
 from prefixlab.cache.view import EntryView
-from prefixlab.policies.base import I64, EvictionPolicy, register
+from prefixlab.policies.base import EvictionPolicy, register
+from prefixlab.types import I64
 
 QUEUED, VISITED, FREE = 1, 2, 4
 
@@ -35,7 +34,7 @@ def sieve_state(num_entries: int) -> tuple[I64, I64, I64]:
 
 
 @jit(nrt=False)
-def sieve_insert(link: Any, flag: Any, st: Any, e: int) -> None:
+def sieve_insert(link: I64, flag: I64, st: I64, e: int) -> None:
     head = st[0]
     link[0, e] = head
     link[1, e] = -1
@@ -48,27 +47,27 @@ def sieve_insert(link: Any, flag: Any, st: Any, e: int) -> None:
 
 
 @jit(inline=True)
-def sieve_access(flag: Any, e: int) -> None:
+def sieve_access(flag: I64, e: int) -> None:
     if flag[e] & QUEUED:
         flag[e] |= VISITED
 
 
 @jit(inline=True)
-def sieve_evictable(flag: Any, st: Any, e: int) -> None:
+def sieve_evictable(flag: I64, st: I64, e: int) -> None:
     if not flag[e] & FREE:
         flag[e] |= FREE
         st[3] += 1
 
 
 @jit(inline=True)
-def sieve_pinned(flag: Any, st: Any, e: int) -> None:
+def sieve_pinned(flag: I64, st: I64, e: int) -> None:
     if flag[e] & FREE:
         flag[e] &= ~FREE
         st[3] -= 1
 
 
 @jit(nrt=False)
-def _unlink(link: Any, flag: Any, st: Any, e: int) -> None:
+def _unlink(link: I64, flag: I64, st: I64, e: int) -> None:
     p, n = link[0, e], link[1, e]
     if p >= 0:
         link[1, p] = n
@@ -84,14 +83,14 @@ def _unlink(link: Any, flag: Any, st: Any, e: int) -> None:
 
 
 @jit(nrt=False)
-def sieve_remove(link: Any, flag: Any, st: Any, e: int) -> None:
+def sieve_remove(link: I64, flag: I64, st: I64, e: int) -> None:
     sieve_pinned(flag, st, e)
     if flag[e] & QUEUED:
         _unlink(link, flag, st, e)
 
 
 @jit(nrt=False)
-def sieve_pop(link: Any, flag: Any, st: Any) -> int:
+def sieve_pop(link: I64, flag: I64, st: I64) -> int:
     """Move the hand to the next victim and evict it; -1 when nothing is evictable."""
     if st[3] == 0:
         return -1
@@ -112,7 +111,7 @@ def sieve_pop(link: Any, flag: Any, st: Any) -> int:
 
 
 @jit()
-def sieve_batch(link: Any, flag: Any, st: Any, entries: Any, hook: int) -> None:
+def sieve_batch(link: I64, flag: I64, st: I64, entries: I64, hook: int) -> None:
     """Apply one hook to a batch: 0 insert, 1 access, 2 evictable, 3 pinned, 4 remove."""
     for i in range(entries.shape[0]):
         e = entries[i]
@@ -129,7 +128,7 @@ def sieve_batch(link: Any, flag: Any, st: Any, entries: Any, hook: int) -> None:
 
 
 @jit()
-def sieve_evict(link: Any, flag: Any, st: Any, n: int, out: Any) -> int:
+def sieve_evict(link: I64, flag: I64, st: I64, n: int, out: I64) -> int:
     for i in range(n):
         e = sieve_pop(link, flag, st)
         if e < 0:

@@ -8,7 +8,7 @@ replay and engine kernels) and the state layout are in
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import ClassVar, Literal, overload
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from prefixlab.policies._arrays import (
     widen,
 )
 from prefixlab.policies.array_policy import ArrayPolicy
-from prefixlab.policies.base import I64, register
+from prefixlab.policies.base import register
 from prefixlab.policies.hooks.unicache import (
     AGENTIC,
     AHEAP,
@@ -37,7 +37,6 @@ from prefixlab.policies.hooks.unicache import (
     EPS,
     EVERY,
     EVICT,
-    F64,
     GIVEN,
     HELD0,
     HITS0,
@@ -71,6 +70,7 @@ from prefixlab.policies.hooks.unicache import (
     update_weights,
     weight_rows,
 )
+from prefixlab.types import F64, I64, Scalar
 from prefixlab.workload.arrivals import GAP_PRESETS, lognormal_cdf, previous_turn_gaps
 from prefixlab.workload.trace import Trace
 
@@ -209,13 +209,13 @@ class UniCache(ArrayPolicy):
         ist[SC, BTOK] = max(int(self.view.size[0]), 1)  # the block cache's block tokens
         return ist, fst
 
-    def prepare_trace(self, trace: Any, clock: str) -> None:
+    def prepare_trace(self, trace: Trace, clock: str) -> None:
         super().prepare_trace(trace, clock)
         gaps = previous_turn_gaps(trace.session_id, trace.arrival_s)
         self.aux = self._columns(trace, self._arrival, gaps)
         self._past_weights: list[tuple[int, list[float]]] = []
 
-    def _columns(self, trace: Any, arrival: F64, gaps: F64) -> F64:
+    def _columns(self, trace: Trace, arrival: F64, gaps: F64) -> F64:
         """The aux rows of ``trace``'s requests: arrival, queue, prompt tokens, gap, and
         the weights' rows (NaN until an update writes them)."""
         n = len(trace)
@@ -249,22 +249,26 @@ class UniCache(ArrayPolicy):
         self._past_weights.extend(weight_rows(cols, base))
 
     # ------------------------------------------------------------------ inspection
-    def _entries(self, st: int, row: int) -> Any:
+    @overload
+    def _entries(self, st: Literal[0], row: int) -> I64: ...
+    @overload
+    def _entries(self, st: Literal[1], row: int) -> F64: ...
+    def _entries(self, st: Literal[0, 1], row: int) -> I64 | F64:
         return self.state[st][row, : self.view.num_entries]
 
     @property
     def queue(self) -> I64:
         """Each entry's queue (-1: none)."""
-        return self._entries(0, QUEUE)  # type: ignore[no-any-return]
+        return self._entries(0, QUEUE)
 
     @property
     def t_last(self) -> F64:
-        return self._entries(1, TLAST)  # type: ignore[no-any-return]
+        return self._entries(1, TLAST)
 
     @property
     def span(self) -> F64:
         """Each entry's request's prompt length in blocks (offset=request)."""
-        return self._entries(1, SPAN)  # type: ignore[no-any-return]
+        return self._entries(1, SPAN)
 
     def _per_queue(self, slot: int) -> F64:
         return self.state[1][FS, slot : slot + len(QUEUES)]
@@ -295,7 +299,7 @@ class UniCache(ArrayPolicy):
         """``s`` of entry ``e`` in queue ``q`` (lower goes first)."""
         return float(local_rank(*self.state, self.view.depth, e, q, float(now)))
 
-    def params(self) -> dict[str, Any]:
+    def params(self) -> dict[str, Scalar]:
         return {
             name: getattr(self, name)
             for name in (

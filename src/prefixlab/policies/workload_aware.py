@@ -9,19 +9,19 @@ replay and engine kernels) and the state layout are in
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
 from prefixlab.policies._arrays import FS, NEG_ROWS, SC, ChunkPasses, State, new_state
 from prefixlab.policies.array_policy import ArrayPolicy
-from prefixlab.policies.base import I64, register
+from prefixlab.policies.base import register
 from prefixlab.policies.hooks.workload_aware import (
     AUX_CAT,
     CAT,
     CODE,
-    F64,
     HEAD,
     MODE,
     NCATS,
@@ -37,6 +37,7 @@ from prefixlab.policies.hooks.workload_aware import (
     categories,
     reuse_chance,
 )
+from prefixlab.types import F64, I64, Scalar
 from prefixlab.workload.trace import BlockLayout, Trace
 
 
@@ -82,7 +83,7 @@ class WorkloadAware(ArrayPolicy):
         self.names: list[str] = []
         self._fit: tuple[F64, F64, F64] = (np.zeros(0), np.zeros(0), np.zeros(0))
 
-    def params(self) -> dict[str, Any]:
+    def params(self) -> dict[str, Scalar]:
         return {
             "profile": self.profile,
             "window_s": self.window_s,
@@ -107,7 +108,7 @@ class WorkloadAware(ArrayPolicy):
     def prepare(self, future: BlockLayout) -> None:
         self._layout = future
 
-    def prepare_trace(self, trace: Any, clock: str) -> None:
+    def prepare_trace(self, trace: Trace, clock: str) -> None:
         if self._layout is None:
             raise ConfigError(
                 f"policy '{self.name}' needs the block layout (run it through a runner)"
@@ -177,7 +178,7 @@ class WorkloadAware(ArrayPolicy):
             return self.state[1][row, : len(self._fit[i])]
         return self._fit[i]
 
-    def _set_param(self, i: int, row: int, value: Any) -> None:
+    def _set_param(self, i: int, row: int, value: npt.ArrayLike) -> None:
         fit = list(self._fit)
         fit[i] = np.asarray(value, dtype=np.float64)
         self._fit = (fit[0], fit[1], fit[2])
@@ -200,5 +201,5 @@ class PerCategoryLRU(WorkloadAware):
     def __init__(self, profile: float = 0.2, max_turn: int = 1) -> None:
         super().__init__(profile=profile, max_turn=max_turn)
 
-    def params(self) -> dict[str, Any]:
+    def params(self) -> dict[str, Scalar]:
         return {"profile": self.profile, "max_turn": self.max_turn}

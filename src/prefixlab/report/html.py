@@ -13,7 +13,7 @@ import csv
 import json
 import math
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -115,7 +115,7 @@ def _figure(spec: FigureSpec) -> str:
     )
 
 
-def _environment(env: dict[str, object]) -> str:
+def _environment(env: Mapping[str, object]) -> str:
     if not env:
         return "<p>No environment.json.</p>"
     rows = []
@@ -171,8 +171,8 @@ def page(
     intro: str,
     summary: str,
     figures: list[FigureSpec],
-    config: dict[str, object],
-    env: dict[str, object],
+    config: Mapping[str, object],
+    env: Mapping[str, object],
 ) -> str:
     """The page skeleton every report shares: title, summary table, figures, config,
     environment and timings (``meta``, ``intro`` and ``summary`` are HTML)."""

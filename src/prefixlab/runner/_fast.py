@@ -24,10 +24,7 @@ observers or invariant checks.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab._jit import HAVE_NUMBA, jit
 from prefixlab._keytable import kcell, khash, kslot, more_slots
@@ -72,6 +69,7 @@ from prefixlab.policies.sieve import (
     sieve_pop,
     sieve_state,
 )
+from prefixlab.types import B1, F64, I64
 
 __all__ = [
     "HAVE_NUMBA",
@@ -87,7 +85,15 @@ __all__ = [
     "widen_state",
 ]
 
-I64 = npt.NDArray[np.int64]
+#: the block kernel's state, what :func:`kernel_state` makes (its comments name each array)
+BlockState = tuple[
+    I64, I64, I64, I64, I64, I64, I64, I64, I64, I64,  # bl, bht, lo, ref, bkey, chains, ..
+    B1, F64, I64, I64, F64, F64, I64, I64, I64,  # primary, la, nhits, depth, created, hk, ..
+    I64, I64, I64, I64, I64, I64, I64, I64, I64, I64, I64, F64,  # link, .., kbuf
+]  # fmt: skip
+#: a policy's arguments to the per-operation functions (``pp``, :meth:`Prepared.policy_args`):
+#: code, sort-key columns, signs, occ_start, occ_req, array-policy code, generator, aux, park
+PolicyArgs = tuple[int, I64, F64, I64, I64, int, np.random.Generator, F64, bool]
 VLLM, LRU, FIFO, KEYED, SIEVE, ARRAY, LFU_LISTS, MRU_STACK = 0, 1, 2, 3, 4, 5, 6, 7
 _QUEUE_CODES = {"vllm": VLLM, "lru": LRU, "fifo": FIFO}
 _RELEASE_ORDER_KEYS = ((("last_access", 1),), (("last_access", 1), ("depth", -1)))
@@ -160,7 +166,7 @@ def _noted(nu: float) -> int:
 
 
 @jit(nrt=False)
-def note_next_uses(state: Any, keys: Any, k0: int, lo_: int, hi: int, nu_pos: Any) -> None:
+def note_next_uses(state: BlockState, keys: I64, k0: int, lo_: int, hi: int, nu_pos: F64) -> None:
     """A streamed keyed policy (next uses from a column, no occurrence lists) notes the
     next use of the keys keys[k0 + lo_:k0 + hi] that have holders: the lookups the request
     missed, before its evictions. With the notes its releases make (the next use of every
@@ -177,7 +183,7 @@ def note_next_uses(state: Any, keys: Any, k0: int, lo_: int, hi: int, nu_pos: An
 
 
 @jit(inline=True)
-def _chain_remove(chains: Any, b: int, k: int) -> None:
+def _chain_remove(chains: I64, b: int, k: int) -> None:
     p, q = chains[2, b], chains[3, b]
     if p >= 0:
         chains[3, p] = q
@@ -190,7 +196,7 @@ def _chain_remove(chains: Any, b: int, k: int) -> None:
 
 
 @jit(inline=True)
-def _chain_append(chains: Any, b: int, k: int) -> None:
+def _chain_append(chains: I64, b: int, k: int) -> None:
     t = chains[1, k]
     chains[2, b] = t
     chains[3, b] = -1
@@ -202,7 +208,7 @@ def _chain_append(chains: Any, b: int, k: int) -> None:
 
 
 @jit(inline=True)
-def _l_append(bl: Any, bht: Any, f: int, b: int) -> None:
+def _l_append(bl: I64, bht: I64, f: int, b: int) -> None:
     """Append block b to list f (rows of bl: prev, next, list; of bht: head, tail)."""
     t = bht[1, f]
     bl[0, b] = t
@@ -216,7 +222,7 @@ def _l_append(bl: Any, bht: Any, f: int, b: int) -> None:
 
 
 @jit(inline=True)
-def _l_unlink(bl: Any, bht: Any, b: int) -> None:
+def _l_unlink(bl: I64, bht: I64, b: int) -> None:
     f = bl[2, b]
     if f < 0:
         return
@@ -233,7 +239,7 @@ def _l_unlink(bl: Any, bht: Any, b: int) -> None:
 
 
 @jit(inline=True)
-def _drop_key(b: int, bkey: Any, chains: Any, primary: Any) -> int:
+def _drop_key(b: int, bkey: I64, chains: I64, primary: B1) -> int:
     """Drop b's key from its holder chain; returns the holder it promotes to primary
     (-1: none, or the new head already was primary)."""
     k = bkey[b]
@@ -249,7 +255,7 @@ def _drop_key(b: int, bkey: Any, chains: Any, primary: Any) -> int:
 
 def kernel_state(
     capacity: int, num_keys: int, policy: int, nlists: int, raw_keys: bool = False
-) -> tuple[Any, ...]:
+) -> BlockState:
     """The block kernel's state for an empty cache: what a replay carries from one call of
     :func:`block_kernel` to the next (a streamed replay calls it once per chunk of requests).
 
@@ -304,21 +310,20 @@ def kernel_state(
     )
 
 
-def widen_slots(state: tuple[Any, ...], num_slots: int) -> tuple[Any, ...]:
+def widen_slots(state: BlockState, num_slots: int) -> BlockState:
     """A raw-key ``state`` with ``num_slots`` slots (new ones free, the table rehashed to at
     most half full)."""
-    st = list(state)
-    chains = st[5]
-    if num_slots <= st[25].shape[0]:
+    chains = state[5]
+    if num_slots <= state[25].shape[0]:
         return state
     if chains.shape[1] < num_slots:
         more = np.full((chains.shape[0], num_slots - chains.shape[1]), -1, np.int64)
-        st[5] = np.concatenate((chains, more), axis=1)
-    st[24], st[25], st[26] = more_slots(st[24], st[25], st[26], st[23], 4, num_slots)
-    return tuple(st)
+        chains = np.concatenate((chains, more), axis=1)
+    ktab, skey, sfree = more_slots(state[24], state[25], state[26], state[23], 4, num_slots)
+    return (*state[:5], chains, *state[6:24], ktab, skey, sfree, *state[27:])
 
 
-def sweep_slots(state: Any, ist: Any, ghost_rows: Any, clear_rows: Any) -> int:
+def sweep_slots(state: BlockState, ist: I64, ghost_rows: I64, clear_rows: I64) -> int:
     """Free the slots of keys no block holds and no ghost list (rows ``ghost_rows`` of the
     array policy's ``ist``, -1 when absent) names; their rows ``clear_rows`` are zeroed for
     the next key. Returns how many slots are free."""
@@ -330,7 +335,7 @@ def sweep_slots(state: Any, ist: Any, ghost_rows: Any, clear_rows: Any) -> int:
 _NO_ROWS = np.zeros(0, np.int64)
 
 
-def widen_state(state: tuple[Any, ...], nlists: int) -> tuple[Any, ...]:
+def widen_state(state: BlockState, nlists: int) -> BlockState:
     """``state`` with room for lfu hit counts below ``nlists`` (new lists are empty)."""
     bht = state[1]
     if bht.shape[1] == 1 or bht.shape[1] >= nlists:
@@ -344,7 +349,7 @@ def widen_state(state: tuple[Any, ...], nlists: int) -> tuple[Any, ...]:
 # holds, at most the capacity. Row j of ktab is a cell (key, slot), slot -1 when empty;
 # skey[slot] is the key, sfree a stack of unused slots (sc[4] of them).
 @jit(nrt=False)
-def _kfree(ktab: Any, skey: Any, sfree: Any, sc: Any, s: int) -> None:
+def _kfree(ktab: I64, skey: I64, sfree: I64, sc: I64, s: int) -> None:
     """Give slot s back: delete its key, shifting the rest of its probe run back."""
     mask = ktab.shape[0] - 1
     j = kcell(ktab, skey[s])
@@ -371,7 +376,7 @@ def _kfree(ktab: Any, skey: Any, sfree: Any, sc: Any, s: int) -> None:
 # park: the lru / fifo queue parks pinned copies, see ``policies._segments``).
 # The counters live in ``sc``: order, empty blocks, cached free, evictions.
 @jit(inline=True)
-def match_blocks(state: Any, keys: Any, k0: int, nl: int, blocks: Any) -> int:
+def match_blocks(state: BlockState, keys: I64, k0: int, nl: int, blocks: I64) -> int:
     """Longest run of keys[k0:k0 + nl] with a holder (the first registered one): the
     holders go to blocks[:h]; returns h."""
     chains, ktab = state[5], state[24]
@@ -393,7 +398,7 @@ def match_blocks(state: Any, keys: Any, k0: int, nl: int, blocks: Any) -> int:
 
 
 @jit(inline=True)
-def num_hit_free(state: Any, blocks: Any, h: int) -> int:
+def num_hit_free(state: BlockState, blocks: I64, h: int) -> int:
     """How many of the hit blocks blocks[:h] are evictable (a hit takes them out)."""
     ref = state[3]
     n = 0
@@ -404,7 +409,9 @@ def num_hit_free(state: Any, blocks: Any, h: int) -> int:
 
 
 @jit(nrt=False)
-def pin_hits(state: Any, blocks: Any, h: int, now: float, pp: Any, ist: Any, fst: Any) -> None:
+def pin_hits(
+    state: BlockState, blocks: I64, h: int, now: float, pp: PolicyArgs, ist: I64, fst: F64
+) -> None:
     """Pin the hit blocks blocks[:h]: each is an access; an evictable one leaves the pool."""
     bl, bht, ref, bkey, stamp, qb = state[0], state[1], state[3], state[4], state[6], state[7]
     qs, qstate, la, nhits, depth = state[8], state[9], state[11], state[12], state[13]
@@ -438,7 +445,7 @@ def pin_hits(state: Any, blocks: Any, h: int, now: float, pp: Any, ist: Any, fst
 
 @jit(nrt=False)
 def announce_misses(
-    state: Any, keys: Any, k0: int, h: int, nk: int, pp: Any, ist: Any, fst: Any
+    state: BlockState, keys: I64, k0: int, h: int, nk: int, pp: PolicyArgs, ist: I64, fst: F64
 ) -> None:
     """An array-state policy hears the keys keys[k0 + h:k0 + nk] the request will cache
     but missed, before any eviction (raw keys get their slots here)."""
@@ -462,7 +469,15 @@ def announce_misses(
 
 @jit(nrt=False)
 def take_blocks(
-    state: Any, need: int, blocks: Any, off: int, r: int, pp: Any, ist: Any, fst: Any, victims: Any
+    state: BlockState,
+    need: int,
+    blocks: I64,
+    off: int,
+    r: int,
+    pp: PolicyArgs,
+    ist: I64,
+    fst: F64,
+    victims: I64,
 ) -> None:
     """Pin ``need`` new blocks into blocks[off:]: empty ones first (the top of the stack),
     then the policy's victims, whose keys are dropped (the caller knows they exist)."""
@@ -486,16 +501,16 @@ def take_blocks(
 
 @jit(nrt=False)
 def commit_blocks(
-    state: Any,
-    blocks: Any,
-    keys: Any,
+    state: BlockState,
+    blocks: I64,
+    keys: I64,
     k0: int,
     lo_: int,
     hi: int,
     now: float,
-    pp: Any,
-    ist: Any,
-    fst: Any,
+    pp: PolicyArgs,
+    ist: I64,
+    fst: F64,
 ) -> None:
     """Blocks blocks[lo_:hi] get the keys keys[k0 + lo_:k0 + hi], each appended to its
     key's holders."""
@@ -534,18 +549,18 @@ def commit_blocks(
 
 @jit(nrt=False)
 def release_blocks(
-    state: Any,
-    blocks: Any,
+    state: BlockState,
+    blocks: I64,
     nh: int,
     r: int,
-    nu_pos: Any,
+    nu_pos: F64,
     k0: int,
     max_free: int,
-    pp: Any,
-    ist: Any,
-    fst: Any,
-    released: Any,
-    victims: Any,
+    pp: PolicyArgs,
+    ist: I64,
+    fst: F64,
+    released: I64,
+    victims: I64,
 ) -> None:
     """Unpin blocks[:nh], tail first: keyed ones become evictable (``nu_pos[k0 + i]``: a
     keyed policy's next use of position i, when known), keyless ones go back on top of
@@ -640,7 +655,7 @@ def release_blocks(
 
 
 @jit(inline=True)
-def _push_empty(empty: Any, sc: Any, blocks: Any, n: int) -> None:
+def _push_empty(empty: I64, sc: I64, blocks: I64, n: int) -> None:
     """Put blocks[:n] on the empty stack, blocks[0] on top (vLLM's prepend_n)."""
     for i in range(n - 1, -1, -1):
         empty[sc[1]] = blocks[i]
@@ -649,31 +664,31 @@ def _push_empty(empty: Any, sc: Any, blocks: Any, n: int) -> None:
 
 @jit(nogil=True)
 def block_kernel(
-    state: Any,
-    keys: Any,
-    key_offsets: Any,
-    num_lookup: Any,
-    lookup_end: Any,
-    held: Any,
+    state: BlockState,
+    keys: I64,
+    key_offsets: I64,
+    num_lookup: I64,
+    lookup_end: I64,
+    held: I64,
     r0: int,
     capacity: int,
     block_tokens: int,
     policy: int,
     max_free: int,
-    cols: Any,
-    signs: Any,
-    occ_start: Any,
-    occ_req: Any,
-    nu_pos: Any,
-    ist: Any,
-    fst: Any,
+    cols: I64,
+    signs: F64,
+    occ_start: I64,
+    occ_req: I64,
+    nu_pos: F64,
+    ist: I64,
+    fst: F64,
     acode: int,
-    rng: Any,
-    aux: Any,
-    hit_tokens: Any,
-    hit_blocks: Any,
-    out: Any,
-) -> tuple[Any, Any]:
+    rng: np.random.Generator,
+    aux: F64,
+    hit_tokens: I64,
+    hit_blocks: I64,
+    out: I64,
+) -> tuple[I64, F64]:
     """Replay requests r0, r0 + 1, ... (the rows of ``key_offsets``) from ``state`` (see
     :func:`kernel_state`), which it updates. out[0] = evictions so far, out[1] = the
     request that could not fit (or -1); returns the array policy's state (a policy that
@@ -726,7 +741,9 @@ def block_kernel(
 
 
 @jit(nrt=False)
-def _evict(n: int, state: Any, victims: Any, r: int, pp: Any, ist: Any, fst: Any) -> None:
+def _evict(
+    n: int, state: BlockState, victims: I64, r: int, pp: PolicyArgs, ist: I64, fst: F64
+) -> None:
     """Choose n victims (the caller knows they exist), then drop their keys in order (raw
     keys: a key left with no holder leaves the table and gives its slot back)."""
     (
@@ -865,7 +882,7 @@ class Prepared:
             self.acode, self.rng, self.aux = policy.code, policy.rng, policy.aux
         self.ist, self.fst = st
 
-    def policy_args(self) -> tuple[Any, ...]:
+    def policy_args(self) -> PolicyArgs:
         """The policy's arguments to the per-operation functions (``pp``)."""
         return (
             self.code,

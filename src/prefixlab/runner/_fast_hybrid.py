@@ -30,10 +30,9 @@ cache for every policy and option.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab._jit import jit, objmode
 from prefixlab.model.spec import ModelSpec
@@ -49,8 +48,20 @@ from prefixlab.policies.hybrid import (
     node_efficiency,
 )
 from prefixlab.runner._pairs import pair_find, pair_unmap
+from prefixlab.types import B1, F64, I64
 
-I64 = npt.NDArray[np.int64]
+#: the nodes by slot (N): nid, par, base, start, end, ckpt, la, lock, nch, fc, nx, pv, sseq,
+#: then the stack of free slots
+Nodes = tuple[I64, I64, I64, I64, I64, B1, F64, I64, I64, I64, I64, I64, I64, I64]
+#: the (parent, first token) -> child table (T): parents, tokens, children
+Children = tuple[I64, I64, I64]
+#: the eviction's work arrays (W): Marconi's candidates, recencies, efficiencies, unlocked
+#: flags, scores; the LRU heap's keys and ids
+Work = tuple[I64, F64, F64, B1, F64, F64, I64]
+#: a request's match scratch (mi): path, res, ck, held, heldid, the input's path and res
+Scratch = tuple[I64, I64, I64, I64, I64, I64, I64]
+#: the engine's hybrid cache (H, see the engine section below)
+HybridArrays = tuple[I64, I64, I64, I64, F64, I64, Scratch, I64, F64, Nodes, Children, Work]
 
 # config (cfg) fields
 (
@@ -113,13 +124,13 @@ ROOT = 0
 
 # ----------------------------------------------------------------------------- children
 @jit(nrt=False)
-def _child(N: Any, T: Any, node: int, token: int) -> int:
+def _child(N: Nodes, T: Children, node: int, token: int) -> int:
     tp, tk, tv = T
     return int(tv[pair_find(tp, tk, tv, node, token)])
 
 
 @jit(nrt=False)
-def _set_child(N: Any, T: Any, node: int, token: int, child: int) -> None:
+def _set_child(N: Nodes, T: Children, node: int, token: int, child: int) -> None:
     """children[token] = child: a new key joins the sibling list; an existing one is
     replaced in place (its sibling-order number passes to the new child)."""
     tp, tk, tv = T
@@ -143,7 +154,7 @@ def _set_child(N: Any, T: Any, node: int, token: int, child: int) -> None:
 
 
 @jit(nrt=False)
-def _link_replace(fc: Any, nx: Any, pv: Any, node: int, old: int, new: int) -> None:
+def _link_replace(fc: I64, nx: I64, pv: I64, node: int, old: int, new: int) -> None:
     nx[new], pv[new] = nx[old], pv[old]
     if pv[old] >= 0:
         nx[pv[old]] = new
@@ -154,7 +165,7 @@ def _link_replace(fc: Any, nx: Any, pv: Any, node: int, old: int, new: int) -> N
 
 
 @jit(nrt=False)
-def _del_child(N: Any, T: Any, node: int, token: int, child: int) -> None:
+def _del_child(N: Nodes, T: Children, node: int, token: int, child: int) -> None:
     tp, tk, tv = T
     nch, fc, nx, pv = N[8], N[9], N[10], N[11]
     pair_unmap(tp, tk, tv, node, token)
@@ -170,7 +181,7 @@ def _del_child(N: Any, T: Any, node: int, token: int, child: int) -> None:
 # ----------------------------------------------------------------------------- nodes
 # N = (nid, par, base, start, end, ckpt, la, lock, nch, fc, nx, pv, sseq, free)
 @jit(nrt=False)
-def _alloc(N: Any, st: Any, base: int, start: int, end: int, la: float) -> int:
+def _alloc(N: Nodes, st: I64, base: int, start: int, end: int, la: float) -> int:
     nid, free = N[0], N[13]
     st[S_NFREE] -= 1
     s = int(free[st[S_NFREE]])
@@ -191,7 +202,7 @@ def _alloc(N: Any, st: Any, base: int, start: int, end: int, la: float) -> int:
 
 
 @jit(nrt=False)
-def _lock(N: Any, st: Any, s: int) -> None:
+def _lock(N: Nodes, st: I64, s: int) -> None:
     if N[7][s] == 0:
         st[S_PIN_TOKENS] += N[4][s] - N[3][s]
         st[S_PIN_CKPTS] += N[5][s]
@@ -199,7 +210,7 @@ def _lock(N: Any, st: Any, s: int) -> None:
 
 
 @jit(nrt=False)
-def _unlock(N: Any, st: Any, s: int) -> None:
+def _unlock(N: Nodes, st: I64, s: int) -> None:
     N[7][s] -= 1
     if N[7][s] == 0:
         st[S_PIN_TOKENS] -= N[4][s] - N[3][s]
@@ -207,7 +218,7 @@ def _unlock(N: Any, st: Any, s: int) -> None:
 
 
 @jit(nrt=False)
-def _release(N: Any, st: Any, s: int) -> None:
+def _release(N: Nodes, st: I64, s: int) -> None:
     N[0][s] = -1
     N[1][s] = -1
     N[13][st[S_NFREE]] = s
@@ -216,7 +227,7 @@ def _release(N: Any, st: Any, s: int) -> None:
 
 
 @jit(inline=True)
-def _token(values: Any, N: Any, s: int, p: int) -> int:
+def _token(values: I64, N: Nodes, s: int, p: int) -> int:
     """The token at position p of node s's edge."""
     return int(values[N[2][s] + p])
 
@@ -224,7 +235,15 @@ def _token(values: Any, N: Any, s: int, p: int) -> int:
 # ----------------------------------------------------------------------------- match
 @jit(nrt=False)
 def _match(
-    values: Any, o: int, n: int, N: Any, T: Any, has_state: bool, path: Any, res: Any, npath: int
+    values: I64,
+    o: int,
+    n: int,
+    N: Nodes,
+    T: Children,
+    has_state: bool,
+    path: I64,
+    res: I64,
+    npath: int,
 ) -> None:
     """HybridCache.match of values[o:o + n]: the path into ``path``, the rest into ``res``.
 
@@ -267,7 +286,7 @@ def _match(
 
 
 @jit(nrt=False)
-def _stored_path(values: Any, o: int, n: int, N: Any, T: Any, path: Any) -> int:
+def _stored_path(values: I64, o: int, n: int, N: Nodes, T: Children, path: I64) -> int:
     """The path of a sequence stored whole (it ends at a node boundary): one child lookup
     per node, no token compared. Its length."""
     end = N[4]
@@ -280,7 +299,7 @@ def _stored_path(values: Any, o: int, n: int, N: Any, T: Any, path: Any) -> int:
 
 
 @jit(nrt=False)
-def _touch(cfg: Any, N: Any, st: Any, path: Any, res: Any) -> None:
+def _touch(cfg: I64, N: Nodes, st: I64, path: I64, res: I64) -> None:
     """A lookup: tick, then stamp what the policy says the match accessed."""
     st[S_CLOCK] += 1
     now = float(st[S_CLOCK])
@@ -304,7 +323,7 @@ def _touch(cfg: Any, N: Any, st: Any, path: Any, res: Any) -> None:
 
 # ----------------------------------------------------------------------------- admission
 @jit(nrt=False)
-def _checkpoints(cfg: Any, n: int, mres: Any, ck: Any) -> int:
+def _checkpoints(cfg: I64, n: int, mres: I64, ck: I64) -> int:
     """HybridCache.checkpoint_positions into ``ck``: how many (ascending). ``mres``: the
     match whose divergence point is the branch (the input's or the sequence's)."""
     if cfg[C_ADMISSION] == ADM_BLOCKS:
@@ -340,7 +359,7 @@ def _checkpoints(cfg: Any, n: int, mres: Any, ck: Any) -> int:
 
 
 @jit(nrt=False)
-def _plan_bytes(cfg: Any, N: Any, n: int, path: Any, res: Any, ck: Any, nck: int) -> int:
+def _plan_bytes(cfg: I64, N: Nodes, n: int, path: I64, res: I64, ck: I64, nck: int) -> int:
     """HybridCache.plan_bytes: bytes the insertion adds."""
     end, ckpt = N[4], N[5]
     npath = res[M_NPATH]
@@ -363,7 +382,7 @@ def _plan_bytes(cfg: Any, N: Any, n: int, path: Any, res: Any, ck: Any, nck: int
 
 
 @jit(nrt=False)
-def _estimate_bytes(cfg: Any, N: Any, n: int, path: Any, res: Any) -> int:
+def _estimate_bytes(cfg: I64, N: Nodes, n: int, path: I64, res: I64) -> int:
     """vLLM+'s size estimate in Marconi's simulator (HybridCache._estimate_bytes)."""
     b = cfg[C_BLOCK]
     blocks = 1
@@ -375,7 +394,7 @@ def _estimate_bytes(cfg: Any, N: Any, n: int, path: Any, res: Any) -> int:
 
 
 @jit(nrt=False)
-def _split(N: Any, T: Any, st: Any, values: Any, child: int, m: int) -> int:
+def _split(N: Nodes, T: Children, st: I64, values: I64, child: int, m: int) -> int:
     """Cut child's edge after m tokens; the new upper node (stamped now) is returned."""
     parent = N[1][child]
     start = N[3][child]
@@ -391,7 +410,7 @@ def _split(N: Any, T: Any, st: Any, values: Any, child: int, m: int) -> int:
 
 
 @jit(nrt=False)
-def _merge(N: Any, T: Any, st: Any, values: Any, nd: int) -> int:
+def _merge(N: Nodes, T: Children, st: I64, values: I64, nd: int) -> int:
     """Fold a one-child node into its child (HybridCache._merge)."""
     child = int(N[9][nd])
     parent = N[1][nd]
@@ -409,7 +428,7 @@ def _merge(N: Any, T: Any, st: Any, values: Any, nd: int) -> int:
 
 
 @jit(nrt=False)
-def _normalize(cfg: Any, N: Any, T: Any, st: Any, values: Any, nd: int) -> int:
+def _normalize(cfg: I64, N: Nodes, T: Children, st: I64, values: I64, nd: int) -> int:
     """Merge nd if it has one child and no checkpoint; the child it merged into, or -1."""
     if nd == ROOT or N[7][nd] or N[5][nd] or N[8][nd] != 1 or not cfg[C_STATE]:
         return -1
@@ -417,7 +436,7 @@ def _normalize(cfg: Any, N: Any, T: Any, st: Any, values: Any, nd: int) -> int:
 
 
 @jit(inline=True)
-def _freed_by(cfg: Any, N: Any, nd: int) -> int:
+def _freed_by(cfg: I64, N: Nodes, nd: int) -> int:
     ckpt = N[5][nd]
     if N[8][nd] == 0:
         return int((N[4][nd] - N[3][nd]) * cfg[C_KV] + (cfg[C_STATEB] if ckpt else 0))
@@ -425,7 +444,7 @@ def _freed_by(cfg: Any, N: Any, nd: int) -> int:
 
 
 @jit(nrt=False)
-def _remove(cfg: Any, N: Any, T: Any, st: Any, values: Any, nd: int) -> int:
+def _remove(cfg: I64, N: Nodes, T: Children, st: I64, values: I64, nd: int) -> int:
     """Evict a candidate (HybridCache.remove); the node whose candidacy may have changed
     (its parent, the child it merged into, or what the parent merged into), or -1."""
     freed = _freed_by(cfg, N, nd)
@@ -447,7 +466,7 @@ def _remove(cfg: Any, N: Any, T: Any, st: Any, values: Any, nd: int) -> int:
 
 # ----------------------------------------------------------------------------- eviction
 @jit(inline=True)
-def _heap_less(hk: Any, hi: Any, a: int, b: int) -> bool:
+def _heap_less(hk: F64, hi: I64, a: int, b: int) -> bool:
     if hk[a, 0] != hk[b, 0]:
         return bool(hk[a, 0] < hk[b, 0])
     if hk[a, 1] != hk[b, 1]:
@@ -456,7 +475,7 @@ def _heap_less(hk: Any, hi: Any, a: int, b: int) -> bool:
 
 
 @jit(nrt=False)
-def _heap_push(hk: Any, hi: Any, n: int, la: float, neg_end: float, nid: int, s: int) -> int:
+def _heap_push(hk: F64, hi: I64, n: int, la: float, neg_end: float, nid: int, s: int) -> int:
     hk[n, 0], hk[n, 1] = la, neg_end
     hi[n, 0], hi[n, 1] = nid, s
     i = n
@@ -472,7 +491,7 @@ def _heap_push(hk: Any, hi: Any, n: int, la: float, neg_end: float, nid: int, s:
 
 
 @jit(nrt=False)
-def _heap_pop(hk: Any, hi: Any, n: int) -> int:
+def _heap_pop(hk: F64, hi: I64, n: int) -> int:
     """Move the least entry to row n - 1; the new size."""
     n -= 1
     for c in range(2):
@@ -483,7 +502,7 @@ def _heap_pop(hk: Any, hi: Any, n: int) -> int:
 
 
 @jit(nrt=False)
-def _sift_down(hk: Any, hi: Any, n: int, i: int) -> None:
+def _sift_down(hk: F64, hi: I64, n: int, i: int) -> None:
     while True:
         a, b = 2 * i + 1, 2 * i + 2
         m = i
@@ -501,7 +520,7 @@ def _sift_down(hk: Any, hi: Any, n: int, i: int) -> None:
 
 @jit(nrt=False)
 def _lru_leaves(
-    cfg: Any, N: Any, T: Any, st: Any, values: Any, need: int, hk: Any, hi: Any, hwm: int
+    cfg: I64, N: Nodes, T: Children, st: I64, values: I64, need: int, hk: F64, hi: I64, hwm: int
 ) -> int:
     """LRU over unlocked leaves (policies.hybrid's rule: the least key
     ``lru_leaf_key``), with the stale entries a lazy heap keeps: bytes freed."""
@@ -530,7 +549,7 @@ def _lru_leaves(
 
 
 @jit(nrt=False)
-def _before(N: Any, a: int, b: int) -> bool:
+def _before(N: Nodes, a: int, b: int) -> bool:
     """a comes before b in the tree's depth-first pre-order (children in the order their
     keys were added): walk both up to their lowest common ancestor."""
     par, end, sseq = N[1], N[4], N[12]
@@ -550,19 +569,19 @@ def _before(N: Any, a: int, b: int) -> bool:
 
 @jit(nrt=False)
 def _marconi_free(
-    cfg: Any,
-    N: Any,
-    T: Any,
-    st: Any,
-    values: Any,
+    cfg: I64,
+    N: Nodes,
+    T: Children,
+    st: I64,
+    values: I64,
     need: int,
     alpha: float,
-    tot: Any,
-    cand: Any,
-    r: Any,
-    f: Any,
-    ok: Any,
-    score: Any,
+    tot: F64,
+    cand: I64,
+    r: F64,
+    f: F64,
+    ok: B1,
+    score: F64,
     hwm: int,
 ) -> int:
     """Marconi's eviction: rescore every candidate (every node with at most one child that
@@ -611,7 +630,7 @@ def _marconi_free(
 
 @jit(inline=True)
 def _candidate(
-    cfg: Any, N: Any, tot: Any, s: int, i: int, cand: Any, r: Any, f: Any, ok: Any
+    cfg: I64, N: Nodes, tot: F64, s: int, i: int, cand: I64, r: F64, f: F64, ok: B1
 ) -> None:
     """Entry i of Marconi's candidate list: node s, its last access, efficiency, lock."""
     cand[i] = s
@@ -623,7 +642,7 @@ def _candidate(
 # ----------------------------------------------------------------------------- insertion
 @jit(nrt=False)
 def _place_checkpoints(
-    N: Any, T: Any, st: Any, values: Any, o: int, ck: Any, nck: int, sb: int
+    N: Nodes, T: Children, st: I64, values: I64, o: int, ck: I64, nck: int, sb: int
 ) -> None:
     """Give the nodes ending at each position of ck[:nck] (ascending) a checkpoint, splitting
     edges where needed, in one walk down the stored sequence values[o:]."""
@@ -649,16 +668,16 @@ def _place_checkpoints(
 
 @jit(nrt=False)
 def _insert(
-    cfg: Any,
-    N: Any,
-    T: Any,
-    st: Any,
-    values: Any,
+    cfg: I64,
+    N: Nodes,
+    T: Children,
+    st: I64,
+    values: I64,
     o: int,
     n: int,
-    ck: Any,
+    ck: I64,
     nck: int,
-    path: Any,
+    path: I64,
     npath: int,
 ) -> None:
     """HybridCache._insert; the walk starts after path[:npath] (the sequence's matched
@@ -693,7 +712,7 @@ def _insert(
 
 @jit(nrt=False)
 def _fill_partial_blocks(
-    cfg: Any, N: Any, T: Any, st: Any, values: Any, o: int, n: int, path: Any
+    cfg: I64, N: Nodes, T: Children, st: I64, values: I64, o: int, n: int, path: I64
 ) -> None:
     """vLLM+ with partial blocks: a stored partial block the sequence extends loses its
     state (HybridCache._fill_partial_blocks)."""
@@ -713,7 +732,15 @@ def _fill_partial_blocks(
 
 @jit(nrt=False)
 def _evict(
-    cfg: Any, N: Any, T: Any, st: Any, values: Any, need: int, alpha: float, tot: Any, W: Any
+    cfg: I64,
+    N: Nodes,
+    T: Children,
+    st: I64,
+    values: I64,
+    need: int,
+    alpha: float,
+    tot: F64,
+    W: Work,
 ) -> None:
     """One eviction call (one tick): the policy frees ``need`` bytes if it can."""
     st[S_CLOCK] += 1
@@ -727,23 +754,23 @@ def _evict(
 
 @jit(nrt=False)
 def _admit(
-    cfg: Any,
-    N: Any,
-    T: Any,
-    st: Any,
-    values: Any,
+    cfg: I64,
+    N: Nodes,
+    T: Children,
+    st: I64,
+    values: I64,
     o: int,
     n: int,
     alpha: float,
-    tot: Any,
-    W: Any,
-    mi_path: Any,
-    mi_res: Any,
-    path: Any,
-    res: Any,
-    ck: Any,
-    held: Any,
-    heldid: Any,
+    tot: F64,
+    W: Work,
+    mi_path: I64,
+    mi_res: I64,
+    path: I64,
+    res: I64,
+    ck: I64,
+    held: I64,
+    heldid: I64,
 ) -> None:
     """HybridCache.admit of values[o:o + n] (input + output); mi_path, mi_res: the
     input's match."""
@@ -810,7 +837,9 @@ def _admit(
 
 # ----------------------------------------------------------------------------- lookup
 @jit(nrt=False)
-def _reuse(cfg: Any, N: Any, T: Any, values: Any, o: int, inp: int, ipath: Any, ires: Any) -> int:
+def _reuse(
+    cfg: I64, N: Nodes, T: Children, values: I64, o: int, inp: int, ipath: I64, ires: I64
+) -> int:
     """HybridCache.reuse of the input values[o:o + inp] into ipath, ires (nothing stamped):
     the tokens it can reuse."""
     _match(values, o, inp, N, T, cfg[C_STATE], ipath, ires, 0)
@@ -826,20 +855,20 @@ def _reuse(cfg: Any, N: Any, T: Any, values: Any, o: int, inp: int, ipath: Any, 
 # ----------------------------------------------------------------------------- the loop
 @jit(nogil=True)
 def _kernel(
-    values: Any,
-    offsets: Any,
-    inputs: Any,
+    values: I64,
+    offsets: I64,
+    inputs: I64,
     r_end: int,
-    cfg: Any,
+    cfg: I64,
     alpha: float,
     mult: float,
-    tot: Any,
-    N: Any,
-    T: Any,
-    W: Any,
-    st: Any,
-    mi: Any,
-    hits: Any,
+    tot: F64,
+    N: Nodes,
+    T: Children,
+    W: Work,
+    st: I64,
+    mi: Scratch,
+    hits: I64,
 ) -> int:
     """Replay requests st[S_NEXT] .. r_end - 1 (resuming an admission when st[S_PHASE] is
     1); a status: ST_DONE, ST_GROW (too few free slots for the next request) or ST_TUNE
@@ -882,7 +911,7 @@ F_ALPHA, F_MULT = 0, 1
 
 
 @jit(nrt=False)
-def window_set(cfg: Any, st: Any, mult: float, lookups: int) -> None:
+def window_set(cfg: I64, st: I64, mult: float, lookups: int) -> None:
     """Tuned Marconi's bootstrap window, set once the first eviction call has happened:
     ``mult`` times the lookups made so far (the replay's requests, the engine's lookups)."""
     if cfg[C_TUNES] and st[S_TUNE_AT] < 0 and st[S_EVICT_CALLS] > 0:
@@ -890,7 +919,7 @@ def window_set(cfg: Any, st: Any, mult: float, lookups: int) -> None:
 
 
 @jit(nrt=False, standalone=True)
-def hy_make_room(H: Any, extra: int) -> bool:
+def hy_make_room(H: HybridArrays, extra: int) -> bool:
     """Evict until ``extra`` more reserved bytes fit next to the tree; if they cannot fit
     even with every unlocked node gone, evict nothing and say so."""
     values, cfg, tot, st, E, hf, N, T, W = H[0], H[3], H[4], H[5], H[7], H[8], H[9], H[10], H[11]
@@ -907,7 +936,7 @@ def hy_make_room(H: Any, extra: int) -> bool:
 
 
 @jit(nrt=False)
-def hy_reuse(H: Any, r: int) -> int:
+def hy_reuse(H: HybridArrays, r: int) -> int:
     """What request r's input can reuse (HybridEngineCache.match): its hit tokens; the
     match stays in mi[5], mi[6] for :func:`hy_acquire`."""
     offsets, inputs, mi, N, T = H[1], H[2], H[6], H[9], H[10]
@@ -915,7 +944,9 @@ def hy_reuse(H: Any, r: int) -> int:
 
 
 @jit(nrt=False, standalone=True)
-def hy_acquire(H: Any, hit: int, num_blocks: int, bt: int, lk: Any, lkid: Any, at: int) -> int:
+def hy_acquire(
+    H: HybridArrays, hit: int, num_blocks: int, bt: int, lk: I64, lkid: I64, at: int
+) -> int:
     """HybridEngineCache._try_acquire: lock the hit's path (its nodes ending within the hit,
     and the reused node) into lk[at:], lkid[at:], make room for the blocks beyond the hit
     and a live state, stamp the match. How many nodes it locked, or -1: refused (nothing
@@ -954,7 +985,7 @@ def hy_acquire(H: Any, hit: int, num_blocks: int, bt: int, lk: Any, lkid: Any, a
 
 
 @jit(nrt=False)
-def hy_drop_hit(H: Any) -> None:
+def hy_drop_hit(H: HybridArrays) -> None:
     """Take the match as a miss (HybridEngineCache.acquire's last resort): no path, nothing
     reusable; the partial edge stays (a lookup may still stamp it)."""
     ires = H[6][6]
@@ -962,7 +993,7 @@ def hy_drop_hit(H: Any) -> None:
 
 
 @jit(nrt=False)
-def hy_close(H: Any, lk: Any, lkid: Any, at: int, k: int, reserved: int) -> None:
+def hy_close(H: HybridArrays, lk: I64, lkid: I64, at: int, k: int, reserved: int) -> None:
     """HybridEngineCache._close: return a request's reservation, unlock its path (merging
     what may merge now)."""
     values, cfg, st, E, N, T = H[0], H[3], H[5], H[7], H[9], H[10]
@@ -975,7 +1006,7 @@ def hy_close(H: Any, lk: Any, lkid: Any, at: int, k: int, reserved: int) -> None
 
 
 @jit(nrt=False)
-def hy_slots_for(H: Any, r: int) -> int:
+def hy_slots_for(H: HybridArrays, r: int) -> int:
     """Free slots request r's admission may need, if the tree has too few (else 0)."""
     offsets, cfg, st, T = H[1], H[3], H[5], H[10]
     n = offsets[r + 1] - offsets[r]
@@ -986,7 +1017,7 @@ def hy_slots_for(H: Any, r: int) -> int:
 
 
 @jit(nrt=False, standalone=True)
-def hy_admit(H: Any, r: int) -> None:
+def hy_admit(H: HybridArrays, r: int) -> None:
     """HybridEngineCache.commit's admission: request r's input + output into the tree, with
     the bytes the running requests reserve out of reach."""
     values, offsets, inputs, cfg, tot, st, mi, E, hf, N, T, W = H
@@ -1018,7 +1049,7 @@ def hy_admit(H: Any, r: int) -> None:
 
 
 @jit()
-def hy_grown(H: Any, need: int) -> Any:
+def hy_grown(H: HybridArrays, need: int) -> HybridArrays:
     """H with at least ``need`` more free slots in its tree."""
     N, T, W = grow_nodes(H[9], H[10], H[11], H[5], need)
     return (H[0], H[1], H[2], H[3], H[4], H[5], H[6], H[7], H[8], N, T, W)
@@ -1026,7 +1057,7 @@ def hy_grown(H: Any, need: int) -> Any:
 
 #: Marconi's tuners of running engine simulations, by E[E_TUNER]: each takes the requests
 #: of the bootstrap window (in lookup order) and the lookups so far, and returns the alpha
-TUNERS: dict[int, Any] = {}
+TUNERS: dict[int, Callable[[I64, int], float]] = {}
 
 
 def call_tuner(tuner: int, window: I64, lookups: int) -> float:
@@ -1037,7 +1068,7 @@ def call_tuner(tuner: int, window: I64, lookups: int) -> float:
 
 
 @jit()
-def hy_tune(H: Any, looked: Any) -> None:
+def hy_tune(H: HybridArrays, looked: I64) -> None:
     """HybridEngineCache._maybe_tune: when the window is full, its tuner (Python: the
     replays of the window, one per alpha) sets the alpha."""
     st, E, hf = H[5], H[7], H[8]
@@ -1052,7 +1083,7 @@ def hy_tune(H: Any, looked: Any) -> None:
 
 # ----------------------------------------------------------------------------- slots
 @jit()
-def _tables(size: int) -> tuple[Any, Any]:
+def _tables(size: int) -> tuple[Children, Work]:
     """The children table (at most a quarter full) and the eviction's work arrays for
     ``size`` slots."""
     tsize = 1
@@ -1072,7 +1103,7 @@ def _tables(size: int) -> tuple[Any, Any]:
 
 
 @jit()
-def new_nodes(st: Any) -> tuple[Any, Any, Any]:
+def new_nodes(st: I64) -> tuple[Nodes, Children, Work]:
     """A tree of one slot, the root (id 0, an empty edge at position 0), none free:
     :func:`grow_nodes` adds the rest."""
     N = (
@@ -1097,7 +1128,7 @@ def new_nodes(st: Any) -> tuple[Any, Any, Any]:
 
 
 @jit()
-def widened(a: Any, size: int) -> Any:
+def widened(a: I64, size: int) -> I64:
     """An int64 copy of ``a`` in ``size`` places, the new ones -1."""
     b = np.full(size, -1, np.int64)
     b[: a.shape[0]] = a
@@ -1105,7 +1136,7 @@ def widened(a: Any, size: int) -> Any:
 
 
 @jit()
-def grow_nodes(N: Any, T: Any, W: Any, st: Any, need: int) -> tuple[Any, Any, Any]:
+def grow_nodes(N: Nodes, T: Children, W: Work, st: I64, need: int) -> tuple[Nodes, Children, Work]:
     """The tree in arrays of at least ``need`` more free slots: new slots are taken lowest
     first, after the free ones (the free list is popped from its end)."""
     old = N[0].shape[0]
@@ -1295,7 +1326,7 @@ class HybridKernel:
 
 
 @jit(nrt=False)
-def _rehash(op: Any, ok: Any, ov: Any, tp: Any, tk: Any, tv: Any) -> None:
+def _rehash(op: I64, ok: I64, ov: I64, tp: I64, tk: I64, tv: I64) -> None:
     for s in range(ov.shape[0]):
         if ov[s] >= 0:
             j = pair_find(tp, tk, tv, op[s], ok[s])

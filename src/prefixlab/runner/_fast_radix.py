@@ -25,10 +25,7 @@ checks per-request hits and evictions against the generic path for every policy.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab._jit import jit
 from prefixlab._keytable import kcell, kslot, more_slots, sweep_slots
@@ -78,8 +75,22 @@ from prefixlab.policies.sieve import (
 )
 from prefixlab.runner._fast import policy_family
 from prefixlab.runner._pairs import pair_find, pair_unmap
+from prefixlab.types import B1, F64, I64
 
-I64 = npt.NDArray[np.int64]
+#: the tree, what :func:`new_tree` makes: parent, estart, elen, ref, nchild, evictable, the
+#: children table (tp, tk, tv), free ids, path, lowers, uppers, st, the key pool, ktab,
+#: skey, sfree, note, nup
+Tree = tuple[
+    I64, I64, I64, I64, I64, B1, I64, I64, I64, I64,
+    I64, I64, I64, I64, I64, I64, I64, I64, F64, F64,
+]  # fmt: skip
+#: the policy's state and arguments as the tree's hooks read them (P, what
+#: :func:`radix_policy_args` makes; :func:`_pol` unpacks and names them)
+RadixArgs = tuple[
+    I64, I64, I64, I64, I64, F64, I64, I64, I64, I64,  # qb .. cols
+    F64, F64, I64, I64, F64, B1, I64, I64, I64, I64,  # signs .. after
+    I64, I64, I64, I64, I64, F64, int, np.random.Generator, F64, F64, F64,  # order .. nnu
+]  # fmt: skip
 LRU, FIFO, KEYED, SIEVE, ARRAY = 1, 2, 3, 4, 5
 ROOT = 0
 # policy hooks the tree drives (besides the _dispatch numbers for ARRAY)
@@ -99,7 +110,7 @@ def radix_code(pol: EvictionPolicy, engine: bool = False) -> int:
 
 # ----------------------------------------------------------------------------- policies
 @jit(nrt=False)
-def _pol(code: int, h: int, e: int, x: int, P: Any, ist: Any, fst: Any) -> int:
+def _pol(code: int, h: int, e: int, x: int, P: RadixArgs, ist: I64, fst: F64) -> int:
     """Hook h of the policy for entry e (x: the lower part of a split)."""
     (
         qb,
@@ -190,7 +201,7 @@ def _pol(code: int, h: int, e: int, x: int, P: Any, ist: Any, fst: Any) -> int:
 
 
 @jit(nrt=False)
-def _pol_evict(code: int, P: Any, ist: Any, fst: Any) -> int:
+def _pol_evict(code: int, P: RadixArgs, ist: I64, fst: F64) -> int:
     """The policy's next victim (forgotten by the policy), or -1."""
     if code in (LRU, FIFO):
         qfree = P[4]
@@ -206,7 +217,9 @@ def _pol_evict(code: int, P: Any, ist: Any, fst: Any) -> int:
 
 
 @jit(nrt=False)
-def _pol_miss(code: int, P: Any, ist: Any, fst: Any, keys: Any, a: int, b: int, T: Any) -> None:
+def _pol_miss(
+    code: int, P: RadixArgs, ist: I64, fst: F64, keys: I64, a: int, b: int, T: Tree
+) -> None:
     """on_miss(keys[a:b]): ghost-driven policies adapt before any eviction."""
     if code == ARRAY and b > a:
         acode, nkey, rng = P[26], P[16], P[27]
@@ -222,7 +235,7 @@ def _pol_miss(code: int, P: Any, ist: Any, fst: Any, keys: Any, a: int, b: int, 
 TREE, RESERVED, PROTECTED, CLOCK, EVICTED, NFREE, CAP, PTOP, PEND, NSLOTS = range(10)
 
 
-def new_tree(capacity: int, slots: int = 0, next_uses: bool = False) -> tuple[Any, ...]:
+def new_tree(capacity: int, slots: int = 0, next_uses: bool = False) -> Tree:
     """An empty tree of ``capacity`` pages: T = (parent, estart, elen, ref, nchild,
     evictable, the (parent, first key) -> child table tp, tk, tv, free ids, path, lowers,
     uppers (a walk's scratch), st (the counters above), the key pool (two halves of
@@ -280,7 +293,7 @@ def new_tree(capacity: int, slots: int = 0, next_uses: bool = False) -> tuple[An
 
 
 @jit(inline=True)
-def _slot(key: int, T: Any) -> int:
+def _slot(key: int, T: Tree) -> int:
     """The number the policy knows ``key`` by: its slot in a raw-key tree, else itself."""
     if T[15].shape[0] > 1:
         return kslot(T[15], T[16], T[17], T[13], NSLOTS, key)
@@ -288,8 +301,8 @@ def _slot(key: int, T: Any) -> int:
 
 
 def sweep(
-    T: tuple[Any, ...],
-    P: tuple[Any, ...],
+    T: Tree,
+    P: RadixArgs,
     ist: I64,
     ghost_rows: I64,
     clear_rows: I64,
@@ -310,7 +323,7 @@ def sweep(
 
 
 @jit(nrt=False)
-def _hold_tree_keys(T: Any, held: Any) -> None:
+def _hold_tree_keys(T: Tree, held: B1) -> None:
     """Mark the slot of every key the tree holds."""
     parent, estart, elen, pool, ktab = T[0], T[1], T[2], T[14], T[15]
     for node in range(1, parent.shape[0]):
@@ -321,7 +334,7 @@ def _hold_tree_keys(T: Any, held: Any) -> None:
                     held[slot] = True
 
 
-def add_slots(T: tuple[Any, ...], num_slots: int) -> tuple[Any, ...]:
+def add_slots(T: Tree, num_slots: int) -> Tree:
     """A raw-key tree with ``num_slots`` key slots (the new ones free)."""
     if num_slots <= T[16].shape[0]:
         return T
@@ -333,7 +346,7 @@ def add_slots(T: tuple[Any, ...], num_slots: int) -> tuple[Any, ...]:
 
 
 @jit(nrt=False)
-def _pool_put(keys: Any, a: int, n: int, T: Any) -> int:
+def _pool_put(keys: I64, a: int, n: int, T: Tree) -> int:
     """Copy keys[a:a + n] into the key pool; returns where they start. When the current
     half has no room, every live edge is first copied to the start of the other half (a
     node is live while it has a parent; the root holds no keys)."""
@@ -359,20 +372,20 @@ def _pool_put(keys: Any, a: int, n: int, T: Any) -> int:
 
 @jit()
 def _kernel(
-    keys: Any,
-    key_offsets: Any,
-    num_lookup: Any,
-    lookup_end: Any,
-    held: Any,
+    keys: I64,
+    key_offsets: I64,
+    num_lookup: I64,
+    lookup_end: I64,
+    held: I64,
     r0: int,
-    T: Any,
+    T: Tree,
     block_tokens: int,
     code: int,
-    P: Any,
-    hit_tokens: Any,
-    hit_blocks: Any,
-    out: Any,
-) -> tuple[Any, Any]:
+    P: RadixArgs,
+    hit_tokens: I64,
+    hit_blocks: I64,
+    out: I64,
+) -> tuple[I64, F64]:
     """Replay requests r0, r0 + 1, ... (the rows of ``key_offsets``) on the tree T.
     out[0] = evicted pages so far, out[1] = the request that could not fit (or -1); returns
     the array policy's state (P[24], P[25] at the start; a policy that allocates may widen
@@ -421,7 +434,7 @@ def _kernel(
 
 
 @jit(nrt=False)
-def rx_room(T: Any, npath: int) -> int:
+def rx_room(T: Tree, npath: int) -> int:
     """Pages a request can have once it locks the matched path[:npath]: free pages plus
     unlocked tree pages, but not the path's (RadixCache.acquire's test)."""
     elen, ref, path, st = T[2], T[3], T[10], T[13]
@@ -433,7 +446,7 @@ def rx_room(T: Any, npath: int) -> int:
 
 
 @jit(nrt=False)
-def rx_grow_room(T: Any) -> int:
+def rx_grow_room(T: Tree) -> int:
     """Pages a running request can grow by (RadixCache.grow's test)."""
     st = T[13]
     return int(st[CAP] - st[RESERVED] - st[PROTECTED])
@@ -441,18 +454,18 @@ def rx_grow_room(T: Any) -> int:
 
 @jit(nrt=False, standalone=True)
 def rx_acquire(
-    keys: Any,
+    keys: I64,
     k0: int,
     h: int,
     nk: int,
     npath: int,
     need: int,
     spare: int,
-    T: Any,
+    T: Tree,
     code: int,
-    P: Any,
-    ist: Any,
-    fst: Any,
+    P: RadixArgs,
+    ist: I64,
+    fst: F64,
 ) -> int:
     """RadixCache.acquire after :func:`rx_room` said the request fits: access and lock the
     matched path[:npath] (h pages), announce the misses keys[k0 + h:k0 + nk], reserve
@@ -470,7 +483,7 @@ def rx_acquire(
 
 
 @jit(nrt=False, standalone=True)
-def rx_reserve(need: int, spare: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> bool:
+def rx_reserve(need: int, spare: int, T: Tree, code: int, P: RadixArgs, ist: I64, fst: F64) -> bool:
     """Evict leaves until ``need`` pages are free and reserve them, then keep ``spare``
     more free (RadixCache._reserve); False if the policy found no victim."""
     st = T[13]
@@ -486,7 +499,7 @@ def rx_reserve(need: int, spare: int, T: Any, code: int, P: Any, ist: Any, fst: 
 
 
 @jit(nrt=False, standalone=True)
-def rx_keep_free(num: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> None:
+def rx_keep_free(num: int, T: Tree, code: int, P: RadixArgs, ist: I64, fst: F64) -> None:
     """Evict unlocked leaves until ``num`` pages are free or none is left
     (RadixCache.keep_free)."""
     st = T[13]
@@ -499,16 +512,16 @@ def rx_keep_free(num: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> Non
 
 @jit(nrt=False, standalone=True)
 def rx_commit(
-    keys: Any,
+    keys: I64,
     k0: int,
     n: int,
     last: int,
     reserved: int,
-    T: Any,
+    T: Tree,
     code: int,
-    P: Any,
-    ist: Any,
-    fst: Any,
+    P: RadixArgs,
+    ist: I64,
+    fst: F64,
     i: int,
     npath: int,
 ) -> tuple[int, int]:
@@ -543,14 +556,16 @@ def rx_commit(
 
 
 @jit(nrt=False, standalone=True)
-def rx_release(last: int, reserved: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> None:
+def rx_release(
+    last: int, reserved: int, T: Tree, code: int, P: RadixArgs, ist: I64, fst: F64
+) -> None:
     """Free a request's unused reserved pages and unlock its path (RadixCache.release)."""
     T[13][RESERVED] -= reserved
     _unlock(last, T, code, P, ist, fst)
 
 
 @jit(nrt=False)
-def _refresh(node: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> None:
+def _refresh(node: int, T: Tree, code: int, P: RadixArgs, ist: I64, fst: F64) -> None:
     """Tell the policy when a node starts or stops being an unlocked leaf."""
     ref, nchild, evictable = T[3], T[4], T[5]
     if node == ROOT:
@@ -562,7 +577,7 @@ def _refresh(node: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> None:
 
 
 @jit(nrt=False)
-def _lock(node: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> None:
+def _lock(node: int, T: Tree, code: int, P: RadixArgs, ist: I64, fst: F64) -> None:
     parent, elen, ref, st = T[0], T[2], T[3], T[13]
     while node != ROOT:
         if ref[node] == 0:
@@ -573,7 +588,7 @@ def _lock(node: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> None:
 
 
 @jit(nrt=False)
-def _unlock(node: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> None:
+def _unlock(node: int, T: Tree, code: int, P: RadixArgs, ist: I64, fst: F64) -> None:
     parent, elen, ref, st = T[0], T[2], T[3], T[13]
     while node != ROOT:
         ref[node] -= 1
@@ -584,7 +599,7 @@ def _unlock(node: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> None:
 
 
 @jit(nrt=False)
-def _new_node(par: int, es: int, el: int, T: Any, P: Any) -> int:
+def _new_node(par: int, es: int, el: int, T: Tree, P: RadixArgs) -> int:
     """A node for the pool's keys [es, es + el) under ``par``, mapped by its first key
     (replacing the node it splits from, if any), created and accessed now."""
     parent, estart, elen, ref, nchild = T[0], T[1], T[2], T[3], T[4]
@@ -613,7 +628,16 @@ def _new_node(par: int, es: int, el: int, T: Any, P: Any) -> int:
 
 @jit(nrt=False, standalone=True)
 def rx_walk(
-    keys: Any, k0: int, n: int, T: Any, code: int, P: Any, ist: Any, fst: Any, i: int, npath: int
+    keys: I64,
+    k0: int,
+    n: int,
+    T: Tree,
+    code: int,
+    P: RadixArgs,
+    ist: I64,
+    fst: F64,
+    i: int,
+    npath: int,
 ) -> tuple[int, int]:
     """Longest matched prefix of keys[k0:k0 + n] (pages) and its node path (in T's path),
     splitting the edge where the match ends inside it; stamps as RadixCache._walk does.
@@ -674,7 +698,7 @@ def rx_walk(
 
 
 @jit(nrt=False)
-def _remove_leaf(leaf: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> None:
+def _remove_leaf(leaf: int, T: Tree, code: int, P: RadixArgs, ist: I64, fst: F64) -> None:
     """Evict an unlocked leaf: unmap it, free its id and pages, refresh its parent."""
     parent, estart, elen, nchild, evictable = T[0], T[1], T[2], T[4], T[5]
     tp, tk, tv, free_ids, st = T[6], T[7], T[8], T[9], T[13]
@@ -694,7 +718,7 @@ def _remove_leaf(leaf: int, T: Any, code: int, P: Any, ist: Any, fst: Any) -> No
 
 def radix_policy_args(
     policy: EvictionPolicy, capacity: int, num_keys: int, next_uses: bool = False
-) -> tuple[Any, ...]:
+) -> RadixArgs:
     """The policy's state and arguments as the tree's hooks read them (P), for a fresh
     policy (a keyed policy with ``needs_future`` already prepared, or ``next_uses``: it
     ranks nodes by the next uses a streamed tree notes, see :func:`new_tree`), which it
@@ -791,18 +815,18 @@ class RadixPrepared:
     @property
     def ist(self) -> I64:
         """The array policy's int state (a placeholder for the others)."""
-        return self.P[24]  # type: ignore[no-any-return]
+        return self.P[24]
 
     @property
-    def aux(self) -> npt.NDArray[np.float64]:
+    def aux(self) -> F64:
         """The per-request columns the array policy's hooks read."""
-        return self.P[28]  # type: ignore[no-any-return]
+        return self.P[28]
 
     @aux.setter
-    def aux(self, cols: npt.NDArray[np.float64]) -> None:
+    def aux(self, cols: F64) -> None:
         self.P = (*self.P[:28], cols, *self.P[29:])
 
-    def _set_state(self, st: tuple[I64, npt.NDArray[np.float64]]) -> None:
+    def _set_state(self, st: tuple[I64, F64]) -> None:
         self.P = (*self.P[:24], st[0], st[1], *self.P[26:])
         if isinstance(self.policy, ArrayPolicy):
             self.policy.state = st

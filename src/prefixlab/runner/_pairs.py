@@ -5,9 +5,8 @@ node's child. Three int64 arrays of one power-of-two length: parents, keys and v
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefixlab._jit import jit
+from prefixlab.types import I64
 
 
 @jit(inline=True)
@@ -18,7 +17,7 @@ def pair_hash(parent: int, key: int, mask: int) -> int:
 
 
 @jit(inline=True)
-def pair_find(tp: Any, tk: Any, tv: Any, parent: int, key: int) -> int:
+def pair_find(tp: I64, tk: I64, tv: I64, parent: int, key: int) -> int:
     """The slot holding (parent, key), or the empty slot where it would go."""
     mask = tv.shape[0] - 1
     s = pair_hash(parent, key, mask)
@@ -28,7 +27,7 @@ def pair_find(tp: Any, tk: Any, tv: Any, parent: int, key: int) -> int:
 
 
 @jit(nrt=False)
-def pair_unmap(tp: Any, tk: Any, tv: Any, parent: int, key: int) -> None:
+def pair_unmap(tp: I64, tk: I64, tv: I64, parent: int, key: int) -> None:
     """Delete (parent, key), shifting the rest of its probe run back (no tombstones)."""
     mask = tv.shape[0] - 1
     s = pair_find(tp, tk, tv, parent, key)

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab._jit import HAVE_NUMBA
 from prefixlab.cache.hybrid import HybridCache
@@ -40,9 +39,8 @@ from prefixlab.model.spec import ModelSpec, get_model
 from prefixlab.policies.base import Policy, make_policy
 from prefixlab.policies.hybrid import HybridPolicy, Marconi
 from prefixlab.runner._fast_hybrid import ST_TUNE, HybridKernel, hybrid_code
+from prefixlab.types import I64
 from prefixlab.workload.trace import Trace
-
-I64 = npt.NDArray[np.int64]
 
 
 @dataclass(slots=True, frozen=True)
@@ -71,14 +69,14 @@ class HybridResult:
     policy: str
     capacity_bytes: int
     model: str
-    metrics: dict[str, Any]
+    metrics: dict[str, int | float]
     elapsed_s: float
     hit_tokens: I64 = field(repr=False)
     input_tokens: I64 = field(repr=False)
     #: (request index after which it took effect, alpha) for tuned Marconi
     alpha_history: list[tuple[int, float]] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:  # Any: numbers, and alpha_history callers index
         out: dict[str, Any] = {
             "policy": self.policy,
             "structure": "hybrid",
@@ -256,12 +254,12 @@ class _Tuner:
             self.tune_at = math.ceil(self.pol.bootstrap_multiplier * (r + 1))
 
 
-def hybrid_metrics(spec: ModelSpec, inputs: I64, hits: I64) -> dict[str, Any]:
+def hybrid_metrics(spec: ModelSpec, inputs: I64, hits: I64) -> dict[str, int | float]:
     """Hit ratios and prefill FLOPs saved, in total and per layer type."""
     n_in = int(inputs.sum())
     n_hit = int(hits.sum())
     nreq = int(inputs.shape[0])
-    out: dict[str, Any] = {
+    out: dict[str, int | float] = {
         "num_requests": nreq,
         "num_input_tokens": n_in,
         "num_hit_tokens": n_hit,

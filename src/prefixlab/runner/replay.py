@@ -14,10 +14,8 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab.cache.block import BlockCache
 from prefixlab.cache.events import Hit, Miss, Observer
@@ -27,9 +25,9 @@ from prefixlab.metrics.replay import ReplayMetrics
 from prefixlab.policies.base import EvictionPolicy, Policy, make_eviction_policy
 from prefixlab.runner import _fast
 from prefixlab.runner._fast_radix import radix_code, replay_radix_fast
+from prefixlab.types import I64
 from prefixlab.workload.trace import BlockLayout, Trace
 
-I64 = npt.NDArray[np.int64]
 STRUCTURES = ("block", "radix")
 
 
@@ -80,8 +78,8 @@ class ReplayResult:
     hit_tokens: I64 = field(repr=False)
     input_tokens: I64 = field(repr=False)
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def as_dict(self) -> dict[str, str | int | float]:
+        out: dict[str, str | int | float] = {
             "policy": self.policy,
             "structure": self.structure,
             "capacity_blocks": self.capacity_blocks,

@@ -74,10 +74,9 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypeVar, cast
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab._keytable import with_room
 from prefixlab.errors import CapacityError, ConfigError
@@ -101,14 +100,12 @@ from prefixlab.runner.replay import (
     capped_requests,
     without_lookups,
 )
+from prefixlab.types import F64, I64
 from prefixlab.workload.loaders._columnar import first_repeat_row
 from prefixlab.workload.loaders.base import NotStreamable
 from prefixlab.workload.trace import BlockLayout, Trace
 
 __all__ = ["NotStreamable", "StreamSummary", "replay_stream", "streamable"]
-
-I64 = npt.NDArray[np.int64]
-F64 = npt.NDArray[np.float64]
 
 
 def streamable(pol: EvictionPolicy, config: ReplayConfig) -> bool:
@@ -252,7 +249,7 @@ def replay_stream(
     pool = ThreadPoolExecutor(workers, "prefixlab-policy") if workers > 1 else None
     read = read_ahead(laid_out())
     future = None
-    items: Iterator[tuple[_Facts, int, BlockLayout, npt.NDArray[np.float64] | None]]
+    items: Iterator[tuple[_Facts, int, BlockLayout, F64 | None]]
     if any(two_pass(pol) for pol in policies):
         future = tempfile.TemporaryDirectory(prefix="prefixlab-two-pass-")
         items = _two_pass(read, policies, Path(future.name), on_chunk)
@@ -416,7 +413,7 @@ def _two_pass(
     policies: list[EvictionPolicy],
     folder: Path,
     on_chunk: Callable[[int, int], None] | None,
-) -> Generator[tuple[_Facts, int, BlockLayout, npt.NDArray[np.float64] | None], None, None]:
+) -> Generator[tuple[_Facts, int, BlockLayout, F64 | None], None, None]:
     """The chunks again, after passes over the whole trace: each with the next use of
     every key position (the first later request that looks its key up; inf: none) when a
     policy ranks by it, as :func:`prefixlab.policies.opt.next_use_at` gives the whole
@@ -581,16 +578,17 @@ def _finish(run: _Run, config: ReplayConfig, seen: StreamSummary) -> ReplayResul
 
 
 _END = object()
+T = TypeVar("T")
 
 
-def read_ahead(items: Iterator[Any], depth: int = 2) -> Generator[Any, None, None]:
+def read_ahead(items: Iterator[T], depth: int = 2) -> Generator[T, None, None]:
     """``items``, produced on a thread up to ``depth`` ahead of the consumer, in order; an
     exception the producer raises is raised here, where it would have been. The parser
     (pyarrow) and the kernel (compiled without the GIL) then run on two cores at once."""
-    box: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue(maxsize=depth)
+    box: queue.Queue[tuple[object, BaseException | None]] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
-    def put(item: Any, exc: BaseException | None = None) -> bool:
+    def put(item: object, exc: BaseException | None = None) -> bool:
         while not stop.is_set():
             try:
                 box.put((item, exc), timeout=0.05)
@@ -617,7 +615,7 @@ def read_ahead(items: Iterator[Any], depth: int = 2) -> Generator[Any, None, Non
                 if exc is not None:
                     raise exc
                 return
-            yield item
+            yield cast(T, item)  # not _END: an item of ``items``
     finally:
         stop.set()
         worker.join()

@@ -25,14 +25,16 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import cast, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
+from prefixlab.types import B1, F64, I64
 
-F64 = npt.NDArray[np.float64]
+#: what :func:`lognormal_cdf` takes element-wise
+ArrayOfReals = npt.NDArray[np.floating] | npt.NDArray[np.integer] | Sequence[float]
 
 GAP_PRESETS = {"chat": (4.15, 0.971), "agentic": (1.81, 1.092)}
 
@@ -46,11 +48,15 @@ def lognormal_cdf_scalar(x: float, mu: float, sigma: float) -> float:
     return 0.5 * (1.0 + math.erf((math.log(x) - mu) / (sigma * math.sqrt(2.0))))
 
 
-def lognormal_cdf(x: Any, mu: float, sigma: float) -> Any:
+@overload
+def lognormal_cdf(x: float, mu: float, sigma: float) -> float: ...
+@overload
+def lognormal_cdf(x: ArrayOfReals, mu: float, sigma: float) -> F64: ...
+def lognormal_cdf(x: float | ArrayOfReals, mu: float, sigma: float) -> float | F64:
     """P(gap <= x) for a log-normal gap: a float for a float (the policies' hot path), an
     array for an array; 0 for x <= 0, and a step at exp(mu) when sigma is 0."""
     if np.ndim(x) == 0:
-        return lognormal_cdf_scalar(float(x), mu, sigma)
+        return lognormal_cdf_scalar(float(cast(float, x)), mu, sigma)
     arr = np.asarray(x, dtype=np.float64)
     if sigma <= 0:
         return (arr >= math.exp(mu)).astype(np.float64)
@@ -59,9 +65,7 @@ def lognormal_cdf(x: Any, mu: float, sigma: float) -> Any:
     return np.where(arr > 0, 0.5 * (1.0 + np.asarray(erf(z), dtype=np.float64)), 0.0)
 
 
-def session_order(
-    session_id: Sequence[str | None], arrival_s: F64
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+def session_order(session_id: Sequence[str | None], arrival_s: F64) -> tuple[I64, B1]:
     """The rows that belong to a session, sorted by (session, arrival; ties keep their
     order), and for each but the first whether it continues the previous row's session."""
     codes: dict[str, int] = {}

@@ -20,10 +20,8 @@ enters the finaliser, so a trailing partial block never collides with a full one
 from __future__ import annotations
 
 import numpy as np
-import numpy.typing as npt
 
-U64 = npt.NDArray[np.uint64]
-I64 = npt.NDArray[np.int64]
+from prefixlab.types import I64, U64
 
 _MASK = (1 << 64) - 1
 _R = 0x9E3779B97F4A7C15 | 1  # odd multiplier of the polynomial

@@ -17,18 +17,15 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab._jit import jit
 from prefixlab.errors import ConfigError, TraceFormatError
+from prefixlab.types import B1, I64, U64
 from prefixlab.workload.hashing import request_salts, salt_per_key
 from prefixlab.workload.trace import Trace
-
-U64 = npt.NDArray[np.uint64]
-I64 = npt.NDArray[np.int64]
 
 #: what a load does with ids reused under another parent: refuse the trace, count them, or
 #: not look (no table: a streamed replay's memory stays flat)
@@ -63,7 +60,7 @@ class IdConflicts:
 
 @jit(nogil=True)
 def _note(
-    values: Any, raw: Any, offsets: Any, keys: Any, parents: Any, used: Any, state: Any
+    values: U64, raw: U64, offsets: I64, keys: U64, parents: U64, used: B1, state: I64
 ) -> int:
     """Note the parents of rows ``state[0]..`` of a ragged id array in the table (keyed by
     ``values``, the ids as the caches key them; the parent noted as given, ``raw``: one key
@@ -99,7 +96,7 @@ def _note(
 
 
 @jit(nogil=True)
-def _rehash(keys: Any, parents: Any, used: Any, size: int) -> Any:
+def _rehash(keys: U64, parents: U64, used: B1, size: int) -> tuple[U64, U64, B1]:
     """The table's entries in a table of ``size`` slots."""
     new_keys = np.zeros(size, np.uint64)
     new_parents = np.zeros(size, np.uint64)

@@ -11,7 +11,11 @@ from prefixlab.workload.loaders import load_trace
 from prefixlab.workload.trace import Trace
 
 
-def open_trace(source: str, fmt: str = "native", **loader_kwargs: Any) -> Trace:
+def open_trace(
+    source: str,
+    fmt: str = "native",
+    **loader_kwargs: Any,  # Any: forwarded unchanged to load_trace (its typed options)
+) -> Trace:
     """Load a file (``fmt`` picks the loader) or run a generator (``gen:sessions:seed=3``)."""
     if source.startswith("gen:"):
         if loader_kwargs:

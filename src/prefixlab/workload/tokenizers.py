@@ -26,11 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
-
-I64 = npt.NDArray[np.int64]
+from prefixlab.types import I64
 
 QUICKTOK_ALIASES = {
     "llama3": "llama3",
@@ -152,8 +150,8 @@ class HFTokenizer(Tokenizer):
             raise ConfigError(f"tokenizer file or folder not found: {path}")
         file = p / "tokenizer.json" if p.is_dir() else p
         self.name = str(p)
-        self._hf: Any = None
-        self._tf: Any = None
+        self._hf: Any = None  # Any: a tokenizers.Tokenizer (an optional library's object)
+        self._tf: Any = None  # Any: a transformers tokenizer (an optional library's object)
         if file.is_file():
             try:
                 from tokenizers import Tokenizer as HFTok

@@ -17,13 +17,14 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from prefixlab._jit import COMPILED, jit
 from prefixlab.errors import ConfigError
+from prefixlab.types import B1, F64, I64, U64
 from prefixlab.workload.hashing import (
     chained_block_keys,
     request_salts,
@@ -31,11 +32,10 @@ from prefixlab.workload.hashing import (
     salt_per_key,
 )
 
-I64 = npt.NDArray[np.int64]
-U64 = npt.NDArray[np.uint64]
-F64 = npt.NDArray[np.float64]
 #: token ids or block ids: a list, or a numpy integer array (what generators produce)
-Ids = Sequence[int] | npt.NDArray[np.integer[Any]]
+Ids = Sequence[int] | npt.NDArray[np.integer[Any]]  # Any: of any bit width
+#: an array's element type, kept by a function that takes rows of it
+ScalarT = TypeVar("ScalarT", bound=np.generic)
 
 
 @dataclass(slots=True)
@@ -102,7 +102,7 @@ class Trace:
         task: list[str | None],
         prompt_text: list[str | None] | None = None,
         input_tokens: tuple[I64, I64] | None = None,
-        output_tokens: tuple[I64, I64, npt.NDArray[np.bool_]] | None = None,
+        output_tokens: tuple[I64, I64, B1] | None = None,
         hash_ids: tuple[U64, I64] | None = None,
         hashed_tokens: I64 | None = None,
         block_tokens: int | None = None,
@@ -152,7 +152,7 @@ class Trace:
         bad_think = np.flatnonzero(self.think_s < 0)
         if bad_think.size:
             raise ConfigError(f"request {int(bad_think[0])}: think_s is negative")
-        content: list[tuple[str, I64, npt.NDArray[np.bool_] | None]] = []
+        content: list[tuple[str, I64, B1 | None]] = []
         if self.input_tokens is not None:
             content.append(("input", self.input_tokens[1], None))
         if self.output_tokens is not None:
@@ -403,7 +403,7 @@ class Trace:
 
 
 @jit()
-def _table(distinct: Any, k: int, size: int) -> tuple[Any, Any]:
+def _table(distinct: U64, k: int, size: int) -> tuple[U64, I64]:
     """An open-addressing table of ``size`` slots holding distinct[:k] (id = position)."""
     mask = np.uint64(size - 1)
     slot_key = np.empty(size, np.uint64)
@@ -419,7 +419,7 @@ def _table(distinct: Any, k: int, size: int) -> tuple[Any, Any]:
 
 
 @jit()
-def _intern(raw: Any, key_offs: Any, first_id: Any) -> Any:
+def _intern(raw: U64, key_offs: I64, first_id: I64) -> U64 | None:
     """First-appearance ids of the raw keys through an open-addressing hash table (the
     distinct keys come back in that order), or None when a sequence holds a key twice.
     The table doubles when it is 60% full, so memory follows the distinct keys."""
@@ -455,7 +455,7 @@ def _intern(raw: Any, key_offs: Any, first_id: Any) -> Any:
             else:
                 last_req[d] = r
             first_id[i] = d
-    return distinct[:k].copy()
+    return distinct[:k].copy()  # type: ignore[no-any-return]  # (mypy, under @jit)
 
 
 def _dense_keys(raw: U64, key_offs: I64) -> tuple[I64, int]:
@@ -499,7 +499,9 @@ def _starts(counts: I64) -> I64:
     return out
 
 
-def _take_ragged(vals: npt.NDArray[Any], offs: I64, idx: I64) -> tuple[npt.NDArray[Any], I64]:
+def _take_ragged(
+    vals: npt.NDArray[ScalarT], offs: I64, idx: I64
+) -> tuple[npt.NDArray[ScalarT], I64]:
     """Rows ``idx`` of a ragged array, as a new ragged array."""
     lengths = np.diff(offs)[idx]
     new_offs = _starts(lengths)
@@ -508,7 +510,7 @@ def _take_ragged(vals: npt.NDArray[Any], offs: I64, idx: I64) -> tuple[npt.NDArr
 
 
 def _concat_ragged(
-    a_vals: I64, a_offs: I64, b_vals: I64, b_offs: I64, b_present: npt.NDArray[np.bool_]
+    a_vals: I64, a_offs: I64, b_vals: I64, b_offs: I64, b_present: B1
 ) -> tuple[I64, I64]:
     """Per-row concatenation of two ragged arrays (rows of b absent where not present)."""
     a_len = np.diff(a_offs)

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
 from prefixlab.experts._kernels import KernelRun
@@ -35,8 +34,8 @@ from prefixlab.policies.base import describe as _describe
 from prefixlab.policies.base import parameters as _parameters
 from prefixlab.registry import Registry
 from prefixlab.registry import parse_spec as _parse_spec
+from prefixlab.types import I64
 
-I64 = npt.NDArray[np.int64]
 ParamValue = int | float | bool | str | None
 
 __all__ = [

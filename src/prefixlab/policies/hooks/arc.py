@@ -10,8 +10,6 @@ queue 1 = T2, ghost 0 = B1, ghost 1 = B2), called by the class and by the replay
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefixlab._jit import jit
 from prefixlab.policies._arrays import (
     FS,
@@ -32,9 +30,8 @@ from prefixlab.policies._arrays import (
     ghost_trim,
     set_free,
 )
-from prefixlab.policies.base import I64
+from prefixlab.types import F64, I64
 
-F64 = Any  # float64 2-D
 CODE = 1
 # scalar slots; key rows: K0 = goes to T2 (adapted on its miss), K1 = announced in this batch
 C, MISS_IN_B2, NO_GHOST, BATCH = (SLOT + i for i in range(4))

@@ -16,7 +16,8 @@ one ``numpy.random.Generator``.
 from __future__ import annotations
 
 import math
-from typing import Any
+
+import numpy as np
 
 from prefixlab._jit import jit
 from prefixlab.policies._arrays import (
@@ -39,7 +40,7 @@ from prefixlab.policies._arrays import (
     heap_push,
     set_free,
 )
-from prefixlab.policies.base import I64
+from prefixlab.types import F64, I64
 
 CODE = 3
 # entry rows: hits (0: not tracked), stamp of the last touch, LFU item dropped while pinned
@@ -83,7 +84,7 @@ def _touch(ist: I64, e: int) -> None:
 
 
 @jit(nrt=False)
-def lecar_regret(ist: I64, fst: Any, key: int) -> None:
+def lecar_regret(ist: I64, fst: F64, key: int) -> None:
     """A miss on a key in an expert's history is regret for that expert."""
     for g in range(2):
         when = ghost_pop(ist, fst, g, key)
@@ -98,7 +99,7 @@ def lecar_regret(ist: I64, fst: Any, key: int) -> None:
 
 
 @jit(nrt=False)
-def lecar_insert(ist: I64, fst: Any, e: int, key: int) -> None:
+def lecar_insert(ist: I64, fst: F64, e: int, key: int) -> None:
     lecar_regret(ist, fst, key)  # a no-op when on_miss already charged it
     ist[FREQ, e] = 1
     _touch(ist, e)
@@ -127,7 +128,7 @@ def lecar_remove(ist: I64, e: int) -> None:
 
 
 @jit()
-def lecar_pop(ist: I64, fst: Any, key: I64, rng: Any) -> int:
+def lecar_pop(ist: I64, fst: F64, key: I64, rng: np.random.Generator) -> int:
     if ist[SC, NFREE] == 0:
         return -1
     use_lru = rng.random() < fst[FS, W_LRU]

@@ -51,7 +51,7 @@ request being processed.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import overload
 
 import numpy as np
 import numpy.typing as npt
@@ -81,9 +81,8 @@ from prefixlab.policies._arrays import (
     set_free,
     widen,
 )
-from prefixlab.policies.base import I64
+from prefixlab.types import F64, I64
 
-F64 = npt.NDArray[np.float64]
 CODE = 4
 # int rows (per entry, then heap positions, then records) and float rows
 OWNER, HEAD, TAIL, ORDER, HPOS, BEST, NREC = range(IROWS, IROWS + 7)
@@ -109,7 +108,11 @@ def _decayed(p: float, idle: float, scale: float) -> float:
     return pd / den if den > 0 else 0.0
 
 
-def decayed(p: Any, idle_s: Any, scale: float) -> Any:
+@overload
+def decayed(p: float, idle_s: float, scale: float) -> float: ...
+@overload
+def decayed(p: npt.ArrayLike, idle_s: npt.ArrayLike, scale: float) -> F64 | float: ...
+def decayed(p: npt.ArrayLike, idle_s: npt.ArrayLike, scale: float) -> F64 | float:
     """LPC's decayed continuation probability (floats or arrays, elementwise)."""
     pa, ia = np.broadcast_arrays(np.asarray(p, np.float64), np.asarray(idle_s, np.float64))
     out = np.array(

@@ -37,7 +37,6 @@ from prefixlab.policies._arrays import (
     ACCESS,
     EVICT,
     EVICTABLE,
-    F64,
     FREE,
     FROWS,
     HIT_FREE,
@@ -54,7 +53,7 @@ from prefixlab.policies._arrays import (
     iheap_set,
     set_free,
 )
-from prefixlab.policies.base import I64
+from prefixlab.types import F64, I64
 
 CODE = 7
 STAMP, KNEXT, KPREV = P0, P1, P2

@@ -12,8 +12,6 @@ queue 1 = M, ghost 0 = G), called by the class and by the replay kernel.
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefixlab._jit import jit
 from prefixlab.policies._arrays import (
     LEN0,
@@ -30,7 +28,7 @@ from prefixlab.policies._arrays import (
     ghost_pop,
     set_free,
 )
-from prefixlab.policies.base import I64
+from prefixlab.types import F64, I64
 
 CODE = 2
 FREQ, HAS_FREQ = P0, P1  # entry rows
@@ -38,7 +36,7 @@ SMALL_TARGET, THRESHOLD = SLOT, SLOT + 1  # scalar slots
 
 
 @jit(nrt=False)
-def s3fifo_insert(ist: I64, fst: Any, e: int, key: int) -> None:
+def s3fifo_insert(ist: I64, fst: F64, e: int, key: int) -> None:
     ist[FREQ, e] = 0
     ist[HAS_FREQ, e] = 1
     if ghost_contains(ist, 0, key):
@@ -63,7 +61,7 @@ def s3fifo_remove(ist: I64, e: int) -> None:
 
 
 @jit(nrt=False)
-def _evict_small(ist: I64, fst: Any, key: I64) -> int:
+def _evict_small(ist: I64, fst: F64, key: I64) -> int:
     e = fq_oldest_free(ist, 0)
     while e >= 0:
         fq_discard(ist, 0, e)
@@ -93,7 +91,7 @@ def _evict_main(ist: I64) -> int:
 
 
 @jit(nrt=False)
-def s3fifo_pop(ist: I64, fst: Any, key: I64) -> int:
+def s3fifo_pop(ist: I64, fst: F64, key: I64) -> int:
     if ist[SC, NFREE] == 0:
         return -1
     victim = -1

@@ -66,7 +66,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab._jit import jit
 from prefixlab.policies import _arrays
@@ -92,12 +91,11 @@ from prefixlab.policies._arrays import (
     slist_insert,
     slist_remove,
 )
-from prefixlab.policies.base import I64
+from prefixlab.types import F64, I64
 from prefixlab.workload.arrivals import (
     lognormal_cdf_scalar,
 )
 
-F64 = npt.NDArray[np.float64]
 HOOK_EVICT = _arrays.EVICT  # the hook (EVICT below is the evict-first queue)
 
 QUEUES = ("evict", "chat", "agentic", "structural")

@@ -47,10 +47,8 @@ list by (last touch, push order), whose head is the least recent (a pairing heap
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab._jit import jit
 from prefixlab._keytable import kcell, with_room
@@ -74,14 +72,12 @@ from prefixlab.policies._arrays import (
     slist_insert,
     slist_remove,
 )
-from prefixlab.policies.base import I64
-from prefixlab.workload.trace import BlockLayout
-
-F64 = npt.NDArray[np.float64]
+from prefixlab.types import F64, I64
+from prefixlab.workload.trace import BlockLayout, Trace
 
 
 def categories(
-    trace: Any, max_turn: int, names: dict[str, int] | None = None
+    trace: Trace, max_turn: int, names: dict[str, int] | None = None
 ) -> tuple[list[str], I64]:
     """The category names and each request's category index (task label, and the turn
     unless ``max_turn`` is 1). ``names``: the categories met so far (a streamed trace's

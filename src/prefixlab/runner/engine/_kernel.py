@@ -48,6 +48,8 @@ from prefixlab.policies._dispatch import (
 from prefixlab.policies.hooks.unicache import UCOPT
 from prefixlab.runner._fast import (
     ARRAY,
+    BlockState,
+    PolicyArgs,
     announce_misses,
     commit_blocks,
     match_blocks,
@@ -75,6 +77,7 @@ from prefixlab.runner._fast_hybrid import (
 )
 from prefixlab.runner._fast_radix import (
     EVICTED,
+    Tree,
     rx_acquire,
     rx_commit,
     rx_grow_room,
@@ -84,6 +87,7 @@ from prefixlab.runner._fast_radix import (
     rx_room,
     rx_walk,
 )
+from prefixlab.types import F64, I64
 
 WAITING, PREFILL, DECODE, DONE = 1, 2, 3, 4
 #: timing codes: prefill none / power law / table / roofline; decode none / constant TPOT /
@@ -102,7 +106,7 @@ OK, TOO_BIG, IN_PAST, UNFINISHED, NO_VICTIM = 0, 1, 2, 3, 4
 
 
 @jit(inline=True)
-def _heap_push(ht: Any, hs: Any, hr: Any, hn: Any, t: float, seq: int, r: int) -> None:
+def _heap_push(ht: F64, hs: I64, hr: I64, hn: I64, t: float, seq: int, r: int) -> None:
     i = hn[0]
     hn[0] = i + 1
     while i > 0:
@@ -115,7 +119,7 @@ def _heap_push(ht: Any, hs: Any, hr: Any, hn: Any, t: float, seq: int, r: int) -
 
 
 @jit(inline=True)
-def _heap_pop(ht: Any, hs: Any, hr: Any, hn: Any) -> int:
+def _heap_pop(ht: F64, hs: I64, hr: I64, hn: I64) -> int:
     r = hr[0]
     n = hn[0] - 1
     hn[0] = n
@@ -138,8 +142,8 @@ def _heap_pop(ht: Any, hs: Any, hr: Any, hn: Any) -> int:
 
 @jit()
 def _compact_locks(
-    lk: Any, lkid: Any, lkat: Any, lkn: Any, running: Any, nrun: int, extra: int
-) -> tuple[Any, Any, int]:
+    lk: I64, lkid: I64, lkat: I64, lkn: I64, running: I64, nrun: int, extra: int
+) -> tuple[I64, I64, int]:
     """The running requests' locked nodes moved to the front of new arrays with room for
     ``extra`` more; the new arrays and the first free place."""
     live = 0
@@ -158,7 +162,7 @@ def _compact_locks(
 
 
 @jit(nrt=False)
-def roof_prefill_flops(tp: Any, new: int, cached: int) -> float:
+def roof_prefill_flops(tp: F64, new: int, cached: int) -> float:
     """``ModelSpec.total_prefill_flops(new, cached, causal=True)``: the same formula, the
     same operations in the same order (so the same bits)."""
     if new <= 0:
@@ -182,7 +186,7 @@ def roof_prefill_flops(tp: Any, new: int, cached: int) -> float:
 
 
 @jit()
-def roof_weights(tc: Any, num_tokens: int) -> float:
+def roof_weights(tc: I64, num_tokens: int) -> float:
     """``Roofline._weights``: bytes of the weights a step over num_tokens tokens reads
     (``ModelSpec.parameters_read``: MoE experts touched in expectation)."""
     params = tc[TC_PARAMS]
@@ -195,7 +199,7 @@ def roof_weights(tc: Any, num_tokens: int) -> float:
 
 
 @jit()
-def roofline_s(tc: Any, tp: Any, cn: Any, cc: Any, nch: int, dctx: Any, ndec: int) -> float:
+def roofline_s(tc: I64, tp: F64, cn: I64, cc: I64, nch: int, dctx: I64, ndec: int) -> float:
     """``Roofline.step_s`` of chunks (new cn, cached cc)[:nch] and decode contexts
     dctx[:ndec] (with one of them empty: ``prefill_s`` or ``decode_s``)."""
     flops, kv, tokens = 0.0, 0, 0
@@ -220,7 +224,7 @@ def roofline_s(tc: Any, tp: Any, cn: Any, cc: Any, nch: int, dctx: Any, ndec: in
 
 
 @jit(nrt=False)
-def _roof_time(tp: Any, flops: float, num_bytes: float) -> float:
+def _roof_time(tp: F64, flops: float, num_bytes: float) -> float:
     b = TP_MODEL + 14
     compute: float = flops / (tp[b] * tp[b + 1])
     memory: float = num_bytes / (tp[b + 2] * tp[b + 3])
@@ -229,16 +233,16 @@ def _roof_time(tp: Any, flops: float, num_bytes: float) -> float:
 
 @jit()
 def step_seconds(
-    tcode: Any,
-    tpar: Any,
-    tt: Any,
-    ts: Any,
-    cn: Any,
-    cc: Any,
-    cd: Any,
+    tcode: I64,
+    tpar: F64,
+    tt: F64,
+    ts: F64,
+    cn: I64,
+    cc: I64,
+    cd: I64,
     nch: int,
     ndec: int,
-    dctx: Any,
+    dctx: I64,
 ) -> float:
     """One step's seconds (``Composite.step_s``): chunks (new, cached, done) in cn, cc,
     cd[:nch], decode contexts dctx[:ndec]; a power, table or roofline prefill and a tpot or
@@ -272,48 +276,48 @@ def step_seconds(
 
 @jit(nogil=True)
 def engine_kernel(
-    state: Any,
-    pp: Any,
-    ist: Any,
-    fst: Any,
-    nu_pos: Any,
-    keys: Any,
-    key_offsets: Any,
-    num_lookup: Any,
-    lookup_end: Any,
-    inp: Any,
-    outp: Any,
-    input_keys: Any,
+    state: BlockState,
+    pp: PolicyArgs,
+    ist: I64,
+    fst: F64,
+    nu_pos: F64,
+    keys: I64,
+    key_offsets: I64,
+    num_lookup: I64,
+    lookup_end: I64,
+    inp: I64,
+    outp: I64,
+    input_keys: I64,
     block_tokens: int,
     capacity: int,
     max_free: int,
-    cfg: Any,
-    init_req: Any,
-    init_t: Any,
-    next_turn: Any,
-    think_s: Any,
-    trace_arrival: Any,
-    tcode: Any,
-    tpar: Any,
-    tt: Any,
-    ts: Any,
-    arrival_s: Any,
-    scheduled_s: Any,
-    first_token_s: Any,
-    finish_s: Any,
-    first_hits: Any,
-    hit_blocks: Any,
-    miss_blocks: Any,
-    num_preemptions: Any,
-    out: Any,
-    out_f: Any,
-    T: Any,
-    P: Any,
+    cfg: I64,
+    init_req: I64,
+    init_t: F64,
+    next_turn: I64,
+    think_s: F64,
+    trace_arrival: F64,
+    tcode: I64,
+    tpar: F64,
+    tt: F64,
+    ts: F64,
+    arrival_s: F64,
+    scheduled_s: F64,
+    first_token_s: F64,
+    finish_s: F64,
+    first_hits: I64,
+    hit_blocks: I64,
+    miss_blocks: I64,
+    num_preemptions: I64,
+    out: I64,
+    out_f: F64,
+    T: Tree | None,
+    P: Any,  # Any: RadixArgs | None, None when T is; the body tests T, which narrows no P
     rcode: int,
     spare: int,
-    H: Any,
-    W: Any,
-) -> tuple[Any, Any]:
+    H: Any,  # Any: HybridArrays | None; the body works on a copy (hx) no test of H narrows
+    W: F64 | None,
+) -> tuple[I64, F64]:
     """Simulate every request; returns the array policy's state (it may have widened).
 
     ``cfg``: max_num_seqs, max_num_batched_tokens, chunked prefill, cache while running,

@@ -27,19 +27,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab.cache.hybrid import HybridCache, HybridMatch, Node
 from prefixlab.errors import ConfigError
 from prefixlab.model.spec import ModelSpec
 from prefixlab.policies.hybrid import HybridPolicy, Marconi
+from prefixlab.types import I64
 from prefixlab.workload.trace import Trace
-
-I64 = npt.NDArray[np.int64]
 
 
 @dataclass(slots=True)
@@ -239,7 +237,7 @@ class HybridEngineCache:
                 self.tree._normalize(nd)
 
     # ------------------------------------------------------------------ checks
-    def check(self, handles: list[Any] | None = None) -> None:
+    def check(self, handles: Sequence[object] | None = None) -> None:
         """Tree invariants (locks allowed for running requests) and the byte budget."""
         assert self.tree.used + self.reserved <= self.total, (
             f"tree {self.tree.used} + reserved {self.reserved} > {self.total}"

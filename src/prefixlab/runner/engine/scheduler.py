@@ -69,7 +69,7 @@ class Scheduler:
     ) -> None:
         n = len(trace)
         #: a BlockCache, RadixCache or HybridEngineCache: the same protocol, own match types
-        self.cache: Any = cache
+        self.cache: Any = cache  # Any: three caches, one duck-typed protocol of verbs
         self.policy = policy
         self.layout = layout
         self.max_num_seqs = max_num_seqs
@@ -92,7 +92,8 @@ class Scheduler:
         self.admit_hits = [0] * n  # hit tokens at the current admission
         num_keys = np.diff(layout.key_offsets).tolist()
         self.input_keys = [min(i // self.bt, k) for i, k in zip(self.input, num_keys, strict=True)]
-        self.handle: list[Any] = [None] * n  # per structure: block ids, RadixHandle, ...
+        # Any: per structure: block ids, a RadixHandle, a HybridHandle (None: not running)
+        self.handle: list[Any] = [None] * n
         self.first_hit_tokens = [-1] * n  # at the first admission (the metric)
         self.num_preemptions = [0] * n
         self.waiting: deque[int] = deque()

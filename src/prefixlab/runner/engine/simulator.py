@@ -22,17 +22,17 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
+from prefixlab.cache.block import BlockCache
 from prefixlab.cache.events import Observer
 from prefixlab.cache.radix import RadixCache
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.metrics.latency import by_task, latency_summary
 from prefixlab.metrics.replay import ReplayMetrics
-from prefixlab.model.timing import TimingModel
+from prefixlab.model.timing import Roofline, TimingModel
 from prefixlab.policies.array_policy import ArrayPolicy
 from prefixlab.policies.base import EvictionPolicy, Policy, make_policy
 from prefixlab.policies.hooks.lpc import CODE as LPC_CODE
@@ -40,10 +40,14 @@ from prefixlab.runner.engine.events import Arrived, Finished, StepDone
 from prefixlab.runner.engine.loop import EventLoop
 from prefixlab.runner.engine.scheduler import Batch, Scheduler
 from prefixlab.runner.replay import ReplayConfig, build_cache, reserved_blocks, without_lookups
+from prefixlab.types import F64, I64, Row
 from prefixlab.workload.trace import BlockLayout, Trace
 
-F64 = npt.NDArray[np.float64]
-I64 = npt.NDArray[np.int64]
+if TYPE_CHECKING:
+    from prefixlab.runner._fast_hybrid import HybridArrays
+    from prefixlab.runner._fast_radix import RadixArgs, Tree
+    from prefixlab.runner.engine.hybrid import HybridEngineCache
+
 STEP, ARRIVE = 0, 1  # event priorities at one instant: step ends before arrivals
 
 
@@ -129,13 +133,14 @@ class EngineResult:
     scheduled_s: F64 = field(repr=False)
     first_token_s: F64 = field(repr=False)
     finish_s: F64 = field(repr=False)
-    hit_tokens: npt.NDArray[np.int64] = field(repr=False)
-    num_preemptions: npt.NDArray[np.int64] = field(repr=False)
+    hit_tokens: I64 = field(repr=False)
+    num_preemptions: I64 = field(repr=False)
+    #: Any: numbers, and the nested by_task / alpha_history; callers read the numbers as such
     metrics: dict[str, Any] = field(default_factory=dict)
     num_steps: int = 0
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def as_dict(self) -> Row:
+        out: Row = {
             "policy": self.policy,
             "structure": self.config.structure,
             "capacity_blocks": self.config.capacity_blocks,
@@ -189,7 +194,7 @@ def simulate(
     obs: list[Observer] = [hits, *observers]
     if on_progress is not None:
         obs.append(_FinishedCounter(on_progress, n))
-    cache: Any
+    cache: BlockCache | RadixCache | HybridEngineCache
     if hybrid:
         from prefixlab.model.spec import get_model
         from prefixlab.policies.hybrid import HybridPolicy
@@ -264,6 +269,7 @@ class _Run:
         self.timing = timing
         self.observers = observers
         self.check_every = check_every
+        # Any: a request (ARRIVE) or a Batch (STEP), told apart by the kind
         self.loop: EventLoop[tuple[int, Any]] = EventLoop()
         self.arrival_s = np.full(n, np.nan)
         self.scheduled_s = np.full(n, np.nan)
@@ -363,14 +369,14 @@ class _FinishedCounter:
 
 
 def _run_reporting(
-    kernel: Callable[..., tuple[Any, Any]],
-    args: tuple[Any, ...],
+    kernel: Callable[..., tuple[I64, F64]],
+    args: tuple[object, ...],
     out: I64,
     total: int,
     report: Callable[[int, int], None],
-) -> tuple[Any, Any]:
+) -> tuple[I64, F64]:
     """Run the kernel on a thread; report out[4] (finished requests) until it returns."""
-    box: list[Any] = []
+    box: list[tuple[I64, F64] | BaseException] = []
 
     def work() -> None:
         try:
@@ -387,10 +393,10 @@ def _run_reporting(
         if done != shown:
             report(done, total)
             shown = done
-    if isinstance(box[0], BaseException):  # pragma: no cover - a kernel bug
-        raise box[0]
+    result = box[0]
+    if isinstance(result, BaseException):  # pragma: no cover - a kernel bug
+        raise result
     report(int(out[4]), total)
-    result: tuple[Any, Any] = box[0]
     return result
 
 
@@ -456,7 +462,7 @@ def _assemble(
     history: list[tuple[int, float]] | None,
 ) -> EngineResult:
     args = (*times, trace.input_length, trace.output_length)
-    metrics: dict[str, Any] = dict(hits.summary(trace.input_length))
+    metrics: dict[str, Any] = dict(hits.summary(trace.input_length))  # Any: as EngineResult.metrics
     metrics.update(latency_summary(*args))
     metrics["num_preemptions"] = int(preempt.sum())
     metrics["num_steps"] = num_steps
@@ -537,7 +543,7 @@ def timing_codes(timing: TimingModel) -> tuple[I64, F64, F64, F64] | None:
     return tcode, tpar, tt, ts
 
 
-def _roofline_codes(roof: Any, tcode: I64, tpar: F64) -> None:
+def _roofline_codes(roof: Roofline, tcode: I64, tpar: F64) -> None:
     """A roofline's model and GPU as the kernel reads them (``_kernel.roofline_s``): the
     numbers ``ModelSpec._flops`` and ``parameters_read`` use, as the types they use."""
     from prefixlab.runner.engine import _kernel as K
@@ -599,7 +605,7 @@ def _hybrid_compiled_applies(pol: Policy, observers: Sequence[Observer], check_e
 
 def _hybrid_arrays(
     trace: Trace, pol: Policy, config: EngineConfig, history: list[tuple[int, float]]
-) -> tuple[tuple[Any, ...], int]:
+) -> tuple[HybridArrays, int]:
     """The compiled engine's hybrid cache (``_fast_hybrid``'s ``H``) and the id of the tuner
     it calls back (tuned Marconi: the replays of its window run here, in Python)."""
     from prefixlab.model.spec import get_model
@@ -619,7 +625,7 @@ def _hybrid_arrays(
         alpha = pol.current_alpha = 0.0 if pol.alpha is None else pol.alpha
         mult, every = pol.bootstrap_multiplier, pol.retune_every
 
-    def tuner(window: npt.NDArray[np.int64], lookups: int) -> float:
+    def tuner(window: I64, lookups: int) -> float:
         assert isinstance(pol, Marconi)
         pol.current_alpha = tune_on(trace, window.copy(), pol, total, model)
         history.append((int(lookups), pol.current_alpha))
@@ -664,9 +670,9 @@ def _simulate_compiled(
         )
     bt = layout.block_tokens
     num_keys = max(layout.num_distinct_keys, 1)
-    tree: tuple[Any, ...] | None = None
-    radix_args: tuple[Any, ...] | None = None
-    hybrid: tuple[Any, ...] | None = None
+    tree: Tree | None = None
+    radix_args: RadixArgs | None = None
+    hybrid: HybridArrays | None = None
     history: list[tuple[int, float]] = []
     rcode, tid, max_free = -1, 0, -1
     if rc is None:  # the hybrid structure
@@ -802,6 +808,6 @@ def _simulate_compiled(
     return result
 
 
-def _ratio(a: npt.NDArray[np.int64], b: npt.NDArray[np.int64]) -> float:
+def _ratio(a: I64, b: I64) -> float:
     total = int(b.sum())
     return int(a.sum()) / total if total else 0.0

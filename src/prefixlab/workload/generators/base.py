@@ -10,34 +10,37 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
+from prefixlab.types import F64, I64
 from prefixlab.workload.trace import Request, Trace
 
-I64 = npt.NDArray[np.int64]
-P = TypeVar("P")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+P = TypeVar("P", bound="DataclassInstance")
+T = TypeVar("T")
 
 
-def param(default: Any, low: float | None = None, help: str = "", strict: bool = False) -> Any:
+def param(default: T, low: float | None = None, help: str = "", strict: bool = False) -> T:
     """Declare a generator parameter: its default, lower bound (inclusive unless strict)."""
     meta = {"low": low, "help": help, "strict": strict}
     return dataclasses.field(default=default, metadata=meta)
 
 
-def check_params(obj: Any) -> None:
+def check_params(obj: DataclassInstance) -> None:
     """Each parameter has its default's type and respects its bound; errors name it."""
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         default = f.default
         if value is None and default is None:
             continue
-        kind: type[Any] = type(default) if default is not None else float
+        kind: type[object] = type(default) if default is not None else float
         if kind is bool:
             if not isinstance(value, bool):
                 raise ConfigError(f"{f.name} must be true or false, got {value!r}")
@@ -62,16 +65,16 @@ def check_params(obj: Any) -> None:
                 )
 
 
-def resolve_params(cls: type[P], params: P | None, overrides: dict[str, Any], what: str) -> P:
+def resolve_params(cls: type[P], params: P | None, overrides: Mapping[str, object], what: str) -> P:
     """``params`` (or the defaults) with ``overrides`` applied; unknown names are errors."""
-    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    names = {f.name for f in dataclasses.fields(cls)}
     bad = [k for k in overrides if k not in names]
     if bad:
         raise ConfigError(
             f"{what} generator has no parameter {bad[0]!r}; it takes {', '.join(sorted(names))}"
         )
     base = params if params is not None else cls()
-    out = dataclasses.replace(base, **overrides)  # type: ignore[type-var]
+    out = dataclasses.replace(base, **overrides)
     check_params(out)
     validate = getattr(out, "validate", None)
     if validate is not None:
@@ -87,7 +90,7 @@ class GeneratorInfo(Generic[R]):
     """A registered generator: its parameter dataclass, function and one-line summary."""
 
     name: str
-    params: type[Any]
+    params: type[DataclassInstance]
     fn: Callable[..., R]
     summary: str
 
@@ -96,7 +99,7 @@ GENERATORS: dict[str, GeneratorInfo[Trace]] = {}
 
 
 def registrar(
-    registry: dict[str, GeneratorInfo[R]], name: str, params: type[Any], summary: str
+    registry: dict[str, GeneratorInfo[R]], name: str, params: type[DataclassInstance], summary: str
 ) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """Decorator: add ``fn`` to ``registry`` as the generator ``name`` (workload generators
     here, expert-trace generators in :mod:`prefixlab.experts.generators`)."""
@@ -109,16 +112,16 @@ def registrar(
 
 
 def register_generator(
-    name: str, params: type[Any], summary: str
+    name: str, params: type[DataclassInstance], summary: str
 ) -> Callable[[Callable[..., Trace]], Callable[..., Trace]]:
     """Decorator: register a workload generator."""
     return registrar(GENERATORS, name, params, summary)
 
 
-def zipf_weights(n: int, exponent: float) -> npt.NDArray[np.float64]:
+def zipf_weights(n: int, exponent: float) -> F64:
     """Popularity of ranks 1..n proportional to rank**-exponent (exponent 0: uniform)."""
-    w: npt.NDArray[np.float64] = np.arange(1, n + 1, dtype=np.float64) ** -exponent
-    out: npt.NDArray[np.float64] = w / w.sum()
+    w: F64 = np.arange(1, n + 1, dtype=np.float64) ** -exponent
+    out: F64 = w / w.sum()
     return out
 
 
@@ -133,7 +136,7 @@ def session_turns(
     history: I64,
     user_lens: I64,
     out_lens: I64,
-    gaps: npt.NDArray[np.float64],
+    gaps: F64,
     start_s: float,
     draw: Callable[[int], I64],
     *,

@@ -32,8 +32,8 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab.errors import ConfigError
+from prefixlab.types import I64
 from prefixlab.workload.generators.base import (
-    I64,
     TokenSource,
     lognormal_lengths,
     param,

@@ -15,17 +15,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
 
 from prefixlab._jit import COMPILED, jit
-from prefixlab.workload.loaders.base import NotStreamable, report_progress
+from prefixlab.types import I64, U64
+from prefixlab.workload.loaders.base import LoadOptions, NotStreamable, report_progress
 from prefixlab.workload.trace import Trace
 
-I64 = npt.NDArray[np.int64]
-U64 = npt.NDArray[np.uint64]
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.json as pj
 #: a whole-file read parses this many bytes at a time (a longer line is read line by line)
 BLOCK_BYTES = 16 << 20
 #: a streamed read parses this many bytes at a time (pyarrow reads ahead a few)
@@ -33,7 +34,7 @@ CHUNK_BYTES = 1 << 20
 
 
 @jit(nogil=True)
-def first_repeat_row(values: Any, offsets: Any) -> int:
+def first_repeat_row(values: U64, offsets: I64) -> int:
     """The first row of a ragged uint64 array that holds a value twice, or -1 (rows are
     short: pairs compared in place up to 32 values, a sort beyond)."""
     for r in range(offsets.shape[0] - 1):
@@ -57,7 +58,7 @@ def rows_have_repeats(values: U64, offsets: I64) -> bool:
     return bool(first_repeat_row(values, offsets) >= 0)
 
 
-def _schema() -> Any:
+def _schema() -> pa.Schema:
     import pyarrow as pa
 
     return pa.schema(
@@ -70,14 +71,14 @@ def _schema() -> Any:
     )
 
 
-def _parse_options() -> Any:
+def _parse_options() -> pj.ParseOptions:
     import pyarrow.json as pj
 
     return pj.ParseOptions(explicit_schema=_schema(), unexpected_field_behavior="ignore")
 
 
 def _to_trace(
-    table: Any, block_tokens: int, opts: Any, name: str, limit: int | None
+    table: pa.Table, block_tokens: int, opts: LoadOptions, name: str, limit: int | None
 ) -> Trace | None:
     """The requests of one parsed table (a whole file, or a chunk of one) that ``opts``
     keeps, in file order, at most ``limit`` of them; None when any row fails a check of the
@@ -142,7 +143,7 @@ def _to_trace(
     )
 
 
-def read_mooncake(path: Path, block_tokens: int, opts: Any) -> Trace | None:
+def read_mooncake(path: Path, block_tokens: int, opts: LoadOptions) -> Trace | None:
     """The trace a Mooncake file holds under ``opts``, or None (use the line-by-line path)."""
     if not COMPILED or opts.sample is not None:
         return None
@@ -172,7 +173,7 @@ def read_mooncake(path: Path, block_tokens: int, opts: Any) -> Trace | None:
 
 
 def iter_mooncake_chunks(
-    path: Path, block_tokens: int, opts: Any, chunk_bytes: int = CHUNK_BYTES
+    path: Path, block_tokens: int, opts: LoadOptions, chunk_bytes: int = CHUNK_BYTES
 ) -> Iterator[tuple[Trace, int]]:
     """The requests a Mooncake file holds under ``opts``, in chunks of consecutive kept
     requests, each with the bytes of the file read so far; pyarrow parses about

@@ -11,9 +11,9 @@ import codecs
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from prefixlab.errors import TraceFormatError
+from prefixlab.types import JSON
 
 _CHUNK = 1 << 20
 _WS = " \t\r\n"
@@ -64,7 +64,8 @@ class _Buffer:
             if not self.fill():
                 return None
 
-    def value(self, decoder: json.JSONDecoder) -> Any:
+    def value(self, decoder: json.JSONDecoder) -> JSON:
+        obj: JSON  # what raw_decode gives
         while True:
             try:
                 obj, end = decoder.raw_decode(self.text, self.pos)
@@ -89,7 +90,7 @@ class _Buffer:
         self.fh.close()
 
 
-def iter_json_records(path: Path) -> Iterator[tuple[int, Any]]:
+def iter_json_records(path: Path) -> Iterator[tuple[int, JSON]]:
     """Yield ``(line, record)``: the items of a top-level array, else each top-level value."""
     buf = _Buffer(path)
     decoder = json.JSONDecoder()

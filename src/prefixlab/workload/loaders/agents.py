@@ -22,9 +22,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from prefixlab.errors import TraceFormatError
+from prefixlab.types import JSON
 from prefixlab.workload.loaders._chat import Call, ChatSession, chat_stream
 from prefixlab.workload.loaders._jsonstream import iter_json_records
 from prefixlab.workload.loaders.base import Header, register_loader
@@ -48,11 +49,12 @@ def _files(path: Path, suffix: str) -> list[Path]:
     return [path]
 
 
-def _load_json(path: Path) -> Any:
+def _load_json(path: Path) -> JSON:
     """A whole (small) JSON document; a syntax error names its line."""
     try:
         with path.open(encoding="utf-8") as fh:
-            return json.load(fh)
+            doc: JSON = json.load(fh)
+            return doc
     except json.JSONDecodeError as exc:
         raise TraceFormatError(str(path), exc.lineno, None, f"bad JSON: {exc.msg}") from None
     except UnicodeDecodeError:
@@ -60,7 +62,7 @@ def _load_json(path: Path) -> Any:
 
 
 # ------------------------------------------------------------------ SWE-agent
-def _assistant_text(msg: dict[str, Any]) -> str:
+def _assistant_text(msg: dict[str, JSON]) -> str:
     text = message_text(msg.get("content")) or ""
     calls = msg.get("tool_calls")
     if calls:
@@ -71,7 +73,8 @@ def _assistant_text(msg: dict[str, Any]) -> str:
 def parse_trajectory(path: Path) -> ChatSession:
     """One SWE-agent trajectory -> a session with one call per assistant message."""
     doc = _load_json(path)
-    if not isinstance(doc, dict) or not isinstance(doc.get("history"), list):
+    history = doc.get("history") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or not isinstance(history, list):
         raise TraceFormatError(str(path), None, "history", "expected an object with a history list")
     steps = doc.get("trajectory")
     exec_times: list[float | None] = []
@@ -79,12 +82,12 @@ def parse_trajectory(path: Path) -> ChatSession:
         for step in steps:
             t = step.get("execution_time") if isinstance(step, dict) else None
             ok = isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0
-            exec_times.append(float(t) if ok and t is not None else None)
+            exec_times.append(float(t) if ok and isinstance(t, (int, float)) else None)
     session = ChatSession(session_id=path.stem, task="swe-agent")
-    for j, msg in enumerate(doc["history"]):
-        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
+    for j, msg in enumerate(history):
+        role = msg.get("role") if isinstance(msg, dict) else None
+        if not isinstance(msg, dict) or not isinstance(role, str):
             raise TraceFormatError(str(path), None, f"history[{j}].role", "missing")
-        role = msg["role"]
         if role == "assistant":
             text = _assistant_text(msg)
         else:
@@ -116,7 +119,7 @@ def load_swe_agent(
 
 
 # ------------------------------------------------------------------ ToolBench
-def _instruction_session(path: Path, line: int, i: int, rec: Any) -> ChatSession:
+def _instruction_session(path: Path, line: int, i: int, rec: JSON) -> ChatSession:
     if not isinstance(rec, dict):
         raise TraceFormatError(str(path), line, None, "expected a query object")
     query = rec.get("query")
@@ -133,7 +136,7 @@ def _instruction_session(path: Path, line: int, i: int, rec: Any) -> ChatSession
     return session
 
 
-def _answer_session(path: Path, doc: dict[str, Any]) -> ChatSession:
+def _answer_session(path: Path, doc: dict[str, JSON]) -> ChatSession:
     gen = doc.get("answer_generation")
     steps = gen.get("train_messages") if isinstance(gen, dict) else None
     if isinstance(gen, dict) and steps is None and gen.get("valid_data") is False:
@@ -149,11 +152,12 @@ def _answer_session(path: Path, doc: dict[str, Any]) -> ChatSession:
     session = ChatSession(session_id=path.stem, task="tool-agent")
     # Each step is its own message list (a retry can rewrite the history), preceded by the
     # tool schemas; a step's prompt shares with the last step's what their texts share.
-    for k, step in enumerate(steps):
+    for k, step in enumerate(cast("list[list[JSON]]", steps)):  # (checked above)
         start = len(session.messages)
         session.messages.append(("tools", tools))
         for j, msg in enumerate(step):
-            if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
+            role = msg.get("role") if isinstance(msg, dict) else None
+            if not isinstance(msg, dict) or not isinstance(role, str):
                 raise TraceFormatError(
                     str(path), None, f"answer_generation.train_messages[{k}][{j}].role", "missing"
                 )
@@ -169,7 +173,7 @@ def _answer_session(path: Path, doc: dict[str, Any]) -> ChatSession:
             if msg.get("function_call") is not None:
                 call = json.dumps(msg["function_call"], sort_keys=True, ensure_ascii=False)
                 text += "\n" + call
-            session.messages.append((msg["role"], text))
+            session.messages.append((role, text))
         out = len(session.messages) - 1
         session.calls.append(Call(prompt_end=out, output=out, prompt_start=start))
     return session

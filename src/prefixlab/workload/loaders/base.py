@@ -11,9 +11,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from prefixlab.errors import ConfigError, PrefixlabError, TraceFormatError
+from prefixlab.types import JSON
 from prefixlab.workload.idcheck import (
     IdConflictMode,
     ParentCheck,
@@ -71,7 +72,7 @@ def iter_chunks(
     end_s: float | None = None,
     chunk_requests: int | None = None,
     id_conflicts: str = "error",
-    **kwargs: Any,
+    **kwargs: object,
 ) -> Iterator[tuple[Trace, int]] | None:
     """The file (or folder) as chunks of consecutive kept requests, each with the bytes read
     so far (0 when the reader cannot tell), in the order a whole load gives them; None when
@@ -119,7 +120,7 @@ def _id_checked(
 
 
 def _chunked(
-    path: str | Path, fmt: str, opts: LoadOptions, kwargs: dict[str, Any], size: int
+    path: str | Path, fmt: str, opts: LoadOptions, kwargs: dict[str, object], size: int
 ) -> Iterator[tuple[Trace, int]]:
     builder: TraceBuilder | None = None
     header = Header()
@@ -214,7 +215,7 @@ def _unit_hash(key: str, seed: int) -> float:
 
 
 def iter_requests(
-    path: str | Path, fmt: str = "native", options: LoadOptions | None = None, **kwargs: Any
+    path: str | Path, fmt: str = "native", options: LoadOptions | None = None, **kwargs: object
 ) -> Iterator[Request]:
     """Stream the kept requests of a file without building a trace (constant memory)."""
     opts = options or LoadOptions()
@@ -230,7 +231,7 @@ def loader_options(fmt: str) -> list[str]:
 
 
 def _open(
-    path: str | Path, fmt: str, opts: LoadOptions, kwargs: dict[str, Any]
+    path: str | Path, fmt: str, opts: LoadOptions, kwargs: dict[str, object]
 ) -> Iterator[Request | Header]:
     opts.validate()
     if fmt == "native" and str(path).endswith(".parquet"):
@@ -278,7 +279,7 @@ def load_trace(
     start_s: float | None = None,
     end_s: float | None = None,
     id_conflicts: str = "error",
-    **kwargs: Any,
+    **kwargs: object,
 ) -> Trace:
     """Load a trace file with the loader registered as ``fmt``, keeping what the options say.
 
@@ -297,7 +298,7 @@ def load_trace(
     return trace
 
 
-def _load(path: str | Path, fmt: str, opts: LoadOptions, kwargs: dict[str, Any]) -> Trace:
+def _load(path: str | Path, fmt: str, opts: LoadOptions, kwargs: dict[str, object]) -> Trace:
     fast = FAST_LOADERS.get(fmt)
     if fast is not None and not kwargs and Path(path).is_file():
         opts.validate()
@@ -347,7 +348,7 @@ def report_progress(done: int, total: int) -> None:
         report(done, total)
 
 
-def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, JSON]]]:
     """Yield ``(line_number, object)`` for each non-blank line; bad JSON names the line.
     Reports its progress every 4,096 lines (:func:`load_progress`)."""
     report = _REPORT.get()
@@ -381,7 +382,7 @@ class FieldReader:
 
     __slots__ = ("lineno", "obj", "path")
 
-    def __init__(self, path: Path, lineno: int, obj: dict[str, Any]) -> None:
+    def __init__(self, path: Path, lineno: int, obj: dict[str, JSON]) -> None:
         self.path = path
         self.lineno = lineno
         self.obj = obj
@@ -389,7 +390,7 @@ class FieldReader:
     def fail(self, field: str, message: str) -> TraceFormatError:
         return TraceFormatError(str(self.path), self.lineno, field, message)
 
-    def _get(self, field: str, required: bool) -> Any:
+    def _get(self, field: str, required: bool) -> JSON:
         if field not in self.obj or self.obj[field] is None:
             if required:
                 raise self.fail(field, "missing")
@@ -433,13 +434,14 @@ class FieldReader:
             return None
         if not isinstance(v, list):
             raise self.fail(field, "expected a list of integers")
+        ints = cast("list[int]", v)  # checked next: the fast path's test, or item by item
         # Fast path: exact ints (not bools) within range, checked with C-level builtins.
-        if not v or (set(map(type, v)) == _INT_ONLY and min(v) >= 0 and max(v) < limit):
-            return v
+        if not ints or (set(map(type, ints)) == _INT_ONLY and min(ints) >= 0 and max(ints) < limit):
+            return ints
         for x in v:
             if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < limit:
                 raise self.fail(field, f"expected integers in [0, {limit}), found {x!r}")
-        return v
+        return ints
 
 
 def check_hash_ids(reader: FieldReader, hash_ids: list[int], hashed: int, bt: int) -> None:

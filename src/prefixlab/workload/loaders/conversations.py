@@ -23,9 +23,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from prefixlab.errors import ConfigError, TraceFormatError
+from prefixlab.types import JSON
 from prefixlab.workload.loaders._chat import Call, ChatSession, chat_stream
 from prefixlab.workload.loaders._jsonstream import iter_json_records
 from prefixlab.workload.loaders.base import Header, register_loader
@@ -52,7 +53,7 @@ CONTAINERS = ("conversations", "conversation", "messages")
 ID_FIELDS = ("id", "conversation_id", "question_id")
 
 
-def message_text(content: Any) -> str | None:
+def message_text(content: JSON) -> str | None:
     """A turn's text: a string, or the text parts of an OpenAI-style content list.
 
     Non-text parts (``image_url``, ``input_audio``...) carry no text and are left out; their
@@ -61,13 +62,14 @@ def message_text(content: Any) -> str | None:
     if isinstance(content, str):
         return content
     if isinstance(content, list) and all(isinstance(p, dict) for p in content):
-        texts = [p.get("text") for p in content if p.get("type", "text") == "text"]
+        parts = cast("list[dict[str, JSON]]", content)  # (checked just above)
+        texts = [p.get("text") for p in parts if p.get("type", "text") == "text"]
         if all(isinstance(t, str) for t in texts):
-            return "\n".join(t for t in texts if t is not None)
+            return "\n".join(t for t in texts if isinstance(t, str))
     return None
 
 
-def turn_text(turn: dict[str, Any]) -> str | None:
+def turn_text(turn: dict[str, JSON]) -> str | None:
     """A turn's text plus any tool calls it makes (OpenAI ``tool_calls`` / ``function_call``);
     an assistant turn that only calls tools has ``content: null``."""
     content = turn.get("value", turn.get("content"))
@@ -78,7 +80,7 @@ def turn_text(turn: dict[str, Any]) -> str | None:
     return text
 
 
-def _turns(path: Path, line: int, record: Any, side: str) -> tuple[str | None, list[Any], str]:
+def _turns(path: Path, line: int, record: JSON, side: str) -> tuple[str | None, list[JSON], str]:
     """The id, the raw turn list and the field it came from."""
     if isinstance(record, list):
         return None, record, "conversation"
@@ -98,7 +100,7 @@ def _turns(path: Path, line: int, record: Any, side: str) -> tuple[str | None, l
 
 
 def parse_conversation(
-    path: Path, line: int, index: int, record: Any, side: str = "a"
+    path: Path, line: int, index: int, record: JSON, side: str = "a"
 ) -> ChatSession:
     """One conversation record -> a session with one call per user turn."""
     conv_id, turns, key = _turns(path, line, record, side)

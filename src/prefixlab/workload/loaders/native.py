@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from prefixlab.io import atomic_open
 from prefixlab.workload.loaders.base import FieldReader, Header, iter_json_lines, register_loader
@@ -44,8 +43,8 @@ def load_native(path: Path) -> Iterator[Request | Header]:
         yield req
 
 
-def _request_dict(r: Request) -> dict[str, Any]:
-    d: dict[str, Any] = {
+def _request_dict(r: Request) -> dict[str, object]:
+    d: dict[str, object] = {
         "arrival_s": r.arrival_s,
         "input_length": r.input_length,
         "output_length": r.output_length,
@@ -72,7 +71,7 @@ def _request_dict(r: Request) -> dict[str, Any]:
 def write_native(trace: Trace, path: str | Path) -> None:
     """Write a trace as native JSONL, atomically (a temp file renamed into place)."""
     path = Path(path)
-    header: dict[str, Any] = {"prefixlab_trace": FORMAT_VERSION}
+    header: dict[str, object] = {"prefixlab_trace": FORMAT_VERSION}
     if trace.block_tokens is not None:
         header["block_tokens"] = trace.block_tokens
     with atomic_open(path) as fh:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 import numpy as np
 
@@ -33,7 +33,7 @@ FORMAT_VERSION = 1
 ROW_GROUP = 4096
 
 
-def _pyarrow() -> Any:
+def _pyarrow() -> tuple[ModuleType, ModuleType]:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -46,7 +46,7 @@ def write_parquet(trace: Trace, path: str | Path) -> None:
     """Write a trace as Parquet, atomically (a temp file renamed into place)."""
     pa, pq = _pyarrow()
     path = Path(path)
-    cols: dict[str, Any] = {
+    cols: dict[str, object] = {
         "arrival_s": pa.array(trace.arrival_s, pa.float64()),
         "input_length": pa.array(trace.input_length, pa.int64()),
         "output_length": pa.array(trace.output_length, pa.int64()),
