@@ -331,33 +331,44 @@ class HybridCache:
             self.policy.changed(nd)
         try:
             if self.used + need > self.capacity:
-                self.evict(self.used + need - self.capacity)
-                if self.locks == "none" and self.policy.admission.branch_match() == "sequence":
-                    # Nothing was kept: where the sequence leaves the tree may have moved
-                    # (its matched nodes evicted or merged). The branch state goes where it
-                    # leaves it now, as the simulator's insertion splits (with a state)
-                    # where it must; the insertion may exceed the budget, as there.
-                    ckpts = [
-                        q
-                        for q in self.checkpoint_positions(seq, m_input, self.match(seq))
-                        if q <= seq.shape[0]
-                    ]
+                ckpts = self._make_room(seq, m_input, need, ckpts)
             if self.used + need > self.capacity and not overflow:
                 return self._reject(seq, ckpts)
             self._insert(seq, ckpts)
         finally:
-            for nd in locked:
-                nd.lock -= 1
-                if nd.id in self.nodes:
-                    self.policy.changed(nd)
-            for nd in reversed(matched):
-                if nd.id in self.nodes:
-                    self._normalize(nd)
+            self._unlock(locked, matched)
         if self.policy.admission.fills_partial_blocks:
             self._fill_partial_blocks(seq)
         if self.observers:
             self._emit(Admitted(np.array(ckpts, dtype=np.int64), int(seq.shape[0])))
         return True
+
+    def _make_room(self, seq: I64, m_input: HybridMatch, need: int, ckpts: list[int]) -> list[int]:
+        """Evict so that ``need`` more bytes fit; the checkpoints ``seq`` gets now
+        (``ckpts`` unless the eviction may have moved its branch point)."""
+        self.evict(self.used + need - self.capacity)
+        if self.locks == "none" and self.policy.admission.branch_match() == "sequence":
+            # Nothing was kept: where the sequence leaves the tree may have moved (its
+            # matched nodes evicted or merged). The branch state goes where it leaves it
+            # now, as the simulator's insertion splits (with a state) where it must; the
+            # insertion may exceed the budget, as there.
+            return [
+                q
+                for q in self.checkpoint_positions(seq, m_input, self.match(seq))
+                if q <= seq.shape[0]
+            ]
+        return ckpts
+
+    def _unlock(self, locked: list[Node], matched: list[Node]) -> None:
+        """After an insertion: unlock the nodes it kept and normalize those still in the
+        tree that it matched (deepest first)."""
+        for nd in locked:
+            nd.lock -= 1
+            if nd.id in self.nodes:
+                self.policy.changed(nd)
+        for nd in reversed(matched):
+            if nd.id in self.nodes:
+                self._normalize(nd)
 
     def _reject(self, seq: I64, ckpts: list[int]) -> bool:
         """The sequence cannot fit: nothing of it is stored."""

@@ -32,10 +32,11 @@ from prefixlab.cli.common import (
 )
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.model.fit import fit_csv
-from prefixlab.model.timing import GPU_PRESETS, make_timing
+from prefixlab.model.timing import GPU_PRESETS, TimingModel, make_timing
 from prefixlab.policies.base import Policy
-from prefixlab.runner.engine import EngineConfig, simulate
+from prefixlab.runner.engine import EngineConfig, EngineResult, simulate
 from prefixlab.runner.replay import capped_warning
+from prefixlab.workload.trace import Trace
 
 #: the fields ``--json`` adds to the replay fields (the issue's contract), in order
 LATENCY_FIELDS = (
@@ -52,78 +53,79 @@ LATENCY_FIELDS = (
 )
 
 
+_PolicyOpt = Annotated[list[str], typer.Option("--policy", "-p", help="Policy spec (repeatable).")]
+_ModelOpt = Annotated[str | None, typer.Option(help="Model preset (roofline, bytes).")]
+_GpuOpt = Annotated[str | None, typer.Option(help=f"GPU preset: {', '.join(GPU_PRESETS)}.")]
+_TimingOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Timing spec (repeatable or joined with +): power:a=..,b=..,c=.. | "
+        "power:preset=llama-3.2-1b-a100 | roofline:mfu=0.5 | table:path=ttft.csv | "
+        "tpot:s=0.02. Default with --model and --gpu: roofline."
+    ),
+]
+_CapacityBlocksOpt = Annotated[int | None, typer.Option(help="KV pool size in blocks.")]
+_StructureOpt = Annotated[
+    str,
+    typer.Option(
+        help="Cache structure: block, radix, or hybrid (KV + SSM states in "
+        "--capacity-bytes for --model; policies vanilla, vllm+, sglang+, marconi)."
+    ),
+]
+_MaxNumSeqsOpt = Annotated[int, typer.Option(help="Running requests at most.")]
+_MaxBatchedOpt = Annotated[int, typer.Option(help="Token budget per step.")]
+_ChunkedOpt = Annotated[
+    bool, typer.Option(help="Split long prompts across steps (vLLM's chunked prefill).")
+]
+_ClosedLoopOpt = Annotated[
+    bool, typer.Option(help="Next turn arrives a think time after the previous finishes.")
+]
+_GatedOpt = Annotated[
+    bool,
+    typer.Option(
+        help="A session's turn arrives at its trace time, but not before the previous "
+        "turn finishes (UniCache's simulator)."
+    ),
+]
+_MinRecomputeOpt = Annotated[int, typer.Option(help="Prompt tokens always run.")]
+_JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON list.")]
+_ByTaskOpt = Annotated[bool, typer.Option(help="Also print a per-task table.")]
+
+
 @with_loader_options
 def simulate_cmd(
     trace: TraceArg,
-    policy: Annotated[list[str], typer.Option("--policy", "-p", help="Policy spec (repeatable).")],
+    policy: _PolicyOpt,
     fmt: FormatOpt = "native",
     block_tokens: BlockTokensOpt = None,
-    model: Annotated[str | None, typer.Option(help="Model preset (roofline, bytes).")] = None,
-    gpu: Annotated[str | None, typer.Option(help=f"GPU preset: {', '.join(GPU_PRESETS)}.")] = None,
-    timing: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Timing spec (repeatable or joined with +): power:a=..,b=..,c=.. | "
-            "power:preset=llama-3.2-1b-a100 | roofline:mfu=0.5 | table:path=ttft.csv | "
-            "tpot:s=0.02. Default with --model and --gpu: roofline."
-        ),
-    ] = None,
-    capacity_blocks: Annotated[int | None, typer.Option(help="KV pool size in blocks.")] = None,
+    model: _ModelOpt = None,
+    gpu: _GpuOpt = None,
+    timing: _TimingOpt = None,
+    capacity_blocks: _CapacityBlocksOpt = None,
     capacity_bytes: CapacityBytesOpt = None,
-    structure: Annotated[
-        str,
-        typer.Option(
-            help="Cache structure: block, radix, or hybrid (KV + SSM states in "
-            "--capacity-bytes for --model; policies vanilla, vllm+, sglang+, marconi)."
-        ),
-    ] = "block",
-    max_num_seqs: Annotated[int, typer.Option(help="Running requests at most.")] = 256,
-    max_num_batched_tokens: Annotated[int, typer.Option(help="Token budget per step.")] = 8192,
-    chunked_prefill: Annotated[
-        bool, typer.Option(help="Split long prompts across steps (vLLM's chunked prefill).")
-    ] = True,
-    closed_loop: Annotated[
-        bool, typer.Option(help="Next turn arrives a think time after the previous finishes.")
-    ] = False,
-    gated: Annotated[
-        bool,
-        typer.Option(
-            help="A session's turn arrives at its trace time, but not before the previous "
-            "turn finishes (UniCache's simulator)."
-        ),
-    ] = False,
-    min_recompute_tokens: Annotated[int, typer.Option(help="Prompt tokens always run.")] = 1,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON list.")] = False,
-    by_task: Annotated[bool, typer.Option(help="Also print a per-task table.")] = False,
+    structure: _StructureOpt = "block",
+    max_num_seqs: _MaxNumSeqsOpt = 256,
+    max_num_batched_tokens: _MaxBatchedOpt = 8192,
+    chunked_prefill: _ChunkedOpt = True,
+    closed_loop: _ClosedLoopOpt = False,
+    gated: _GatedOpt = False,
+    min_recompute_tokens: _MinRecomputeOpt = 1,
+    as_json: _JsonOpt = False,
+    by_task: _ByTaskOpt = False,
     quiet: QuietOpt = False,
     load: dict[str, Any] | None = None,
 ) -> None:
     """Simulate serving: continuous batching, a shared KV pool, TTFT / QTTFT / TPOT."""
     try:
-        kwargs = load or {}
-        tr = load_shown(trace, fmt, kwargs, quiet)
+        tr = load_shown(trace, fmt, load or {}, quiet)
         if structure == "hybrid" and block_tokens is None and not tr.is_hash_form:
             block_tokens = 16  # the running requests' KV is allocated in 16-token blocks
         bt = block_tokens_of(tr, block_tokens)
-        if timing is None:
-            if model is None or gpu is None:
-                raise ConfigError("give --timing, or --model and --gpu for a roofline")
-            timing = ["roofline"]
-        tm = make_timing(timing, model, gpu)
-        for part, ok, hint in (
-            ("prefill", tm.times_prefill, "power:..., table:path=... or roofline"),
-            ("decode", tm.times_decode, "tpot:s=... or roofline"),
-        ):
-            if not ok:
-                warn(f"the timing has no {part} model: {part} costs 0 s (add {hint})")
-        hybrid = structure == "hybrid"
-        if hybrid and (capacity_bytes is None or model is None or capacity_blocks is not None):
-            raise ConfigError("--structure hybrid needs --model and --capacity-bytes (not blocks)")
+        tm = _timing_of(timing, model, gpu)
+        blocks, size = _pool_size(structure, capacity_blocks, capacity_bytes, model, bt)
         config = EngineConfig(
-            capacity_blocks=1
-            if hybrid
-            else resolve_capacity_blocks(capacity_blocks, capacity_bytes, model, bt),
-            capacity_bytes=capacity_bytes if hybrid else None,
+            capacity_blocks=blocks,
+            capacity_bytes=size,
             model=model,
             structure=structure,
             block_tokens=block_tokens,
@@ -135,18 +137,66 @@ def simulate_cmd(
             min_recompute_tokens=min_recompute_tokens,
         )
         config.validate()
-        policies = make_policies(policy, structure, Policy)
-        note = None if hybrid else capped_warning(tr, bt, min_recompute_tokens)
-        if note:
-            warn(note)
-        results = []
-        with progress_bar("requests", quiet) as advance:
-            for pol in policies:
-                shown = None if advance is None else _shown(advance, pol.spec())
-                results.append(simulate(tr, pol, config, tm, on_progress=shown))
+        results = _simulate_each(tr, policy, config, tm, bt, quiet)
     except PrefixlabError as exc:
         fail(str(exc))
         return
+    _print_simulated(tr, results, as_json, by_task)
+
+
+def _timing_of(timing: list[str] | None, model: str | None, gpu: str | None) -> TimingModel:
+    """The timing model of --timing (a roofline of --model and --gpu by default); warns
+    when it leaves prefill or decode untimed."""
+    if timing is None:
+        if model is None or gpu is None:
+            raise ConfigError("give --timing, or --model and --gpu for a roofline")
+        timing = ["roofline"]
+    tm = make_timing(timing, model, gpu)
+    for part, ok, hint in (
+        ("prefill", tm.times_prefill, "power:..., table:path=... or roofline"),
+        ("decode", tm.times_decode, "tpot:s=... or roofline"),
+    ):
+        if not ok:
+            warn(f"the timing has no {part} model: {part} costs 0 s (add {hint})")
+    return tm
+
+
+def _pool_size(
+    structure: str,
+    capacity_blocks: int | None,
+    capacity_bytes: int | None,
+    model: str | None,
+    bt: int,
+) -> tuple[int, int | None]:
+    """The engine's (capacity in blocks, capacity in bytes): the hybrid structure's pool
+    is bytes (its blocks a placeholder 1), the others' blocks."""
+    if structure == "hybrid":
+        if capacity_bytes is None or model is None or capacity_blocks is not None:
+            raise ConfigError("--structure hybrid needs --model and --capacity-bytes (not blocks)")
+        return 1, capacity_bytes
+    return resolve_capacity_blocks(capacity_blocks, capacity_bytes, model, bt), None
+
+
+def _simulate_each(
+    tr: Trace, specs: list[str], config: EngineConfig, tm: TimingModel, bt: int, quiet: bool
+) -> list[EngineResult]:
+    """Each policy's simulation, in order, with a progress bar over the requests (and a
+    warning first when prompts are capped)."""
+    policies = make_policies(specs, config.structure, Policy)
+    hybrid = config.structure == "hybrid"
+    note = None if hybrid else capped_warning(tr, bt, config.min_recompute_tokens)
+    if note:
+        warn(note)
+    results = []
+    with progress_bar("requests", quiet) as advance:
+        for pol in policies:
+            shown = None if advance is None else _shown(advance, pol.spec())
+            results.append(simulate(tr, pol, config, tm, on_progress=shown))
+    return results
+
+
+def _print_simulated(tr: Trace, results: list[EngineResult], as_json: bool, by_task: bool) -> None:
+    """One JSON list, or the table (and per-task tables) and the trace's line."""
     rows = [r.as_dict() for r in results]
     if as_json:
         print_json(rows)  # a NaN TPOT (no request with two output tokens) as null

@@ -183,9 +183,34 @@ def compare_cmd(
     load: dict[str, Any] | None = None,
 ) -> None:
     """Compare policies on one workload at one or more capacities: a table, and results."""
+    data = _compare_data(
+        trace, fmt, load or {}, policy, capacity, block_tokens, runner, structure, seed, name
+    )
+    data["model"] = {k: v for k, v in (("name", model), ("gpu", gpu), ("timing", timing)) if v}
+    try:
+        cfg = parse_config(data)
+    except PrefixlabError as exc:
+        fail(_flag_names(str(exc)))
+        return
+    execute(cfg, out, jobs=jobs, quiet=quiet, detail=detail, report=report, flags=True)
+
+
+def _compare_data(
+    trace: str,
+    fmt: str,
+    load: dict[str, Any],
+    policy: list[str],
+    capacity: list[str],
+    block_tokens: int | None,
+    runner: str,
+    structure: str,
+    seed: list[int] | None,
+    name: str,
+) -> dict[str, Any]:
+    """The experiment config of compare's flags (less the model's)."""
     data: dict[str, Any] = {
         "name": name,
-        "workload": {"source": trace, "format": fmt, "params": dict(load or {})},
+        "workload": {"source": trace, "format": fmt, "params": dict(load)},
         "cache": {
             "structure": structure,
             "capacities": [int(c) if _INT.match(c) else c for c in capacity],
@@ -196,13 +221,7 @@ def compare_cmd(
     }
     if block_tokens is not None:
         data["cache"]["block_tokens"] = block_tokens
-    data["model"] = {k: v for k, v in (("name", model), ("gpu", gpu), ("timing", timing)) if v}
-    try:
-        cfg = parse_config(data)
-    except PrefixlabError as exc:
-        fail(_flag_names(str(exc)))
-        return
-    execute(cfg, out, jobs=jobs, quiet=quiet, detail=detail, report=report, flags=True)
+    return data
 
 
 def _flag_names(message: str) -> str:
@@ -298,24 +317,7 @@ def results_show_cmd(
 ) -> None:
     """Print rows of a results table, filtered (no SQL engine needed)."""
     try:
-        t = read_table(results, table)
-        names = t.column_names
-        cols = (
-            [c.strip() for c in columns.split(",")] if columns else _default_columns(table, names)
-        )
-        for c in cols:
-            if c not in names:
-                raise ConfigError(
-                    f"--columns: no column '{c}' in {table}; it has: {', '.join(names)}"
-                )
-        rows = t.to_pylist()
-        for cond in where or ():
-            key, eq, value = cond.partition("=")
-            if not eq or key not in names:
-                raise ConfigError(
-                    f"--where {cond!r}: expected column=value with a column of {table}"
-                )
-            rows = [r for r in rows if str(r[key]) == value]
+        rows, cols = _selected(results, table, columns, where)
     except PrefixlabError as exc:
         fail(str(exc))
         return
@@ -340,6 +342,26 @@ def results_show_cmd(
     for r in rows:
         out.add_row(*(_shown(c, r[c]) for c in cols))
     console().print(out)
+
+
+def _selected(
+    results: Path, table: str, columns: str | None, where: list[str] | None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows of ``table`` that pass the ``--where`` filters, and the columns to show
+    (``--columns``, or the table's main ones); a column it lacks is a ConfigError."""
+    t = read_table(results, table)
+    names = t.column_names
+    cols = [c.strip() for c in columns.split(",")] if columns else _default_columns(table, names)
+    for c in cols:
+        if c not in names:
+            raise ConfigError(f"--columns: no column '{c}' in {table}; it has: {', '.join(names)}")
+    rows = t.to_pylist()
+    for cond in where or ():
+        key, eq, value = cond.partition("=")
+        if not eq or key not in names:
+            raise ConfigError(f"--where {cond!r}: expected column=value with a column of {table}")
+        rows = [r for r in rows if str(r[key]) == value]
+    return rows, cols
 
 
 #: the headers of ``results show`` tables for long column names (so a table of the

@@ -26,7 +26,7 @@ from prefixlab.cli.common import (
 from prefixlab.errors import PrefixlabError
 
 if TYPE_CHECKING:
-    pass
+    from prefixlab.experts.trace import ExpertTrace
 
 experts_app = typer.Typer(
     no_args_is_help=True,
@@ -121,18 +121,11 @@ def simulate_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Simulate expert-cache policies on a trace: faults and faults relative to OPT."""
-    from prefixlab.experts.simulate import sweep_capacities
-
     policies = policy or ["lru", "llru"]
     try:
         tr = _load(trace, top_k)
         caps = _capacities(capacity, tr.num_layers, tr.num_experts)
-        rows: list[dict[str, Any]] = []
-        with progress_bar("capacities", quiet) as advance:
-            for i, (_, k) in enumerate(caps):
-                if advance is not None:
-                    advance(i, len(caps), f"k={k}")
-                rows += sweep_capacities(tr, [k], policies, seed=seed)
+        rows = _simulate_rows(tr, caps, policies, seed, quiet)
         skipped = [
             (p, k)
             for _, k in caps
@@ -153,6 +146,27 @@ def simulate_cmd(
         sizes = sorted({k for _, k in skipped})
         where = f"capacity {sizes[0]}" if len(sizes) == 1 else f"capacities {sizes[0]}-{sizes[-1]}"
         warn(f"{names} left out at {where}: they need at least num_layers={tr.num_layers}")
+    _print_rows(tr, rows, as_json)
+
+
+def _simulate_rows(
+    tr: ExpertTrace, caps: list[tuple[str, int]], policies: list[str], seed: int, quiet: bool
+) -> list[dict[str, Any]]:
+    """The rows of every (capacity, policy), with a progress bar over the capacities (a
+    policy a capacity is too small for has none)."""
+    from prefixlab.experts.simulate import sweep_capacities
+
+    rows: list[dict[str, Any]] = []
+    with progress_bar("capacities", quiet) as advance:
+        for i, (_, k) in enumerate(caps):
+            if advance is not None:
+                advance(i, len(caps), f"k={k}")
+            rows += sweep_capacities(tr, [k], policies, seed=seed)
+    return rows
+
+
+def _print_rows(tr: ExpertTrace, rows: list[dict[str, Any]], as_json: bool) -> None:
+    """``experts simulate``'s output: one JSON list, or the table."""
     keys = [
         "policy",
         "capacity",

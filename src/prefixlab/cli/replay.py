@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from prefixlab.cli.common import (
+    Advance,
     BlockTokensOpt,
     CapacityBytesOpt,
     FitTable,
@@ -42,6 +43,7 @@ from prefixlab.runner.replay import (
 )
 from prefixlab.runner.stream import NotStreamable, StreamSummary, peek, replay_stream, streamable
 from prefixlab.workload.loaders.base import iter_chunks
+from prefixlab.workload.trace import Trace
 
 
 def _result_table(rows: list[dict[str, Any]]) -> Table:
@@ -69,63 +71,99 @@ def _result_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
+_PolicyOpt = Annotated[
+    list[str], typer.Option("--policy", "-p", help="Policy spec (repeatable), e.g. lru.")
+]
+_CapacityBlocksOpt = Annotated[int | None, typer.Option(help="Cache capacity in blocks.")]
+_ModelOpt = Annotated[str | None, typer.Option(help="Model preset for byte sizes.")]
+_StructureOpt = Annotated[
+    str,
+    typer.Option(
+        help="Cache structure: block, radix, or hybrid (KV + SSM states; needs --model "
+        "and --capacity-bytes; policies vanilla, vllm+, sglang+, marconi)."
+    ),
+]
+_MaxFreeBlocksOpt = Annotated[
+    int | None, typer.Option(help="Bound on cached unreferenced blocks (block cache).")
+]
+_CachePartialOpt = Annotated[
+    bool, typer.Option(help="Also cache each sequence's trailing partial block.")
+]
+_MinRecomputeOpt = Annotated[
+    int, typer.Option(help="Tokens of each prompt always recomputed (vLLM: 1).")
+]
+_JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON list.")]
+_PerRequestOpt = Annotated[
+    Path | None, typer.Option(help="Write per-request CSV (index,hit_tokens,input_tokens).")
+]
+_StreamOpt = Annotated[
+    bool,
+    typer.Option(
+        help="Read a large trace file in chunks when its format and the policies allow "
+        "(memory bounded by the cache, not the trace; same results); --no-stream loads "
+        "it whole."
+    ),
+]
+
+
 @with_loader_options
 def replay_cmd(
     trace: TraceArg,
-    policy: Annotated[
-        list[str], typer.Option("--policy", "-p", help="Policy spec (repeatable), e.g. lru.")
-    ],
+    policy: _PolicyOpt,
     fmt: FormatOpt = "native",
     block_tokens: BlockTokensOpt = None,
-    capacity_blocks: Annotated[int | None, typer.Option(help="Cache capacity in blocks.")] = None,
+    capacity_blocks: _CapacityBlocksOpt = None,
     capacity_bytes: CapacityBytesOpt = None,
-    model: Annotated[str | None, typer.Option(help="Model preset for byte sizes.")] = None,
-    structure: Annotated[
-        str,
-        typer.Option(
-            help="Cache structure: block, radix, or hybrid (KV + SSM states; needs --model "
-            "and --capacity-bytes; policies vanilla, vllm+, sglang+, marconi)."
-        ),
-    ] = "block",
-    max_free_blocks: Annotated[
-        int | None, typer.Option(help="Bound on cached unreferenced blocks (block cache).")
-    ] = None,
-    cache_partial: Annotated[
-        bool, typer.Option(help="Also cache each sequence's trailing partial block.")
-    ] = False,
-    min_recompute_tokens: Annotated[
-        int, typer.Option(help="Tokens of each prompt always recomputed (vLLM: 1).")
-    ] = 1,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON list.")] = False,
-    per_request: Annotated[
-        Path | None, typer.Option(help="Write per-request CSV (index,hit_tokens,input_tokens).")
-    ] = None,
-    stream: Annotated[
-        bool,
-        typer.Option(
-            help="Read a large trace file in chunks when its format and the policies allow "
-            "(memory bounded by the cache, not the trace; same results); --no-stream loads "
-            "it whole."
-        ),
-    ] = True,
+    model: _ModelOpt = None,
+    structure: _StructureOpt = "block",
+    max_free_blocks: _MaxFreeBlocksOpt = None,
+    cache_partial: _CachePartialOpt = False,
+    min_recompute_tokens: _MinRecomputeOpt = 1,
+    as_json: _JsonOpt = False,
+    per_request: _PerRequestOpt = None,
+    stream: _StreamOpt = True,
     quiet: QuietOpt = False,
     load: dict[str, Any] | None = None,
 ) -> None:
     """Replay a trace through a prefix cache under each policy and compare hit ratios."""
+    source = (trace, fmt, load or {})
     if structure == "hybrid":
         _replay_hybrid_cmd(
-            trace,
-            fmt,
-            load or {},
-            policy,
-            model,
-            capacity_bytes,
-            capacity_blocks,
-            as_json,
-            per_request,
-            quiet,
+            source, policy, model, capacity_bytes, capacity_blocks, as_json, per_request, quiet
         )
         return
+    config_for = _config_maker(
+        capacity_blocks,
+        capacity_bytes,
+        model,
+        structure,
+        block_tokens,
+        max_free_blocks,
+        cache_partial,
+        min_recompute_tokens,
+    )
+    try:
+        results, about, written = _replay_results(
+            source, policy, block_tokens, config_for, quiet, per_request, stream
+        )
+    except PrefixlabError as exc:
+        fail(str(exc))
+        return
+    rows = [r.as_dict() for r in results]
+    _print_replay(rows, as_json, _result_table, [], about, written)
+
+
+def _config_maker(
+    capacity_blocks: int | None,
+    capacity_bytes: int | None,
+    model: str | None,
+    structure: str,
+    block_tokens: int | None,
+    max_free_blocks: int | None,
+    cache_partial: bool,
+    min_recompute_tokens: int,
+) -> Callable[[int], ReplayConfig]:
+    """The replay's settings for the trace's block size, checked, from the options."""
 
     def config_for(bt: int) -> ReplayConfig:
         config = ReplayConfig(
@@ -140,34 +178,43 @@ def replay_cmd(
         config.validate()
         return config
 
-    try:
-        kwargs = load or {}
-        streamed = None
-        if stream:
-            streamed = _replay_streamed(
-                trace, fmt, kwargs, policy, block_tokens, config_for, quiet, per_request
-            )
-        if streamed is not None:
-            results, seen, written = streamed
-            about = (seen.name, seen.num_requests, seen.num_input_tokens)
-        else:
-            tr = load_shown(trace, fmt, kwargs, quiet)
-            bt = block_tokens_of(tr, block_tokens)
-            config = config_for(bt)
-            policies = make_policies(policy, structure, EvictionPolicy)
-            note = capped_warning(tr, bt, min_recompute_tokens)
-            if note:
-                warn(note)
-            if per_request is not None and not per_request.parent.resolve().is_dir():
-                raise ConfigError(f"--per-request: folder {per_request.parent} does not exist")
-            results = each_policy(policies, lambda pol: replay(tr, pol, config), quiet)
-            about = (tr.name, len(tr), int(tr.input_length.sum()))
-            written = write_per_request(per_request, results) if per_request else []
-    except PrefixlabError as exc:
-        fail(str(exc))
-        return
-    rows = [r.as_dict() for r in results]
-    _print_replay(rows, as_json, _result_table, [], about, written)
+    return config_for
+
+
+def _replay_results(
+    source: tuple[str, str, dict[str, Any]],
+    specs: list[str],
+    block_tokens: int | None,
+    config_for: Callable[[int], ReplayConfig],
+    quiet: bool,
+    per_request: Path | None,
+    stream: bool,
+) -> tuple[list[ReplayResult], tuple[str, int, int], list[Path]]:
+    """Each policy's replay of the trace ``source`` (its path, format and loader keywords),
+    streamed when it can be, else loaded whole; with the trace's name, requests and input
+    tokens, and the per-request files written."""
+    trace, fmt, kwargs = source
+    streamed = None
+    if stream:
+        streamed = _replay_streamed(
+            trace, fmt, kwargs, specs, block_tokens, config_for, quiet, per_request
+        )
+    if streamed is not None:
+        results, seen, written = streamed
+        return results, (seen.name, seen.num_requests, seen.num_input_tokens), written
+    tr = load_shown(trace, fmt, kwargs, quiet)
+    bt = block_tokens_of(tr, block_tokens)
+    config = config_for(bt)
+    policies = make_policies(specs, config.structure, EvictionPolicy)
+    note = capped_warning(tr, bt, config.min_recompute_tokens)
+    if note:
+        warn(note)
+    if per_request is not None and not per_request.parent.resolve().is_dir():
+        raise ConfigError(f"--per-request: folder {per_request.parent} does not exist")
+    results = each_policy(policies, lambda pol: replay(tr, pol, config), quiet)
+    about = (tr.name, len(tr), int(tr.input_length.sum()))
+    written = write_per_request(per_request, results) if per_request else []
+    return results, about, written
 
 
 def _replay_streamed(
@@ -198,29 +245,10 @@ def _replay_streamed(
             policies = make_policies(specs, config.structure, EvictionPolicy)
             if not all(streamable(pol, config) for pol in policies):
                 return None
-
-            def on_chunk(requests: int, nbytes: int) -> None:
-                if advance is not None and nbytes > 0:
-                    advance(nbytes >> 20, size >> 20, f"{requests:,} requests")
-                elif advance is not None:  # a loader that cannot tell how far it is
-                    advance(0, None, f"{requests:,} requests")
-
-            files = None
-            if per_request is not None:
-                files = PerRequestFiles(per_request, [pol.spec() for pol in policies])
-            try:
-                results, seen = replay_stream(
-                    first[1],
-                    policies,
-                    config,
-                    on_chunk,
-                    on_rows=None if files is None else files.rows,
-                )
-            except BaseException:
-                if files is not None:
-                    files.abort()
-                raise
-            written = [] if files is None else files.close()
+            on_chunk = _chunk_reporter(advance, size)
+            results, seen, written = _stream_policies(
+                first[1], policies, config, on_chunk, per_request
+            )
         except NotStreamable:
             return None
     note = capped_message(
@@ -228,6 +256,46 @@ def _replay_streamed(
     )
     if note:
         warn(note)
+    return results, seen, written
+
+
+def _chunk_reporter(advance: Advance | None, size: int) -> Callable[[int, int], None]:
+    """Feeds the progress bar with the megabytes read of a file of ``size`` bytes."""
+
+    def on_chunk(requests: int, nbytes: int) -> None:
+        if advance is not None and nbytes > 0:
+            advance(nbytes >> 20, size >> 20, f"{requests:,} requests")
+        elif advance is not None:  # a loader that cannot tell how far it is
+            advance(0, None, f"{requests:,} requests")
+
+    return on_chunk
+
+
+def _stream_policies(
+    chunks: Iterator[tuple[Trace, int]],
+    policies: list[EvictionPolicy],
+    config: ReplayConfig,
+    on_chunk: Callable[[int, int], None],
+    per_request: Path | None,
+) -> tuple[list[ReplayResult], StreamSummary, list[Path]]:
+    """``replay_stream``, writing the per-request files as it goes (none left half-written
+    when it fails)."""
+    files = None
+    if per_request is not None:
+        files = PerRequestFiles(per_request, [pol.spec() for pol in policies])
+    try:
+        results, seen = replay_stream(
+            chunks,
+            policies,
+            config,
+            on_chunk,
+            on_rows=None if files is None else files.rows,
+        )
+    except BaseException:
+        if files is not None:
+            files.abort()
+        raise
+    written = [] if files is None else files.close()
     return results, seen, written
 
 
@@ -274,9 +342,7 @@ def _hybrid_table(rows: list[dict[str, Any]]) -> Table:
 
 
 def _replay_hybrid_cmd(
-    trace: str,
-    fmt: str,
-    load: dict[str, Any],
+    source: tuple[str, str, dict[str, Any]],
     policy: list[str],
     model: str | None,
     capacity_bytes: int | None,
@@ -285,7 +351,9 @@ def _replay_hybrid_cmd(
     per_request: Path | None,
     quiet: bool,
 ) -> None:
-    """``replay --structure hybrid``: Marconi's contract, one byte budget for KV and states."""
+    """``replay --structure hybrid``: Marconi's contract, one byte budget for KV and states;
+    ``source``: the trace's path, format and loader keywords."""
+    trace, fmt, load = source
     try:
         if capacity_blocks is not None:
             raise ConfigError("the hybrid structure's capacity is in bytes: give --capacity-bytes")

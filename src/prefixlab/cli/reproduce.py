@@ -9,7 +9,15 @@ import typer
 
 from prefixlab.cli.common import FitTable, console, err, fail, print_json
 from prefixlab.errors import PrefixlabError
-from prefixlab.reproduce import check_scale, get_reproduction, reproductions, write_outcome
+from prefixlab.reproduce import (
+    Outcome,
+    Reproduction,
+    Scale,
+    check_scale,
+    get_reproduction,
+    reproductions,
+    write_outcome,
+)
 
 
 def reproduce_cmd(
@@ -25,22 +33,8 @@ def reproduce_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Rerun a paper's table or figure with its setup; write ours beside the paper's."""
-    known = reproductions()
     if name is None:
-        rows = [
-            {"name": n, "paper": c.paper, "target": c.target, "title": c.title}
-            for n, c in known.items()
-        ]
-        if as_json:
-            print_json(rows)
-            return
-        table = FitTable(title="reproductions (prefixlab reproduce NAME --scale ci|paper)")
-        for col in ("name", "paper", "target", "title"):
-            table.add_column(col, overflow="fold")
-        for row in rows:  # the paper's name; its file under ../shared/papers in --json
-            paper = str(row["paper"]).split(" (")[0]
-            table.add_row(row["name"], paper, row["target"], row["title"])
-        console().print(table)
+        _list_reproductions(as_json)
         return
     try:
         sc = check_scale(scale)
@@ -64,6 +58,29 @@ def reproduce_cmd(
         }
         print_json(doc)
         return
+    _print_outcome(rep, outcome, sc, written)
+
+
+def _list_reproductions(as_json: bool) -> None:
+    """Every reproduction: one JSON list, or a table."""
+    rows = [
+        {"name": n, "paper": c.paper, "target": c.target, "title": c.title}
+        for n, c in reproductions().items()
+    ]
+    if as_json:
+        print_json(rows)
+        return
+    table = FitTable(title="reproductions (prefixlab reproduce NAME --scale ci|paper)")
+    for col in ("name", "paper", "target", "title"):
+        table.add_column(col, overflow="fold")
+    for row in rows:  # the paper's name; its file under ../shared/papers in --json
+        paper = str(row["paper"]).split(" (")[0]
+        table.add_row(row["name"], paper, row["target"], row["title"])
+    console().print(table)
+
+
+def _print_outcome(rep: Reproduction, outcome: Outcome, sc: Scale, written: list[Path]) -> None:
+    """The paper's claims beside ours, as a table, and the files written."""
     cons = console()
     claims = FitTable(title=f"{rep.title}: the paper beside ours ({sc} scale)")
     for col in ("what", "where", "paper", "ours", "verdict"):

@@ -16,7 +16,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -24,11 +24,15 @@ import numpy.typing as npt
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.experiments.config import ExperimentConfig, resolve_capacity
 from prefixlab.experiments.execute import cell_id_of
-from prefixlab.policies.base import EvictionPolicy, make_policy, parameters, registered
+from prefixlab.policies.base import EvictionPolicy, Policy, make_policy, parameters, registered
 from prefixlab.registry import parse_spec
 from prefixlab.types import Row, Scalar
 from prefixlab.workload.generators import GENERATORS
 from prefixlab.workload.trace import Trace
+
+if TYPE_CHECKING:
+    from prefixlab.model.timing import TimingModel
+    from prefixlab.runner.engine import EngineConfig
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -278,6 +282,63 @@ def _cell_bytes(cfg: ExperimentConfig, cell: Cell) -> int:
     return resolve_capacity_bytes(cell.capacity, m.name, m.gpu, m.memory_utilization, m.reserve_gib)
 
 
+def _base_row(cfg: ExperimentConfig, cell: Cell, **fields: Any) -> dict[str, Any]:
+    """A cell's row: every column NaN, then the cell's keys and ``fields`` (the columns'
+    order stays that of :data:`COLUMNS`)."""
+    row: dict[str, Any] = dict.fromkeys(COLUMNS, math.nan)
+    row.update(
+        experiment=cfg.name,
+        cell_id=cell.cell_id,
+        variant=variant_label(cell.variant),
+        capacity=str(cell.capacity),
+        capacity_index=cell.capacity_index,
+        policy=cell.policy,
+        policy_index=cell.policy_index,
+        seed=cell.seed,
+        runner=cfg.runner.kind,
+        workload=cfg.workload.source,
+        timing="",
+        num_preemptions=0,
+        num_steps=0,
+    )
+    row.update(fields)
+    return row
+
+
+def _plain_row(row: dict[str, Any]) -> None:
+    """numpy scalars would not survive JSON the same way on every backend: plain Python."""
+    for k, v in row.items():
+        if isinstance(v, np.generic):
+            row[k] = v.item()
+
+
+def _tables(
+    row: dict[str, Any],
+    trace: Trace,
+    hits: I64,
+    times: tuple[F64, F64, F64, F64] | None,
+    detail: bool,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, list[Any]] | None]:
+    """A cell's breakdown and CDF rows, and its per-request detail (with ``detail``)."""
+    breakdown = _breakdown(row, trace, hits, times)
+    cdf = _cdf(row, times) if times is not None else []
+    requests = _requests(trace, hits, times) if detail else None
+    return breakdown, cdf, requests
+
+
+def _engine_metrics(
+    trace: Trace, policy: Policy | str, ec: EngineConfig, timing: TimingModel
+) -> tuple[dict[str, Any], str, I64, tuple[F64, F64, F64, F64]]:
+    """Simulate the engine: its metrics (less the per-task ones and the wall time), its
+    timing's name, the hit tokens and the requests' times."""
+    from prefixlab.runner.engine import simulate
+
+    eres = simulate(trace, policy, ec, timing)
+    metrics = {k: v for k, v in eres.metrics.items() if k not in ("by_task", "elapsed_s")}
+    times = (eres.arrival_s, eres.scheduled_s, eres.first_token_s, eres.finish_s)
+    return metrics, eres.timing, eres.hit_tokens, times
+
+
 def _run_hybrid_cell(
     cfg: ExperimentConfig, cell: Cell, detail: bool, start: float, trace: Trace
 ) -> CellResult:
@@ -287,25 +348,8 @@ def _run_hybrid_cell(
     assert cfg.model.name is not None  # the config check requires it
     size = _cell_bytes(cfg, cell)
     spec = policy_spec(cell.policy, cell.seed)
-    row: dict[str, Any] = dict.fromkeys(COLUMNS, math.nan)
-    row.update(
-        experiment=cfg.name,
-        cell_id=cell.cell_id,
-        variant=variant_label(cell.variant),
-        capacity=str(cell.capacity),
-        capacity_index=cell.capacity_index,
-        capacity_blocks=-1,
-        policy=cell.policy,
-        policy_index=cell.policy_index,
-        seed=cell.seed,
-        runner=cfg.runner.kind,
-        structure="hybrid",
-        block_tokens=-1,
-        capacity_bytes=size,
-        workload=cfg.workload.source,
-        timing="",
-        num_preemptions=0,
-        num_steps=0,
+    row = _base_row(
+        cfg, cell, capacity_blocks=-1, structure="hybrid", block_tokens=-1, capacity_bytes=size
     )
     times: tuple[F64, F64, F64, F64] | None = None
     if cfg.runner.kind == "replay":
@@ -314,133 +358,123 @@ def _run_hybrid_cell(
         metrics["num_evictions"] = res.metrics["num_evicted_nodes"]
         hits = res.hit_tokens
     else:
-        from prefixlab.model.timing import make_timing
-        from prefixlab.runner.engine import EngineConfig, simulate
-
-        r = cfg.runner
-        timing = make_timing(cfg.model.timing or ["roofline"], cfg.model.name, cfg.model.gpu)
-        ec = EngineConfig(
-            capacity_blocks=1,
-            structure="hybrid",
-            capacity_bytes=size,
-            model=cfg.model.name,
-            block_tokens=cfg.cache.block_tokens,
-            max_num_seqs=r.max_num_seqs,
-            max_num_batched_tokens=r.max_num_batched_tokens,
-            chunked_prefill=r.chunked_prefill,
-            closed_loop=r.closed_loop,
-            gated=r.gated,
-        )
-        eres = simulate(trace, spec, ec, timing)
-        metrics = {k: v for k, v in eres.metrics.items() if k not in ("by_task", "elapsed_s")}
-        row["timing"] = eres.timing
-        hits = eres.hit_tokens
-        times = (eres.arrival_s, eres.scheduled_s, eres.first_token_s, eres.finish_s)
+        timing = _cell_timing(cfg)
+        ec = _hybrid_engine_config(cfg, size)
+        metrics, row["timing"], hits, times = _engine_metrics(trace, spec, ec, timing)
     for key, value in metrics.items():
-        if key in row and key not in (
-            "capacity_bytes",
-            "num_lookup_blocks",
-            "num_hit_blocks",
-            "block_hit_ratio",
-        ):
+        if key in row and key not in _HYBRID_KEPT:
             row[key] = value
     if cfg.runner.kind == "engine":
         row.update(_flops(cfg, trace.input_length, hits))
-    for k, v in row.items():
-        if isinstance(v, np.generic):
-            row[k] = v.item()
-    breakdown = _breakdown(row, trace, hits, times)
-    cdf = _cdf(row, times) if times is not None else []
-    requests = _requests(trace, hits, times) if detail else None
+    _plain_row(row)
+    breakdown, cdf, requests = _tables(row, trace, hits, times, detail)
     return CellResult(
         cell.cell_id, row, breakdown, cdf, requests, time.perf_counter() - start, _worker()
     )
 
 
-def _run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool, start: float) -> CellResult:
+#: the columns of a hybrid cell's row its metrics do not overwrite
+_HYBRID_KEPT = ("capacity_bytes", "num_lookup_blocks", "num_hit_blocks", "block_hit_ratio")
+
+
+def _cell_timing(cfg: ExperimentConfig) -> TimingModel:
+    """The engine runner's timing model (a roofline unless the config names one)."""
+    from prefixlab.model.timing import make_timing
+
+    return make_timing(cfg.model.timing or ["roofline"], cfg.model.name, cfg.model.gpu)
+
+
+def _hybrid_engine_config(cfg: ExperimentConfig, size: int) -> EngineConfig:
+    """The engine's settings for a hybrid cell of ``size`` bytes."""
+    from prefixlab.runner.engine import EngineConfig
+
+    r = cfg.runner
+    return EngineConfig(
+        capacity_blocks=1,
+        structure="hybrid",
+        capacity_bytes=size,
+        model=cfg.model.name,
+        block_tokens=cfg.cache.block_tokens,
+        max_num_seqs=r.max_num_seqs,
+        max_num_batched_tokens=r.max_num_batched_tokens,
+        chunked_prefill=r.chunked_prefill,
+        closed_loop=r.closed_loop,
+        gated=r.gated,
+    )
+
+
+def _engine_config(cfg: ExperimentConfig, blocks: int, bt: int) -> EngineConfig:
+    """The engine's settings for a block or radix cell of ``blocks`` blocks."""
+    from prefixlab.runner.engine import EngineConfig
+
+    r = cfg.runner
+    return EngineConfig(
+        capacity_blocks=blocks,
+        structure=cfg.cache.structure,
+        block_tokens=bt,
+        max_num_seqs=r.max_num_seqs,
+        max_num_batched_tokens=r.max_num_batched_tokens,
+        chunked_prefill=r.chunked_prefill,
+        closed_loop=r.closed_loop,
+        gated=r.gated,
+        prefix_caching=r.prefix_caching,
+        max_free_blocks=cfg.cache.max_free_blocks,
+        min_recompute_tokens=cfg.cache.min_recompute_tokens,
+        model=cfg.model.name,
+    )
+
+
+def _replay_metrics(
+    cfg: ExperimentConfig, trace: Trace, policy: Policy, blocks: int, bt: int
+) -> tuple[dict[str, Any], I64]:
+    """Replay a block or radix cell: its metrics and hit tokens."""
     from prefixlab.runner.replay import ReplayConfig, replay
 
+    rc = ReplayConfig(
+        capacity_blocks=blocks,
+        structure=cfg.cache.structure,
+        block_tokens=bt,
+        max_free_blocks=cfg.cache.max_free_blocks,
+        cache_partial=cfg.cache.cache_partial,
+        min_recompute_tokens=cfg.cache.min_recompute_tokens,
+        prefix_caching=cfg.runner.prefix_caching,
+        model=cfg.model.name,
+    )
+    assert isinstance(policy, EvictionPolicy)  # the structure is block or radix
+    res = replay(trace, policy, rc)
+    return dict(res.metrics), res.hit_tokens
+
+
+def _run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool, start: float) -> CellResult:
     trace = build_trace(cfg, cell.variant, cell.seed)
     if cfg.cache.structure == "hybrid":
         return _run_hybrid_cell(cfg, cell, detail, start, trace)
     blocks, ws = capacity_blocks(cfg, cell, trace)
     bt = block_tokens_for(cfg, trace)
     policy = make_policy(policy_spec(cell.policy, cell.seed), cfg.cache.structure)
-    r = cfg.runner
-    nan = math.nan
-    row: dict[str, Any] = dict.fromkeys(COLUMNS, nan)
-    row.update(
-        experiment=cfg.name,
-        cell_id=cell.cell_id,
-        variant=variant_label(cell.variant),
-        capacity=str(cell.capacity),
-        capacity_index=cell.capacity_index,
+    row = _base_row(
+        cfg,
+        cell,
         capacity_blocks=blocks,
-        policy=cell.policy,
-        policy_index=cell.policy_index,
-        seed=cell.seed,
-        runner=r.kind,
         structure=cfg.cache.structure,
         block_tokens=bt,
         capacity_bytes=kv_bytes(blocks, bt, cfg.model.name),
-        workload=cfg.workload.source,
         working_set_blocks=ws,
-        capacity_fraction_ws=blocks / ws if ws else nan,
-        timing="",
-        num_preemptions=0,
-        num_steps=0,
+        capacity_fraction_ws=blocks / ws if ws else math.nan,
     )
     times: tuple[F64, F64, F64, F64] | None = None
-    if r.kind == "replay":
-        rc = ReplayConfig(
-            capacity_blocks=blocks,
-            structure=cfg.cache.structure,
-            block_tokens=bt,
-            max_free_blocks=cfg.cache.max_free_blocks,
-            cache_partial=cfg.cache.cache_partial,
-            min_recompute_tokens=cfg.cache.min_recompute_tokens,
-            prefix_caching=r.prefix_caching,
-            model=cfg.model.name,
-        )
-        assert isinstance(policy, EvictionPolicy)  # the structure is block or radix
-        res = replay(trace, policy, rc)
-        hit_tokens = res.hit_tokens
-        metrics: dict[str, Any] = dict(res.metrics)
+    if cfg.runner.kind == "replay":
+        metrics, hit_tokens = _replay_metrics(cfg, trace, policy, blocks, bt)
     else:
-        from prefixlab.model.timing import make_timing
-        from prefixlab.runner.engine import EngineConfig, simulate
-
-        timing = make_timing(cfg.model.timing or ["roofline"], cfg.model.name, cfg.model.gpu)
-        ec = EngineConfig(
-            capacity_blocks=blocks,
-            structure=cfg.cache.structure,
-            block_tokens=bt,
-            max_num_seqs=r.max_num_seqs,
-            max_num_batched_tokens=r.max_num_batched_tokens,
-            chunked_prefill=r.chunked_prefill,
-            closed_loop=r.closed_loop,
-            gated=r.gated,
-            prefix_caching=r.prefix_caching,
-            max_free_blocks=cfg.cache.max_free_blocks,
-            min_recompute_tokens=cfg.cache.min_recompute_tokens,
-            model=cfg.model.name,
-        )
-        eres = simulate(trace, policy, ec, timing)
-        hit_tokens = eres.hit_tokens
-        metrics = {k: v for k, v in eres.metrics.items() if k not in ("by_task", "elapsed_s")}
-        row["timing"] = eres.timing
-        times = (eres.arrival_s, eres.scheduled_s, eres.first_token_s, eres.finish_s)
+        timing = _cell_timing(cfg)
+        ec = _engine_config(cfg, blocks, bt)
+        metrics, row["timing"], hit_tokens, times = _engine_metrics(trace, policy, ec, timing)
     for key, value in metrics.items():
         if key in row:
             row[key] = value
     row.update(_flops(cfg, trace.input_length, hit_tokens))
-    breakdown = _breakdown(row, trace, hit_tokens, times)
-    cdf = _cdf(row, times) if times is not None else []
-    requests = _requests(trace, hit_tokens, times) if detail else None
-    # numpy scalars would not survive JSON the same way on every backend: plain Python
-    for k, v in row.items():
-        if isinstance(v, np.generic):
-            row[k] = v.item()
+    breakdown, cdf, requests = _tables(row, trace, hit_tokens, times, detail)
+    _plain_row(row)
     return CellResult(
         cell.cell_id, row, breakdown, cdf, requests, time.perf_counter() - start, _worker()
     )

@@ -324,7 +324,6 @@ def record_file(
         TraceFormatError: a malformed JSONL prompts file.
     """
     from prefixlab.experts.prompts import load_tokenizer, read_prompts, tokenize_prompts
-    from prefixlab.experts.routing_jsonl import write_routing_jsonl
 
     prompts = read_prompts(prompts_path)
     _check_options(max_new_tokens, batch_size, top_k)
@@ -340,27 +339,34 @@ def record_file(
     rows = record_routing(
         model, token_ids, top_k=k, max_new_tokens=max_new_tokens, batch_size=batch_size
     )
+    num_rows = _write_routing(rows, out_path, model_id_or_path, max_new_tokens, info)
+    n_layers, n_experts = info.num_layers, info.num_experts
+    tokens = num_rows // n_layers
+    return RecordSummary(model_id_or_path, len(prompts), tokens, n_layers, n_experts, k, num_rows)
+
+
+def _write_routing(
+    rows: list[RoutingRow],
+    out_path: str | Path,
+    model_id_or_path: str,
+    max_new_tokens: int,
+    info: RouterInfo,
+) -> int:
+    """Write ``rows`` as routing JSONL with a header line; the number of rows written."""
+    from prefixlab.experts.routing_jsonl import write_routing_jsonl
+
     # a header line gives the shape: an expert never chosen still counts in num_experts
     meta = {
         "source": "prefixlab experts record",
         "model": str(model_id_or_path),
         "max_new_tokens": str(max_new_tokens),
     }
-    num_rows = write_routing_jsonl(
+    return write_routing_jsonl(
         (dataclasses.asdict(r) for r in rows),
         out_path,
         num_layers=info.num_layers,
         num_experts=info.num_experts,
         meta=meta,
-    )
-    return RecordSummary(
-        model_id_or_path,
-        len(prompts),
-        num_rows // info.num_layers,
-        info.num_layers,
-        info.num_experts,
-        k,
-        num_rows,
     )
 
 

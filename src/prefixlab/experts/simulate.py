@@ -293,34 +293,24 @@ def simulate(
     """
     pages, layers, experts = resolve_trace(trace, num_layers, num_experts)
     capacity = _check_capacity(capacity)
-    if backend not in BACKENDS:
-        raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    if backend == "numba" and not _kernels.COMPILED:
-        why = "numba is not installed" if not _kernels.HAVE_NUMBA else "NUMBA_DISABLE_JIT is set"
-        raise ConfigError(f"backend 'numba' is unavailable: {why}")
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+    _check_backend_and_seed(backend, seed)
     pol = _as_policy(policy, int(seed))
     # A cache of n x l pages holds every page: a larger one behaves the same, so the run
     # sizes its arrays for at most n x l (a capacity of 10**11 costs nothing more).
     size = min(capacity, layers * experts)
     shares = pol.shares(size, layers)  # -dist below one page per layer: ConfigError
     ctx = PolicyContext(size, layers, experts, pages)
-    compiled = backend != "python" and _kernels.COMPILED
-    run = pol.run_fast(ctx, record or check, compiled)
-    if run is None and backend == "numba":
-        raise ConfigError(
-            f"backend 'numba' is unavailable for {pol.spec()}: it has no kernel "
-            "(a policy written with hooks runs on the python backend)"
-        )
-    used = "numba" if run is not None and compiled else "python"
-    if run is None:
-        run = _replay_python(ctx, pol, shares, record, check)
-    elif check:  # a kernel's run, checked from its record (checks.check_result's rules)
-        check_record(pages.tolist(), run, shares, size, layers, layers * experts)
-        if not record:
-            run = KernelRun(run.num_faults, run.faults_per_layer, None, None)
-    first_use = int(np.count_nonzero(np.bincount(pages, minlength=layers * experts)))
+    run, used = _run_policy(ctx, pol, shares, backend, record, check)
+    return _result(pol, capacity, ctx, run, used)
+
+
+def _result(
+    pol: ExpertPolicy, capacity: int, ctx: PolicyContext, run: KernelRun, used: str
+) -> ExpertResult:
+    """The run's result: ``capacity`` as asked (not the run's, capped at n x l pages), and
+    the compulsory faults counted from ``ctx``'s pages."""
+    pages, num_pages = ctx.pages, ctx.num_layers * ctx.num_experts
+    first_use = int(np.count_nonzero(np.bincount(pages, minlength=num_pages)))
     return ExpertResult(
         pol.spec(),
         capacity,
@@ -332,6 +322,45 @@ def simulate(
         run.victims,
         used,
     )
+
+
+def _check_backend_and_seed(backend: str, seed: int) -> None:
+    """Raise ConfigError for an unknown or unavailable backend, then for a bad seed."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "numba" and not _kernels.COMPILED:
+        why = "numba is not installed" if not _kernels.HAVE_NUMBA else "NUMBA_DISABLE_JIT is set"
+        raise ConfigError(f"backend 'numba' is unavailable: {why}")
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+
+
+def _run_policy(
+    ctx: PolicyContext,
+    pol: ExpertPolicy,
+    shares: I64 | None,
+    backend: str,
+    record: bool,
+    check: bool,
+) -> tuple[KernelRun, str]:
+    """Run ``pol`` over ``ctx``: its kernel where it has one (compiled unless ``backend``
+    is ``"python"``), else the Python loop; the run and the backend used."""
+    compiled = backend != "python" and _kernels.COMPILED
+    run = pol.run_fast(ctx, record or check, compiled)
+    if run is None and backend == "numba":
+        raise ConfigError(
+            f"backend 'numba' is unavailable for {pol.spec()}: it has no kernel "
+            "(a policy written with hooks runs on the python backend)"
+        )
+    used = "numba" if run is not None and compiled else "python"
+    if run is None:
+        run = _replay_python(ctx, pol, shares, record, check)
+    elif check:  # a kernel's run, checked from its record (checks.check_result's rules)
+        layers, pages = ctx.num_layers, ctx.pages
+        check_record(pages.tolist(), run, shares, ctx.capacity, layers, layers * ctx.num_experts)
+        if not record:
+            run = KernelRun(run.num_faults, run.faults_per_layer, None, None)
+    return run, used
 
 
 def fault_ratio_to_opt(
@@ -405,14 +434,27 @@ def sweep_capacities(
             if skip_infeasible and pol.partitioned and capacity < layers:
                 continue
             res = opt if pol.spec() == "opt" else run(pol)
-            row = res.to_row()
-            row.update(
-                spec=spec if isinstance(spec, str) else pol.spec(),
-                seed=seed,
-                num_layers=layers,
-                num_experts=experts,
-                opt_faults=opt.num_faults,
-                fault_ratio_to_opt=res.num_faults / opt.num_faults if opt.num_faults else 1.0,
-            )
-            rows.append(row)
+            rows.append(_sweep_row(res, opt, spec, pol, seed, layers, experts))
     return rows
+
+
+def _sweep_row(
+    res: ExpertResult,
+    opt: ExpertResult,
+    spec: str,
+    pol: ExpertPolicy,
+    seed: int,
+    layers: int,
+    experts: int,
+) -> dict[str, object]:
+    """A sweep's row: ``res`` as a row, with the spec given, the run's shape and OPT's faults."""
+    row = res.to_row()
+    row.update(
+        spec=spec if isinstance(spec, str) else pol.spec(),
+        seed=seed,
+        num_layers=layers,
+        num_experts=experts,
+        opt_faults=opt.num_faults,
+        fault_ratio_to_opt=res.num_faults / opt.num_faults if opt.num_faults else 1.0,
+    )
+    return row

@@ -117,24 +117,8 @@ def build_features(
     """The windowed prompts of every request (oldest prompt first, current last)."""
     cfg = config or FeatureConfig()
     cfg.validate()
-    if trace.prompt_text is None or all(t is None for t in trace.prompt_text):
-        raise ConfigError(
-            f"{trace.name}: LPC needs the prompts' text (a text format such as sharegpt, or "
-            "the lpc generator); this trace has none"
-        )
-    if cfg.replies and all(t is None for t in trace.reply_text):
-        raise ConfigError(
-            f"{trace.name}: replies=true needs the replies' text (reply_text); this trace has "
-            "none (conversation loaders such as sharegpt keep it)"
-        )
-    tok = as_tokenizer(tokenizer)
-    n = len(trace)
-    texts = [t or "" for t in trace.prompt_text]
-    if cfg.replies:
-        texts += [t or "" for t in trace.reply_text]
-    flat, offs = tok.encode_batch(texts)
-    per = [flat[offs[i] : offs[i + 1]] for i in range(n)]
-    rep = [flat[offs[n + i] : offs[n + i + 1]] for i in range(n)] if cfg.replies else None
+    _require_texts(trace, cfg)
+    per, rep = _encode_turns(trace, as_tokenizer(tokenizer), cfg)
     keys, convs = conversations(trace)
     position = np.zeros(len(trace), dtype=np.int64)
     prev: dict[int, list[int]] = {}
@@ -148,13 +132,7 @@ def build_features(
     part_lengths: list[int] = []
     row_parts = np.zeros(len(trace) + 1, dtype=np.int64)
     for r in range(len(trace)):
-        window: list[I64] = []
-        for q in [*prev[r], r]:
-            if rep is None:
-                window.append(head_tail(per[q], share))
-                continue
-            keep_p, keep_r = split_share(int(per[q].shape[0]), int(rep[q].shape[0]), share)
-            window += [head_tail(per[q], keep_p), head_tail(rep[q], keep_r)]
+        window = _window(per, rep, [*prev[r], r], share)
         joined = np.concatenate(window) if window else np.zeros(0, dtype=np.int64)
         parts.append(joined)
         lengths[r] = joined.shape[0]
@@ -172,6 +150,47 @@ def build_features(
         part_offsets,
         row_parts,
     )
+
+
+def _require_texts(trace: Trace, cfg: FeatureConfig) -> None:
+    """Raise unless the trace has the prompts' text (and the replies', with ``replies``)."""
+    if trace.prompt_text is None or all(t is None for t in trace.prompt_text):
+        raise ConfigError(
+            f"{trace.name}: LPC needs the prompts' text (a text format such as sharegpt, or "
+            "the lpc generator); this trace has none"
+        )
+    if cfg.replies and all(t is None for t in trace.reply_text):
+        raise ConfigError(
+            f"{trace.name}: replies=true needs the replies' text (reply_text); this trace has "
+            "none (conversation loaders such as sharegpt keep it)"
+        )
+
+
+def _encode_turns(
+    trace: Trace, tok: Tokenizer, cfg: FeatureConfig
+) -> tuple[list[I64], list[I64] | None]:
+    """Each request's prompt tokens, and its reply tokens with ``replies`` (else None)."""
+    n = len(trace)
+    texts = [t or "" for t in trace.prompt_text]
+    if cfg.replies:
+        texts += [t or "" for t in trace.reply_text]
+    flat, offs = tok.encode_batch(texts)
+    per = [flat[offs[i] : offs[i + 1]] for i in range(n)]
+    rep = [flat[offs[n + i] : offs[n + i + 1]] for i in range(n)] if cfg.replies else None
+    return per, rep
+
+
+def _window(per: list[I64], rep: list[I64] | None, turns: list[int], share: int) -> list[I64]:
+    """The window's parts for ``turns`` (oldest first): each prompt cut to ``share``, or,
+    with replies, each prompt and its reply sharing it."""
+    window: list[I64] = []
+    for q in turns:
+        if rep is None:
+            window.append(head_tail(per[q], share))
+            continue
+        keep_p, keep_r = split_share(int(per[q].shape[0]), int(rep[q].shape[0]), share)
+        window += [head_tail(per[q], keep_p), head_tail(rep[q], keep_r)]
+    return window
 
 
 def window_texts(features: Features, tokenizer: str | Tokenizer) -> list[str]:

@@ -172,8 +172,8 @@ def train(
     """Train on one half of the conversations; returns the predictor and the train mask
     (evaluate on ``~mask``). The embeddings are computed once for all epochs."""
     cfg = config or TrainConfig()
-    try:
-        from sklearn.neural_network import MLPClassifier
+    try:  # before the features are built: _fit_best uses it
+        from sklearn.neural_network import MLPClassifier  # noqa: F401
     except ImportError:
         raise ConfigError(
             "training LPC needs scikit-learn: pip install 'prefixlab[learn]'"
@@ -189,9 +189,25 @@ def train(
             f"{trace.name}: too few conversations to train on ({int(fit_mask.sum())} training "
             "rows with both labels needed)"
         )
-    xf, yf = x[fit_mask], y[fit_mask]
+    best, losses = _fit_best(cfg, x[fit_mask], y[fit_mask], x[val_mask], y[val_mask])
+    history: dict[str, JSON] = {
+        "val_loss": losses,
+        "best_epoch": best[3],
+        "train_rows": int(fit_mask.sum()),
+        "val_rows": int(val_mask.sum()),
+    }
+    pred = ContinuationPredictor(best[1], best[2], cfg, 0.5, history)
+    return pred, train_mask
+
+
+def _fit_best(
+    cfg: TrainConfig, xf: F32, yf: B1, xv: F32, yv: B1
+) -> tuple[tuple[float, list[F64], list[F64], int], list[JSON]]:
+    """Fit the MLP epoch by epoch on ``(xf, yf)``: the epoch with the lowest validation loss
+    on ``(xv, yv)`` (its loss, weights, biases, 1-based epoch), and every epoch's loss."""
+    from sklearn.neural_network import MLPClassifier
+
     wf = class_weights(yf)
-    xv, yv = x[val_mask], y[val_mask]
     wv = class_weights(yv)
     clf = MLPClassifier(
         hidden_layer_sizes=(cfg.hidden, cfg.hidden),
@@ -218,14 +234,7 @@ def train(
                 epoch + 1,
             )
     assert best is not None
-    history: dict[str, JSON] = {
-        "val_loss": losses,
-        "best_epoch": best[3],
-        "train_rows": int(fit_mask.sum()),
-        "val_rows": int(val_mask.sum()),
-    }
-    pred = ContinuationPredictor(best[1], best[2], cfg, 0.5, history)
-    return pred, train_mask
+    return best, losses
 
 
 @dataclass(frozen=True, slots=True)

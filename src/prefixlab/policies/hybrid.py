@@ -236,6 +236,24 @@ def _chunk(chunk_tokens: object) -> int:
     return int(chunk_tokens)
 
 
+def _check_marconi_numbers(
+    alpha: object, positive: dict[str, object], counts: dict[str, object]
+) -> None:
+    """Raise ValueError unless ``alpha`` is None or a finite number >= 0, each of
+    ``positive`` a positive finite number, and each of ``counts`` an integer from 0 to
+    2**62 (checked in that order)."""
+    if alpha is not None and (
+        isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 <= alpha < math.inf
+    ):
+        raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
+    for name, v in positive.items():
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
+            raise ValueError(f"{name} must be a positive finite number, got {v!r}")
+    for name, iv in counts.items():
+        if isinstance(iv, bool) or not isinstance(iv, int) or not 0 <= iv <= MAX_INT:
+            raise ValueError(f"{name} must be an integer from 0 to 2**62, got {iv!r}")
+
+
 @register("marconi")
 class Marconi(HybridPolicy):
     """Marconi (Sec. 4.1-4.2): judicious admission, FLOP-aware eviction (recency + alpha x eff.)."""
@@ -257,26 +275,15 @@ class Marconi(HybridPolicy):
         chunk_tokens: int = 0,
         tune_jobs: int = 1,
     ) -> None:
-        if alpha is not None and (
-            isinstance(alpha, bool)
-            or not isinstance(alpha, int | float)
-            or not 0 <= alpha < math.inf
-        ):
-            raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
-        for name, v in (
-            ("bootstrap_multiplier", bootstrap_multiplier),
-            ("alpha_max", alpha_max),
-            ("alpha_step", alpha_step),
-        ):
-            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
-                raise ValueError(f"{name} must be a positive finite number, got {v!r}")
-        for name, iv in (
-            ("retune_every", retune_every),
-            ("tune_jobs", tune_jobs),
-            ("score_window", score_window),
-        ):
-            if isinstance(iv, bool) or not isinstance(iv, int) or not 0 <= iv <= MAX_INT:
-                raise ValueError(f"{name} must be an integer from 0 to 2**62, got {iv!r}")
+        _check_marconi_numbers(
+            alpha,
+            {
+                "bootstrap_multiplier": bootstrap_multiplier,
+                "alpha_max": alpha_max,
+                "alpha_step": alpha_step,
+            },
+            {"retune_every": retune_every, "tune_jobs": tune_jobs, "score_window": score_window},
+        )
         self.alpha = None if alpha is None else float(alpha)
         self.bootstrap_multiplier = float(bootstrap_multiplier)
         self.alpha_max = float(alpha_max)
@@ -290,9 +297,14 @@ class Marconi(HybridPolicy):
         self.chunk_tokens = _chunk(chunk_tokens)
         self.admission = Judicious(self.chunk_tokens, self.branch)
         self.tune_jobs = max(1, tune_jobs)
-        self.tunes = alpha is None
+        self._init_state()
+
+    def _init_state(self) -> None:
+        """The derived state of a new instance: whether it tunes, the alpha in use, the
+        FLOPs table, the counters and the candidate index."""
+        self.tunes = self.alpha is None
         #: the alpha in use (tuned: 0 until the first tuning)
-        self.current_alpha = 0.0 if alpha is None else float(alpha)
+        self.current_alpha = 0.0 if self.alpha is None else self.alpha
         #: prefill FLOPs by token count (ModelSpec.prefill_flops_table), grown on demand
         self._tot = np.zeros(1, dtype=np.float64)
         #: victims, and candidate scores computed in all (every candidate per victim)

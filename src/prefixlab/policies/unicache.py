@@ -88,6 +88,51 @@ __all__ = [
 ]
 
 
+def _check_numbers(positive: dict[str, object], finite: dict[str, object], beta: object) -> None:
+    """Raise ValueError unless each of ``positive`` is a finite number > 0, each of
+    ``finite`` a finite number, and ``beta`` in [0, 1] (checked in that order)."""
+    low = 0.0
+    for name, v in positive.items():
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise ValueError(f"{name} must be a finite number, got {v!r}")
+        if v <= low:
+            raise ValueError(f"{name} must be > {low:g}, got {v!r}")
+    for name, v in finite.items():
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise ValueError(f"{name} must be a finite number, got {v!r}")
+    if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0 <= beta <= 1:
+        raise ValueError(f"beta must be in [0, 1], got {beta!r}")
+
+
+def _check_options(
+    fit: object,
+    min_gaps: object,
+    update_every: object,
+    stage2: object,
+    offset: object,
+    alg2: object,
+    hits: object,
+    tasks: object,
+) -> None:
+    """Raise ValueError unless ``fit``, ``min_gaps`` and ``update_every`` (integers >= 1),
+    ``stage2``, ``offset``, ``alg2``, ``hits`` and ``tasks`` are valid (in that order)."""
+    if fit not in ("online", "given"):
+        raise ValueError(f"fit must be 'online' or 'given', got {fit!r}")
+    for name, iv in (("min_gaps", min_gaps), ("update_every", update_every)):
+        if isinstance(iv, bool) or not isinstance(iv, int) or iv < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {iv!r}")
+    if not isinstance(stage2, bool):
+        raise ValueError(f"stage2 must be true or false, got {stage2!r}")
+    if offset not in OFFSETS:
+        raise ValueError(f"offset must be one of {', '.join(OFFSETS)}, got {offset!r}")
+    if alg2 not in ("paper", "clip-ehat"):
+        raise ValueError(f"alg2 must be 'paper' or 'clip-ehat', got {alg2!r}")
+    if hits not in ("window", "cumulative"):
+        raise ValueError(f"hits must be 'window' or 'cumulative', got {hits!r}")
+    if not isinstance(tasks, str):
+        raise ValueError(f"tasks must be a string of TASK:QUEUE items, got {tasks!r}")
+
+
 @register("unicache")
 class UniCache(ArrayPolicy):
     """UniCache: evict-first, session-reuse and structural-reuse queues, hit-efficiency weights."""
@@ -114,36 +159,17 @@ class UniCache(ArrayPolicy):
         alg2: str = "paper",
         hits: str = "window",
     ) -> None:
-        for name, v, low in (
-            ("temperature", temperature, 0.0),
-            ("eps", eps, 0.0),
-            ("chat_sigma", chat_sigma, 0.0),
-            ("agentic_sigma", agentic_sigma, 0.0),
-        ):
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                raise ValueError(f"{name} must be a finite number, got {v!r}")
-            if v <= low:
-                raise ValueError(f"{name} must be > {low:g}, got {v!r}")
-        for name, v in (("chat_mu", chat_mu), ("agentic_mu", agentic_mu)):
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                raise ValueError(f"{name} must be a finite number, got {v!r}")
-        if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0 <= beta <= 1:
-            raise ValueError(f"beta must be in [0, 1], got {beta!r}")
-        if fit not in ("online", "given"):
-            raise ValueError(f"fit must be 'online' or 'given', got {fit!r}")
-        for name, iv in (("min_gaps", min_gaps), ("update_every", update_every)):
-            if isinstance(iv, bool) or not isinstance(iv, int) or iv < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {iv!r}")
-        if not isinstance(stage2, bool):
-            raise ValueError(f"stage2 must be true or false, got {stage2!r}")
-        if offset not in OFFSETS:
-            raise ValueError(f"offset must be one of {', '.join(OFFSETS)}, got {offset!r}")
-        if alg2 not in ("paper", "clip-ehat"):
-            raise ValueError(f"alg2 must be 'paper' or 'clip-ehat', got {alg2!r}")
-        if hits not in ("window", "cumulative"):
-            raise ValueError(f"hits must be 'window' or 'cumulative', got {hits!r}")
-        if not isinstance(tasks, str):
-            raise ValueError(f"tasks must be a string of TASK:QUEUE items, got {tasks!r}")
+        _check_numbers(
+            {
+                "temperature": temperature,
+                "eps": eps,
+                "chat_sigma": chat_sigma,
+                "agentic_sigma": agentic_sigma,
+            },
+            {"chat_mu": chat_mu, "agentic_mu": agentic_mu},
+            beta,
+        )
+        _check_options(fit, min_gaps, update_every, stage2, offset, alg2, hits, tasks)
         self.update_every = update_every
         self.temperature = float(temperature)
         self.beta = float(beta)

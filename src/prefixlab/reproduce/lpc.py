@@ -120,54 +120,63 @@ class LPCPredictor(Reproduction):
         ev = evs["hashed"]
         table.append({"predictor": "turns only", "mcc": ev["turns_only_mcc"]})
         table.append({"predictor": "true probability > 0.5 (ceiling)", "mcc": ev["ceiling_mcc"]})
-        claims = [_mcc_claim(emb, ev["mcc"], s) for emb, ev in evs.items()]
-        claims += [
-            Claim(
-                "turns-only MCC",
-                "A.3, Table 3",
-                "Chatbot-Arena 0.0775; ShareGPT below 0; LMSys comparable to LPC",
-                f"{ev['turns_only_mcc']:.3f}",
-                "n/a",
-                "the generator makes long conversations slightly less likely to go on "
-                "(turn_slope -0.05), so the turn count carries a little information",
+        return Outcome(table, _predictor_claims(evs, s), _draw_predictor, _predictor_notes(s))
+
+
+def _predictor_claims(evs: dict[str, dict[str, float]], s: Setup) -> list[Claim]:
+    """The predictor claims: one MCC claim per embedder, then the hashed predictor's
+    turns-only MCC, LPC against turns only, and macro-F1."""
+    hashed = evs["hashed"]
+    claims = [_mcc_claim(emb, ev["mcc"], s) for emb, ev in evs.items()]
+    claims += [
+        Claim(
+            "turns-only MCC",
+            "A.3, Table 3",
+            "Chatbot-Arena 0.0775; ShareGPT below 0; LMSys comparable to LPC",
+            f"{hashed['turns_only_mcc']:.3f}",
+            "n/a",
+            "the generator makes long conversations slightly less likely to go on "
+            "(turn_slope -0.05), so the turn count carries a little information",
+        ),
+        Claim(
+            "LPC better than turns only",
+            "A.3",
+            "always",
+            ", ".join(
+                f"{e}: {'yes' if v['mcc'] > v['turns_only_mcc'] else 'no'}" for e, v in evs.items()
             ),
-            Claim(
-                "LPC better than turns only",
-                "A.3",
-                "always",
-                ", ".join(
-                    f"{e}: {'yes' if v['mcc'] > v['turns_only_mcc'] else 'no'}"
-                    for e, v in evs.items()
-                ),
-                "agree" if all(v["mcc"] > v["turns_only_mcc"] for v in evs.values()) else "differ",
-                "MiniLM's sentence embedding of the five-prompt window dilutes the short cue "
-                "clause that carries the signal here",
-            ),
-            Claim(
-                "macro-F1",
-                "A.3, Table 3",
-                "Chatbot-Arena 0.6837",
-                ", ".join(f"{e}: {v['f1_macro']:.3f}" for e, v in evs.items()),
-                "n/a",
-                "one dataset's number; ours is a synthetic one",
-            ),
-        ]
-        notes = [
-            f"{s.train_conversations:,} synthetic conversations (the `lpc` generator, latent "
-            "engagement), half for training, half evaluated; synthetic, not the paper's data.",
-            "embedders: `hashed` (token n-grams, 384-d)"
-            + (
-                ", `minilm` (all-MiniLM-L6-v2, 384-d; the paper's multilingual-e5-small is "
-                "not available offline)"
-                if "minilm" in s.embedders
-                else ""
-            )
-            + f"; MLP 128-128, {s.epochs} epochs at most. p5 / p95: the spread of the "
-            "probabilities a predictor gives the held-out requests.",
-            "the ceiling thresholds each turn's true probability of going on (known to the "
-            "generator): no predictor of the text can do better on average.",
-        ]
-        return Outcome(table, claims, _draw_predictor, notes)
+            "agree" if all(v["mcc"] > v["turns_only_mcc"] for v in evs.values()) else "differ",
+            "MiniLM's sentence embedding of the five-prompt window dilutes the short cue "
+            "clause that carries the signal here",
+        ),
+        Claim(
+            "macro-F1",
+            "A.3, Table 3",
+            "Chatbot-Arena 0.6837",
+            ", ".join(f"{e}: {v['f1_macro']:.3f}" for e, v in evs.items()),
+            "n/a",
+            "one dataset's number; ours is a synthetic one",
+        ),
+    ]
+    return claims
+
+
+def _predictor_notes(s: Setup) -> list[str]:
+    return [
+        f"{s.train_conversations:,} synthetic conversations (the `lpc` generator, latent "
+        "engagement), half for training, half evaluated; synthetic, not the paper's data.",
+        "embedders: `hashed` (token n-grams, 384-d)"
+        + (
+            ", `minilm` (all-MiniLM-L6-v2, 384-d; the paper's multilingual-e5-small is "
+            "not available offline)"
+            if "minilm" in s.embedders
+            else ""
+        )
+        + f"; MLP 128-128, {s.epochs} epochs at most. p5 / p95: the spread of the "
+        "probabilities a predictor gives the held-out requests.",
+        "the ceiling thresholds each turn's true probability of going on (known to the "
+        "generator): no predictor of the text can do better on average.",
+    ]
 
 
 def _mcc_claim(embedder: str, value: float, s: Setup) -> Claim:
@@ -274,6 +283,23 @@ def _pct(span: tuple[float, float] | None) -> str:
     return "none measured" if span is None else f"{span[0]:.1%} to {span[1]:.1%}"
 
 
+_SAVINGS_WHY = (
+    "the conversations are synthetic (the paper's LMSys, ShareGPT and Chatbot-Arena "
+    "traces are not available offline). Measured here: the predictor is of the paper's "
+    "quality (MCC about 0.3, lpc-predictor), the oracle has the headroom (its hit "
+    "ratio is 1.3-2.2x LRU's), and the 1 GiB costs what A.2 reports; yet a predictor of "
+    "that MCC turns a smaller share of the headroom into hits than the paper's. Which "
+    "requests a predictor gets right, and how many blocks ride on them, MCC does not "
+    "say, and only the real conversations could; the turns also arrive open loop (the "
+    "paper's next turn waits for the reply)"
+)
+
+
+def _overlap_verdict(span: tuple[float, float] | None, lo: float, hi: float) -> str:
+    """agree: our range overlaps the paper's."""
+    return "agree" if span and span[1] >= lo and span[0] <= hi else "differ"
+
+
 def _savings_claims(rows: list[Row]) -> list[Claim]:
     saved, gain, gap = (
         _span(rows, "cache_saved"),
@@ -281,45 +307,30 @@ def _savings_claims(rows: list[Row]) -> list[Claim]:
         _span(rows, "gap_closed"),
     )
     cost = [num(r["lpc_without_its_memory"]) / num(r["lpc"]) - 1 for r in rows if r["lpc"]]
-    why = (
-        "the conversations are synthetic (the paper's LMSys, ShareGPT and Chatbot-Arena "
-        "traces are not available offline). Measured here: the predictor is of the paper's "
-        "quality (MCC about 0.3, lpc-predictor), the oracle has the headroom (its hit "
-        "ratio is 1.3-2.2x LRU's), and the 1 GiB costs what A.2 reports; yet a predictor of "
-        "that MCC turns a smaller share of the headroom into hits than the paper's. Which "
-        "requests a predictor gets right, and how many blocks ride on them, MCC does not "
-        "say, and only the real conversations could; the turns also arrive open loop (the "
-        "paper's next turn waits for the reply)"
-    )
-
-    def verdict(span: tuple[float, float] | None, lo: float, hi: float) -> str:
-        """agree: our range overlaps the paper's."""
-        return "agree" if span and span[1] >= lo and span[0] <= hi else "differ"
-
     return [
         Claim(
             "cache saved at LRU's hit ratio",
             "Sec. 4.3, Fig. 4 caption (A1)",
             "18% to 47% (7.2-18.8 GB of 40 GB)",
             _pct(saved),
-            verdict(saved, 0.18, 0.47),
-            why,
+            _overlap_verdict(saved, 0.18, 0.47),
+            _SAVINGS_WHY,
         ),
         Claim(
             "hit-ratio gain over LRU",
             "Sec. 4.3",
             "LMSys 13-38%, ShareGPT 14-98%, Chatbot-Arena 15-30%",
             _pct(gain),
-            verdict(gain, 0.13, 0.98),
-            why,
+            _overlap_verdict(gain, 0.13, 0.98),
+            _SAVINGS_WHY,
         ),
         Claim(
             "share of the LRU-to-oracle gap closed",
             "B.4, Fig. 9",
             "LMSys 22-30%, ShareGPT 28-64%, Chatbot-Arena 25-28%",
             _pct(gap),
-            verdict(gap, 0.22, 0.64),
-            why,
+            _overlap_verdict(gap, 0.22, 0.64),
+            _SAVINGS_WHY,
         ),
         Claim(
             "hit ratio lost to the predictor's 1 GB",

@@ -293,18 +293,23 @@ def _shape_claims(rows: list[Row]) -> list[Claim]:
             "agree" if dims == sorted(dims) and dims[-1] >= 35.4 * 0.5 else "differ",
             "the same direction, smaller: " + why_short,
         ),
-        Claim(
-            "pure Transformer: the three systems the same",
-            "Sec. 5.4",
-            "the three systems achieve the same performance",
-            f"SGLang+ {num(dense['SGLang+']):.3f}, Marconi {num(dense['Marconi']):.3f}, "
-            f"vLLM+ {num(dense['vLLM+']):.3f}",
-            "agree" if same else "differ",
-            "SGLang+ and Marconi are equal by design (no states to weigh); vLLM+ differs: "
-            "it reuses whole 32-token blocks only, and the simulator's size estimate lets "
-            "its tree run over the budget (docs/marconi.md)",
-        ),
+        _dense_claim(dense, same),
     ]
+
+
+def _dense_claim(dense: Row, same: bool) -> Claim:
+    """The pure-Transformer claim: the three systems alike when there are no states."""
+    return Claim(
+        "pure Transformer: the three systems the same",
+        "Sec. 5.4",
+        "the three systems achieve the same performance",
+        f"SGLang+ {num(dense['SGLang+']):.3f}, Marconi {num(dense['Marconi']):.3f}, "
+        f"vLLM+ {num(dense['vLLM+']):.3f}",
+        "agree" if same else "differ",
+        "SGLang+ and Marconi are equal by design (no states to weigh); vLLM+ differs: "
+        "it reuses whole 32-token blocks only, and the simulator's size estimate lets "
+        "its tree run over the budget (docs/marconi.md)",
+    )
 
 
 def _draw_shapes(fig: Figure, rows: list[Row]) -> None:

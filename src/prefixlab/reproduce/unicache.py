@@ -288,122 +288,145 @@ def _cells(rows: Sequence[Row]) -> dict[tuple[str, int, str], dict[str, Row]]:
     return out
 
 
+_Cells = dict[tuple[str, int, str], dict[str, Row]]
+
+_WHY_RANK = (
+    "Algorithm 2 as written (T = 0.2) drives the chat queue's weight to its lower "
+    "bound (0.001) and the agentic and structural queues' to 10 (measured on 3B, "
+    "trace #1): a chat block, whose next turn comes a median 63 s later (agentic: "
+    "6 s), earns fewer hits per block held, so chat histories go first, and chat's "
+    "hit ratio falls to about half LRU's (0.31 against 0.58 at 20,450 requests per "
+    "hour); T = 1, the clip-on-E^ order, offset=cached and cumulative hits do the "
+    "same. Near the load knee the lost hits push the engine into a backlog that "
+    "LRU avoids"
+)
+
+
 def _grid_claims(rows: list[Row], s: Setup) -> list[Claim]:
     cells = _cells(rows)
-    claims: list[Claim] = []
+    claims = _rank_claims(cells)
+    if ("3B", 1, "0.9A") in cells:
+        claims += _table5_claims(cells, s)
+    if ("1B", 1, "0.7A") in cells:
+        claims.append(_hit_1b_claim(cells[("1B", 1, "0.7A")]))
+    claims += _margin_claims(cells)
+    claims.append(_smallest_budget_claim(cells, s))
+    return claims
+
+
+def _rank_claims(cells: _Cells) -> list[Claim]:
+    """UniCache's rank among the online policies, in hit ratio and in mean QTTFT."""
     rank_key = "UniCache rank (of 7 online)"
     hr_ranks = [int(num(c[rank_key]["token_hit_ratio"])) for c in cells.values()]
     q_ranks = [int(num(c[rank_key]["mean_qttft_s"])) for c in cells.values()]
     n = len(cells)
-    why_rank = (
-        "Algorithm 2 as written (T = 0.2) drives the chat queue's weight to its lower "
-        "bound (0.001) and the agentic and structural queues' to 10 (measured on 3B, "
-        "trace #1): a chat block, whose next turn comes a median 63 s later (agentic: "
-        "6 s), earns fewer hits per block held, so chat histories go first, and chat's "
-        "hit ratio falls to about half LRU's (0.31 against 0.58 at 20,450 requests per "
-        "hour); T = 1, the clip-on-E^ order, offset=cached and cumulative hits do the "
-        "same. Near the load knee the lost hits push the engine into a backlog that "
-        "LRU avoids"
-    )
-    claims.append(
+    return [
         Claim(
             "UniCache first in token hit ratio among online policies",
             "Sec. 6.2, Fig. 10",
             "in every setting (+3.86% to 17.32% over the online baselines, abstract)",
             f"first in {hr_ranks.count(1)} of {n} cells (ranks {_counts(hr_ranks)})",
             "agree" if hr_ranks.count(1) == n else "differ",
-            "" if hr_ranks.count(1) == n else why_rank,
-        )
-    )
-    claims.append(
+            "" if hr_ranks.count(1) == n else _WHY_RANK,
+        ),
         Claim(
             "UniCache's mean QTTFT lowest among online policies",
             "Sec. 6.4, Table 5",
             "lowest in all three traces (1.10x to 3.63x lower, abstract)",
             f"lowest in {q_ranks.count(1)} of {n} cells (ranks {_counts(q_ranks)})",
             "agree" if q_ranks.count(1) == n else "differ",
-            "" if q_ranks.count(1) == n else why_rank,
-        )
-    )
-    if ("3B", 1, "0.9A") in cells:
-        for t in s.traces:
-            c = cells.get(("3B", t, "0.9A"))
-            if c is None:
-                continue
-            ours = ", ".join(f"{k} {num(c[k]['mean_qttft_s']):.2f}" for k in TABLE5[t])
-            paper = ", ".join(f"{k} {v:.2f}" for k, v in TABLE5[t].items())
-            same_order = _order(c, TABLE5[t])
-            claims.append(
-                Claim(
-                    f"mean QTTFT (s), trace #{t}, 3B, A100, 0.9A",
-                    "Sec. 6.4, Table 5",
-                    paper,
-                    ours,
-                    "agree" if same_order else "differ",
-                    (
-                        "the load is set at the knee where LRU on #1 crosses 4.94 s (20,450 "
-                        "requests per hour give 0.52 s, 20,500 give 9.2 s); "
-                        if t == 1
-                        else ""
-                    )
-                    + (
-                        "the order of the policies is the paper's"
-                        if same_order
-                        else "the order of the policies differs; " + why_rank
-                    ),
-                )
-            )
-    if ("1B", 1, "0.7A") in cells:
-        c = cells[("1B", 1, "0.7A")]
-        paper = "LRU 91.64%, FIFO 91.19%, UniCache 92.32%, LFU 79.42%"
-        ours = ", ".join(
-            f"{k} {num(c[k]['token_hit_ratio']):.2%}" for k in ("LRU", "FIFO", "UniCache", "LFU")
-        )
+            "" if q_ranks.count(1) == n else _WHY_RANK,
+        ),
+    ]
+
+
+def _table5_claims(cells: _Cells, s: Setup) -> list[Claim]:
+    """Table 5's mean QTTFT, for each trace run on 3B at 0.9A."""
+    claims: list[Claim] = []
+    for t in s.traces:
+        c = cells.get(("3B", t, "0.9A"))
+        if c is None:
+            continue
+        ours = ", ".join(f"{k} {num(c[k]['mean_qttft_s']):.2f}" for k in TABLE5[t])
+        paper = ", ".join(f"{k} {v:.2f}" for k, v in TABLE5[t].items())
+        same_order = _order(c, TABLE5[t])
         claims.append(
             Claim(
-                "token hit ratio, trace #1, 1B, 0.7A",
-                "Sec. 6.2",
+                f"mean QTTFT (s), trace #{t}, 3B, A100, 0.9A",
+                "Sec. 6.4, Table 5",
                 paper,
                 ours,
-                "n/a",
-                "synthetic traces: the levels depend on the stand-in "
-                "workload's reuse; compare the order",
+                "agree" if same_order else "differ",
+                (
+                    "the load is set at the knee where LRU on #1 crosses 4.94 s (20,450 "
+                    "requests per hour give 0.52 s, 20,500 give 9.2 s); "
+                    if t == 1
+                    else ""
+                )
+                + (
+                    "the order of the policies is the paper's"
+                    if same_order
+                    else "the order of the policies differs; " + _WHY_RANK
+                ),
             )
         )
+    return claims
+
+
+def _hit_1b_claim(c: dict[str, Row]) -> Claim:
+    """Sec. 6.2's token hit ratios on trace #1, 1B, 0.7A."""
+    paper = "LRU 91.64%, FIFO 91.19%, UniCache 92.32%, LFU 79.42%"
+    ours = ", ".join(
+        f"{k} {num(c[k]['token_hit_ratio']):.2%}" for k in ("LRU", "FIFO", "UniCache", "LFU")
+    )
+    return Claim(
+        "token hit ratio, trace #1, 1B, 0.7A",
+        "Sec. 6.2",
+        paper,
+        ours,
+        "n/a",
+        "synthetic traces: the levels depend on the stand-in workload's reuse; compare the order",
+    )
+
+
+def _margin_claims(cells: _Cells) -> list[Claim]:
+    """UniCache's margin over LRU on 8B at 0.7A (none when 8B was not run)."""
     margins = [
         num(c["UniCache"]["token_hit_ratio"]) - num(c["LRU"]["token_hit_ratio"])
         for (m, _, b), c in cells.items()
         if m == "8B" and b == "0.7A"
     ]
-    if margins:
-        claims.append(
-            Claim(
-                "UniCache over LRU, 8B, 0.7A, each trace",
-                "Sec. 6.2",
-                "+2.27% to +4.63% (points)",
-                f"{min(margins):+.2%} to {max(margins):+.2%}",
-                "agree"
-                if min(margins) >= 0.0227 - 0.01 and max(margins) <= 0.0463 + 0.01
-                else "differ",
-                why_rank if min(margins) < 0.0127 else "larger gains here",
-            )
+    if not margins:
+        return []
+    return [
+        Claim(
+            "UniCache over LRU, 8B, 0.7A, each trace",
+            "Sec. 6.2",
+            "+2.27% to +4.63% (points)",
+            f"{min(margins):+.2%} to {max(margins):+.2%}",
+            "agree"
+            if min(margins) >= 0.0227 - 0.01 and max(margins) <= 0.0463 + 0.01
+            else "differ",
+            _WHY_RANK if min(margins) < 0.0127 else "larger gains here",
         )
+    ]
+
+
+def _smallest_budget_claim(cells: _Cells, s: Setup) -> Claim:
+    """UniCache's mean QTTFT at the smallest budget (the paper gives 0.9A only)."""
     slow = [
         num(c["UniCache"]["mean_qttft_s"])
         for (_, _, b), c in cells.items()
         if b == f"{min(s.fractions):g}A"
     ]
-    claims.append(
-        Claim(
-            f"QTTFT at the smallest budget ({min(s.fractions):g}A)",
-            "Sec. 6.4, Table 5",
-            "seconds (0.10-8.47 s at 0.9A)",
-            f"UniCache {min(slow):.2f} to {max(slow):.2f} s",
-            "n/a",
-            "the paper gives QTTFT at 0.9A only",
-        )
+    return Claim(
+        f"QTTFT at the smallest budget ({min(s.fractions):g}A)",
+        "Sec. 6.4, Table 5",
+        "seconds (0.10-8.47 s at 0.9A)",
+        f"UniCache {min(slow):.2f} to {max(slow):.2f} s",
+        "n/a",
+        "the paper gives QTTFT at 0.9A only",
     )
-    return claims
 
 
 def _counts(ranks: list[int]) -> str:
@@ -500,54 +523,56 @@ class UniCacheAblations(Reproduction):
         return Outcome(table, _ablation_claims(table), _draw_ablations, notes)
 
 
+_ABLATION_METRIC = "points of token hit ratio (Sec. 6.5 does not say points or relative)"
+
+
 def _ablation_claims(rows: list[Row]) -> list[Claim]:
     by: dict[tuple[int, str, int], Row] = {
         (int(num(r["trace"])), str(r["variant"]), int(num(r["block_tokens"]))): r for r in rows
     }
     traces = sorted({k[0] for k in by})
+    stage2 = _hit_gain(by, traces, ("UniCache", BLOCK), ("w/o stage 2", BLOCK))
+    uopt = _hit_gain(by, traces, ("UniCache-OPT", BLOCK), ("UniCache", BLOCK))
+    oopt = _hit_gain(by, traces, ("UniCache", BLOCK), ("OPT-Online", BLOCK))
+    b8 = _hit_gain(by, traces, ("UniCache", 8), ("UniCache", 16))
+    b32 = _hit_gain(by, traces, ("UniCache", 8), ("UniCache", 32))
+    return _fig12_claims(stage2, uopt, oopt) + _fig13_claims(b8, b32)
 
-    def span(v: list[float]) -> str:
-        return f"{min(v):+.2%} to {max(v):+.2%}"
 
-    stage2 = [
-        num(by[(t, "UniCache", BLOCK)]["token_hit_ratio"])
-        - num(by[(t, "w/o stage 2", BLOCK)]["token_hit_ratio"])
+def _hit_gain(
+    by: dict[tuple[int, str, int], Row],
+    traces: list[int],
+    variant: tuple[str, int],
+    over: tuple[str, int],
+) -> list[float]:
+    """Per trace, ``variant``'s token hit ratio minus ``over``'s (variant, block tokens)."""
+    (name, bt), (base, base_bt) = variant, over
+    return [
+        num(by[(t, name, bt)]["token_hit_ratio"]) - num(by[(t, base, base_bt)]["token_hit_ratio"])
         for t in traces
     ]
-    uopt = [
-        num(by[(t, "UniCache-OPT", BLOCK)]["token_hit_ratio"])
-        - num(by[(t, "UniCache", BLOCK)]["token_hit_ratio"])
-        for t in traces
-    ]
-    oopt = [
-        num(by[(t, "UniCache", BLOCK)]["token_hit_ratio"])
-        - num(by[(t, "OPT-Online", BLOCK)]["token_hit_ratio"])
-        for t in traces
-    ]
-    b8 = [
-        num(by[(t, "UniCache", 8)]["token_hit_ratio"])
-        - num(by[(t, "UniCache", 16)]["token_hit_ratio"])
-        for t in traces
-    ]
-    b32 = [
-        num(by[(t, "UniCache", 8)]["token_hit_ratio"])
-        - num(by[(t, "UniCache", 32)]["token_hit_ratio"])
-        for t in traces
-    ]
-    metric = "points of token hit ratio (Sec. 6.5 does not say points or relative)"
 
-    def overlaps(v: list[float], lo: float, hi: float) -> bool:
-        return min(v) <= hi and max(v) >= lo
 
+def _gain_span(v: list[float]) -> str:
+    return f"{min(v):+.2%} to {max(v):+.2%}"
+
+
+def _overlaps(v: list[float], lo: float, hi: float) -> bool:
+    return min(v) <= hi and max(v) >= lo
+
+
+def _fig12_claims(stage2: list[float], uopt: list[float], oopt: list[float]) -> list[Claim]:
+    """Fig. 12's claims: stage 2, the waiting queue's next uses (UniCache-OPT), OPT-Online."""
+    metric = _ABLATION_METRIC
     return [
         Claim(
             "full UniCache over w/o stage 2 (hit ratio)",
             "Sec. 6.5, Fig. 12",
             "5.36% to 31.30%",
-            span(stage2),
-            "agree" if overlaps(stage2, 0.0536, 0.3130) else "differ",
+            _gain_span(stage2),
+            "agree" if _overlaps(stage2, 0.0536, 0.3130) else "differ",
             metric
-            if overlaps(stage2, 0.0536, 0.3130)
+            if _overlaps(stage2, 0.0536, 0.3130)
             else metric + "; stage 2 with "
             "Algorithm 2's weights takes chat histories first (unicache-grid's cause), "
             "where the proportional split that stands in for w/o stage 2 (the paper does "
@@ -557,7 +582,7 @@ def _ablation_claims(rows: list[Row]) -> list[Claim]:
             "UniCache-OPT over UniCache (hit ratio)",
             "Sec. 6.5, Fig. 12",
             "at most 0.74%, most on trace #1",
-            span(uopt),
+            _gain_span(uopt),
             "agree" if max(uopt) <= 0.0074 + 0.005 else "differ",
             metric + "; the waiting queue is deep only when the engine is backlogged, as "
             "UniCache is on trace #1 here, where the hints then save the most",
@@ -566,17 +591,23 @@ def _ablation_claims(rows: list[Row]) -> list[Claim]:
             "UniCache over OPT-Online (hit ratio)",
             "Sec. 6.5, Fig. 12",
             "1.53% to 4.90%",
-            span(oopt),
-            "agree" if overlaps(oopt, 0.0153, 0.0490) else "differ",
+            _gain_span(oopt),
+            "agree" if _overlaps(oopt, 0.0153, 0.0490) else "differ",
             metric
             + (
                 ""
-                if overlaps(oopt, 0.0153, 0.0490)
+                if _overlaps(oopt, 0.0153, 0.0490)
                 else "; OPT-Online is LRU for "
                 "every block no waiting request needs, and LRU keeps the chat histories that "
                 "UniCache gives up (unicache-grid's cause)"
             ),
         ),
+    ]
+
+
+def _fig13_claims(b8: list[float], b32: list[float]) -> list[Claim]:
+    """Fig. 13's claims: 8-token blocks over 16- and 32-token ones."""
+    return [
         Claim(
             "block size 8 over 16 (hit ratio)",
             "Sec. 6.5, Fig. 13",

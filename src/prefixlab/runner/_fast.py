@@ -267,13 +267,39 @@ def kernel_state(
     policy also those in its ghost lists, which :func:`sweep_slots` frees between calls
     (``num_keys`` slots to start with, :func:`widen_slots` adds more). Nothing in the state
     grows with the trace."""
-    keyed = policy == KEYED
-    lists = policy in (LFU_LISTS, MRU_STACK)
     link, flag, sst = sieve_state(capacity if policy == SIEVE else 1)
     if raw_keys:
         num_keys = max(num_keys, capacity) if policy == ARRAY else capacity
     cells = 1 << max(int(2 * num_keys - 1).bit_length(), 4) if raw_keys else 1
     slots = num_keys if raw_keys else 0
+    return (
+        *_block_arrays(capacity, num_keys, policy, nlists),
+        link,
+        flag,
+        sst,
+        np.arange(capacity - 1, -1, -1).astype(np.int64),  # empty: a stack, top last
+        # order, empty blocks, cached free, evictions, free slots
+        np.array([0, capacity, 0, 0, slots], np.int64),
+        np.full((cells, 2), -1, np.int64),  # ktab: raw key -> slot (raw_keys only)
+        np.zeros(max(slots, 1), np.int64),  # skey: slot -> raw key
+        np.arange(slots - 1, -1, -1).astype(np.int64),  # sfree: a stack, top last
+        np.zeros(capacity, np.int64),  # pk: parked (1), parked with a heap item (2)
+        np.empty(2 * capacity + 64, np.int64),  # hst: the parked heap's stamps
+        np.empty(2 * capacity + 64, np.int64),  # hid: its entries
+        np.empty(3, np.float64),  # kbuf: a keyed policy's sort key (scratch)
+    )
+
+
+def _block_arrays(
+    capacity: int, num_keys: int, policy: int, nlists: int
+) -> tuple[
+    I64, I64, I64, I64, I64, I64, I64, I64, I64, I64,
+    B1, F64, I64, I64, F64, F64, I64, I64, I64,
+]:  # fmt: skip
+    """The first 19 arrays of :func:`kernel_state` (bl .. hn): lists, chains, the queue,
+    the per-block columns and the keyed heap."""
+    keyed = policy == KEYED
+    lists = policy in (LFU_LISTS, MRU_STACK)
     return (
         np.full((3, capacity if lists else 1), -1, np.int64),  # bl: lfu / mru list links
         np.full((2, nlists if policy == LFU_LISTS else 1), -1, np.int64),  # bht: list ends
@@ -294,19 +320,6 @@ def kernel_state(
         np.zeros(capacity, np.int64),  # he
         np.full(capacity, -1, np.int64),  # hpos
         np.zeros(1, np.int64),  # hn
-        link,
-        flag,
-        sst,
-        np.arange(capacity - 1, -1, -1).astype(np.int64),  # empty: a stack, top last
-        # order, empty blocks, cached free, evictions, free slots
-        np.array([0, capacity, 0, 0, slots], np.int64),
-        np.full((cells, 2), -1, np.int64),  # ktab: raw key -> slot (raw_keys only)
-        np.zeros(max(slots, 1), np.int64),  # skey: slot -> raw key
-        np.arange(slots - 1, -1, -1).astype(np.int64),  # sfree: a stack, top last
-        np.zeros(capacity, np.int64),  # pk: parked (1), parked with a heap item (2)
-        np.empty(2 * capacity + 64, np.int64),  # hst: the parked heap's stamps
-        np.empty(2 * capacity + 64, np.int64),  # hid: its entries
-        np.empty(3, np.float64),  # kbuf: a keyed policy's sort key (scratch)
     )
 
 

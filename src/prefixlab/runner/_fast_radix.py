@@ -267,7 +267,6 @@ def new_tree(capacity: int, slots: int = 0, next_uses: bool = False) -> Tree:
     half = 2 * capacity + 2
     st[PTOP], st[PEND] = 0, half
     st[NSLOTS] = slots
-    cells = 1 << int(2 * slots - 1).bit_length() if slots else 1
     return (
         np.full(size, -1, np.int64),
         np.zeros(size, np.int64),
@@ -284,6 +283,15 @@ def new_tree(capacity: int, slots: int = 0, next_uses: bool = False) -> Tree:
         np.empty(size, np.int64),
         st,
         np.empty(2 * half, np.int64),
+        *_key_arrays(slots, next_uses),
+    )
+
+
+def _key_arrays(slots: int, next_uses: bool) -> tuple[I64, I64, I64, F64, F64]:
+    """The last arrays of :func:`new_tree`: ktab, skey, sfree (one-cell placeholders
+    unless ``slots`` > 0), note (empty unless ``next_uses``) and nup (handed in later)."""
+    cells = 1 << int(2 * slots - 1).bit_length() if slots else 1
+    return (
         np.full((cells, 2), -1, np.int64),
         np.zeros(max(slots, 1), np.int64),
         np.arange(slots - 1, -1, -1).astype(np.int64),
@@ -727,16 +735,13 @@ def radix_policy_args(
     size = capacity + 2
     view = EntryView(size)
     policy.bind(view)
-    qb = np.empty(4 * size + 64, np.int64)
-    qs = np.empty(4 * size + 64, np.int64)
-    stamp = np.full(size, -1, np.int64)
+    queue = _queue_arrays(size, code == KEYED)
     cols, signs = np.full(3, -1, np.int64), np.ones(3, np.float64)
     occ_start, occ_req = np.zeros(1, np.int64), np.zeros(0, np.int64)
     if isinstance(policy, KeyedPolicy):
         cols, signs = key_columns(policy.sort_key)
         if not next_uses:
             occ_start, occ_req = policy.occ_start, policy.occ_req
-    keyed_n = size if code == KEYED else 1
     link, flag, sst = sieve_state(size if code == SIEVE else 1)
     acode, st, rng = -1, new_state(1, 1, (1, 1)), np.random.default_rng(0)
     aux = np.zeros((1, 0))
@@ -744,15 +749,7 @@ def radix_policy_args(
         st = grow_state(policy.state, size, max(num_keys, 1))
         acode, rng, aux = policy.code, policy.rng, policy.aux
     return (
-        qb,
-        qs,
-        stamp,
-        np.zeros(3, np.int64),
-        np.zeros(size, np.int64),
-        np.zeros((keyed_n, 4), np.float64),
-        np.zeros(keyed_n, np.int64),
-        np.full(size, -1, np.int64),
-        np.zeros(1, np.int64),
+        *queue,
         cols,
         signs,
         view.last_access,
@@ -775,6 +772,23 @@ def radix_policy_args(
         aux,
         np.empty(3, np.float64),
         np.zeros(0, np.float64),  # nnu: a streamed tree's notes (RadixPrepared binds them)
+    )
+
+
+def _queue_arrays(size: int, keyed: bool) -> tuple[I64, I64, I64, I64, I64, F64, I64, I64, I64]:
+    """The first arrays of :func:`radix_policy_args`: the queue's (qb, qs, stamp, qstate,
+    qfree) and the keyed heap's (hk, he, hpos, hn; ``keyed``: a row per node, else one)."""
+    keyed_n = size if keyed else 1
+    return (
+        np.empty(4 * size + 64, np.int64),
+        np.empty(4 * size + 64, np.int64),
+        np.full(size, -1, np.int64),
+        np.zeros(3, np.int64),
+        np.zeros(size, np.int64),
+        np.zeros((keyed_n, 4), np.float64),
+        np.zeros(keyed_n, np.int64),
+        np.full(size, -1, np.int64),
+        np.zeros(1, np.int64),
     )
 
 

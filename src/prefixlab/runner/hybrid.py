@@ -126,9 +126,25 @@ def replay_hybrid(
             "input_tokens, a text format, or a generator), not block hashes"
         )
     values, offsets = trace.sequence_tokens()
-    inputs = trace.input_length
     if fast and not check_every and HAVE_NUMBA and hybrid_code(pol) >= 0:
         return _replay_compiled(trace, pol, config, on_step)
+    return _replay_objects(trace, pol, config, spec, values, offsets, check_every, on_step, fast)
+
+
+def _replay_objects(
+    trace: Trace,
+    pol: HybridPolicy,
+    config: HybridConfig,
+    spec: ModelSpec,
+    values: I64,
+    offsets: I64,
+    check_every: int,
+    on_step: Callable[[int], None] | None,
+    fast: bool,
+) -> HybridResult:
+    """replay_hybrid on the object tree (:class:`HybridCache`), which calls the policy's
+    hooks; ``values`` / ``offsets``: the trace's sequences (input + output tokens)."""
+    inputs = trace.input_length
     n = len(trace)
     cache = HybridCache(config.capacity_bytes, spec, pol, config.locks)
     hits = np.zeros(n, dtype=np.int64)
@@ -154,7 +170,13 @@ def replay_hybrid(
     elapsed = time.perf_counter() - start
     if check_every:
         cache.check()
-    counters = {
+    history = tuner.history if tuner is not None else []
+    return _result(pol, config, spec, hits, inputs, _counters(cache, peak), elapsed, history)
+
+
+def _counters(cache: HybridCache, peak: int) -> dict[str, int]:
+    """The object tree's totals at the end of a replay (``peak``: its most bytes used)."""
+    return {
         "bytes_used": cache.used,
         "peak_bytes": peak,
         "bytes_written": cache.bytes_written,
@@ -166,8 +188,6 @@ def replay_hybrid(
         "num_merges": cache.num_merges,
         "num_rejected": cache.num_rejected,
     }
-    history = tuner.history if tuner is not None else []
-    return _result(pol, config, spec, hits, inputs, counters, elapsed, history)
 
 
 def _result(

@@ -204,7 +204,6 @@ def replay(
     )
     if not config.prefix_caching:
         layout = without_lookups(layout)
-    n = len(trace)
     reserved = reserved_blocks(pol, config.model, layout.block_tokens)
     if reserved:
         if reserved >= config.capacity_blocks:
@@ -215,8 +214,23 @@ def replay(
         config = dataclasses.replace(config, capacity_blocks=config.capacity_blocks - reserved)
     if fast and _fast_applies(pol, config, observers, check_every, on_step):
         res = _replay_fast(trace, pol, config, layout)
-        res.metrics["num_reserved_blocks"] = reserved
-        return res
+    else:
+        res = _replay_generic(trace, pol, config, layout, observers, check_every, on_step)
+    res.metrics["num_reserved_blocks"] = reserved
+    return res
+
+
+def _replay_generic(
+    trace: Trace,
+    pol: EvictionPolicy,
+    config: ReplayConfig,
+    layout: BlockLayout,
+    observers: Sequence[Observer],
+    check_every: int,
+    on_step: Callable[[int], None] | None,
+) -> ReplayResult:
+    """replay on the cache objects, which call the policy's hooks and tell the observers."""
+    n = len(trace)
     metrics = ReplayMetrics(n)
     all_obs: list[Observer] = [metrics, *observers]
     cache = build_cache(config, pol, layout, all_obs)
@@ -252,9 +266,7 @@ def replay(
     elapsed = time.perf_counter() - start
     if check_every:
         cache.check()
-    res = _result(trace, pol, config, layout, metrics, elapsed)
-    res.metrics["num_reserved_blocks"] = reserved
-    return res
+    return _result(trace, pol, config, layout, metrics, elapsed)
 
 
 def _result(

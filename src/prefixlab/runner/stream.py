@@ -81,7 +81,7 @@ import numpy as np
 from prefixlab._keytable import with_room
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.metrics.replay import hit_summary
-from prefixlab.policies._arrays import ABASE, GSEQ0, K0, K1, SC, grow_state
+from prefixlab.policies._arrays import ABASE, GSEQ0, K0, K1, SC, ChunkPasses, grow_state
 from prefixlab.policies._keyed import KeyedPolicy
 from prefixlab.policies.array_policy import ArrayPolicy
 from prefixlab.policies.base import EvictionPolicy
@@ -209,67 +209,14 @@ def replay_stream(
         if not streamable(pol, config):
             raise ValueError(f"policy '{pol.spec()}' cannot be streamed")
     _fast.warm_up()
-    runs: list[_Run] = []
     seen = StreamSummary()
-
     readers = [i for i, pol in enumerate(policies) if _streams(pol)]
-
-    def laid_out() -> Iterator[tuple[_Facts, int, BlockLayout]]:
-        r0 = 0
-        last = -np.inf
-        for chunk, nbytes in chunks:
-            if readers and len(chunk):  # they take a session's turns in the file's order
-                arr = np.asarray(chunk.arrival_s, dtype=np.float64)
-                if arr[0] < last or (np.diff(arr) < 0).any():
-                    raise NotStreamable("arrivals out of order (a policy reads sessions)")
-                last = float(arr[-1])
-            layout = chunk.block_layout(
-                config.block_tokens,
-                config.extra_key,
-                config.cache_partial,
-                config.min_recompute_tokens,
-                intern=False,
-            )
-            bad = first_repeat_row(layout.raw_keys, layout.key_offsets)
-            if bad >= 0:  # what interning checks on the whole trace (a key names a prefix)
-                raise ConfigError(f"request {r0 + bad}: a block key appears twice in one sequence")
-            facts = _Facts(
-                chunk.name,
-                chunk.input_length.astype(np.int64, copy=False),
-                chunk.output_length.astype(np.int64, copy=False),
-                capped_requests(chunk, layout.block_tokens, config.min_recompute_tokens),
-                {i: _array(policies[i]).chunk_columns(chunk, r0) for i in readers},
-            )
-            r0 += len(chunk)
-            yield facts, nbytes, layout if config.prefix_caching else without_lookups(layout)
-
-    affinity = getattr(os, "sched_getaffinity", None)  # the cores this process may use
-    cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
-    workers = min(len(policies), cores) if parallel else 1
-    pool = ThreadPoolExecutor(workers, "prefixlab-policy") if workers > 1 else None
-    read = read_ahead(laid_out())
-    future = None
-    items: Iterator[tuple[_Facts, int, BlockLayout, F64 | None]]
-    if any(two_pass(pol) for pol in policies):
-        future = tempfile.TemporaryDirectory(prefix="prefixlab-two-pass-")
-        items = _two_pass(read, policies, Path(future.name), on_chunk)
-    else:
-        items = ((facts, nbytes, layout, None) for facts, nbytes, layout in read)
+    pool = _policy_pool(len(policies), parallel)
+    read = read_ahead(_laid_out(chunks, policies, config, readers))
+    items, future = _passes(read, policies, on_chunk)
     try:
-        for chunk, nbytes, layout, nu in items:
-            if not runs:
-                runs = [_start(pol, config, layout.block_tokens) for pol in policies]
-            for run in runs:
-                if nu is not None and wants_next_use(run.prep.policy):
-                    run.prep.nu_pos = nu
-            r0 = seen.num_requests
-            _step(runs, chunk, layout, seen, config, pool)
-            if on_rows is not None:
-                inputs = chunk.input_length.astype(np.int64, copy=False)
-                for i, run in enumerate(runs):
-                    on_rows(i, r0, run.chunk_hits, inputs)
-            if on_chunk is not None and future is None:
-                on_chunk(seen.num_requests, nbytes)
+        progress = on_chunk if future is None else None  # two passes: as they spill
+        runs = _replay_items(items, policies, config, seen, pool, progress, on_rows)
     except CapacityError:
         # Read on (no replay): a later chunk the reader does not accept means the file must
         # be loaded whole, whose error (a bad line; a request index after sorting) wins.
@@ -289,6 +236,93 @@ def replay_stream(
     return [_finish(run, config, seen) for run in runs], seen
 
 
+def _laid_out(
+    chunks: Iterable[tuple[Trace, int]],
+    policies: list[EvictionPolicy],
+    config: ReplayConfig,
+    readers: list[int],
+) -> Iterator[tuple[_Facts, int, BlockLayout]]:
+    """Each chunk's facts, bytes read so far and block layout, checked as the whole load
+    checks them (``readers``: the policies that read the trace's columns)."""
+    r0 = 0
+    last = -np.inf
+    for chunk, nbytes in chunks:
+        if readers and len(chunk):  # they take a session's turns in the file's order
+            arr = np.asarray(chunk.arrival_s, dtype=np.float64)
+            if arr[0] < last or (np.diff(arr) < 0).any():
+                raise NotStreamable("arrivals out of order (a policy reads sessions)")
+            last = float(arr[-1])
+        layout = chunk.block_layout(
+            config.block_tokens,
+            config.extra_key,
+            config.cache_partial,
+            config.min_recompute_tokens,
+            intern=False,
+        )
+        bad = first_repeat_row(layout.raw_keys, layout.key_offsets)
+        if bad >= 0:  # what interning checks on the whole trace (a key names a prefix)
+            raise ConfigError(f"request {r0 + bad}: a block key appears twice in one sequence")
+        facts = _Facts(
+            chunk.name,
+            chunk.input_length.astype(np.int64, copy=False),
+            chunk.output_length.astype(np.int64, copy=False),
+            capped_requests(chunk, layout.block_tokens, config.min_recompute_tokens),
+            {i: _array(policies[i]).chunk_columns(chunk, r0) for i in readers},
+        )
+        r0 += len(chunk)
+        yield facts, nbytes, layout if config.prefix_caching else without_lookups(layout)
+
+
+def _policy_pool(num_policies: int, parallel: bool) -> ThreadPoolExecutor | None:
+    """A thread per policy, up to the cores this process may use (None: one by one)."""
+    affinity = getattr(os, "sched_getaffinity", None)  # the cores this process may use
+    cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+    workers = min(num_policies, cores) if parallel else 1
+    return ThreadPoolExecutor(workers, "prefixlab-policy") if workers > 1 else None
+
+
+def _passes(
+    read: Iterator[tuple[_Facts, int, BlockLayout]],
+    policies: list[EvictionPolicy],
+    on_chunk: Callable[[int, int], None] | None,
+) -> tuple[Generator[_Item, None, None], tempfile.TemporaryDirectory[str] | None]:
+    """The chunks as the replay takes them, and the folder they are spilled to when some
+    policy needs the whole trace first (:func:`_two_pass`; None: read once)."""
+    if any(two_pass(pol) for pol in policies):
+        future = tempfile.TemporaryDirectory(prefix="prefixlab-two-pass-")
+        return _two_pass(read, policies, Path(future.name), on_chunk), future
+    return ((facts, nbytes, layout, None) for facts, nbytes, layout in read), None
+
+
+def _replay_items(
+    items: Iterator[_Item],
+    policies: list[EvictionPolicy],
+    config: ReplayConfig,
+    seen: StreamSummary,
+    pool: ThreadPoolExecutor | None,
+    on_chunk: Callable[[int, int], None] | None,
+    on_rows: RowSink | None,
+) -> list[_Run]:
+    """Every chunk through every policy (their runs start at the first chunk); the runs
+    (none when nothing was read)."""
+    runs: list[_Run] = []
+    for chunk, nbytes, layout, nu in items:
+        if not runs:
+            runs = [_start(pol, config, layout.block_tokens) for pol in policies]
+        for run in runs:
+            if nu is not None and wants_next_use(run.prep.policy):
+                run.prep.nu_pos = nu
+        r0 = seen.num_requests
+        _step(runs, chunk, layout, seen, config, pool)
+        if on_rows is not None:
+            inputs = chunk.input_length.astype(np.int64, copy=False)
+            for i, run in enumerate(runs):
+                on_rows(i, r0, run.chunk_hits, inputs)
+        if on_chunk is not None:
+            on_chunk(seen.num_requests, nbytes)
+    return runs
+
+
 @dataclass(slots=True)
 class _Facts:
     """What the runner reads of a chunk besides its layout (all a spilled chunk keeps)."""
@@ -304,6 +338,11 @@ class _Facts:
         return int(self.input_length.shape[0])
 
 
+#: what a streamed replay hands the policies: a chunk's facts, the bytes read so far, its
+#: layout, and the next use of every key position (None: no policy ranks by it)
+_Item = tuple[_Facts, int, BlockLayout, F64 | None]
+
+
 def _step(
     runs: list[_Run],
     chunk: _Facts,
@@ -316,34 +355,22 @@ def _step(
     policy's state is its own and the kernel runs without the GIL), then its totals."""
     n = len(chunk)
     keys = layout.raw_keys.view(np.int64)
-
-    def one(run: _Run, i: int) -> None:
-        prep = run.prep
-        if i in chunk.columns:
-            _take_columns(prep, chunk.columns[i], seen.num_requests)
-        if isinstance(prep, _fast.Prepared):  # the block kernel's slots and lists
-            nlists = int(prep.state[12].max()) + n + 1  # lfu: hit counts it can reach
-            prep.state = _fast.widen_state(prep.state, nlists)
-            if prep.code == _fast.ARRAY:
-                _make_slots(prep, int(keys.shape[0]))
-        elif prep.T[16].shape[0] > 1:  # a raw-key tree's slots
-            if prep.code == R_ARRAY:
-                prep.make_slots(int(keys.shape[0]), _GHOST_ROWS, _CLEAR_ROWS, _KEEP_ROWS)
-            else:  # next uses: the policy keeps nothing by key
-                prep.make_slots(int(keys.shape[0]), _NO_ROWS, _NO_ROWS, _NO_ROWS)
-        _chunk(run, keys, layout, seen.num_requests, config)
-
+    r0 = seen.num_requests
     if pool is None:
         for i, run in enumerate(runs):
-            one(run, i)
+            _run_chunk(run, i, chunk, keys, layout, r0, config)
             if run.out[1] >= 0:
                 break
     else:
-        for done in [pool.submit(one, run, i) for i, run in enumerate(runs)]:
+        jobs = [
+            pool.submit(_run_chunk, run, i, chunk, keys, layout, r0, config)
+            for i, run in enumerate(runs)
+        ]
+        for done in jobs:
             done.result()
     for run in runs:  # the first policy in order that could not fit, as one by one
         if run.out[1] >= 0:
-            r = int(run.out[1]) - seen.num_requests
+            r = int(run.out[1]) - r0
             held, inp = int(layout.num_blocks_held[r]), int(chunk.input_length[r])
             raise capacity_error(
                 int(run.out[1]),
@@ -358,6 +385,33 @@ def _step(
     seen.num_requests += n
     seen.num_input_tokens += int(chunk.input_length.sum())
     seen.num_capped += chunk.num_capped
+
+
+def _run_chunk(
+    run: _Run,
+    i: int,
+    chunk: _Facts,
+    keys: I64,
+    layout: BlockLayout,
+    r0: int,
+    config: ReplayConfig,
+) -> None:
+    """The chunk (requests r0, r0 + 1, ...; ``keys``: its raw keys) through policy i's
+    run, after its columns and enough room for the chunk's keys and hit counts."""
+    prep = run.prep
+    if i in chunk.columns:
+        _take_columns(prep, chunk.columns[i], r0)
+    if isinstance(prep, _fast.Prepared):  # the block kernel's slots and lists
+        nlists = int(prep.state[12].max()) + len(chunk) + 1  # lfu: hit counts it can reach
+        prep.state = _fast.widen_state(prep.state, nlists)
+        if prep.code == _fast.ARRAY:
+            _make_slots(prep, int(keys.shape[0]))
+    elif prep.T[16].shape[0] > 1:  # a raw-key tree's slots
+        if prep.code == R_ARRAY:
+            prep.make_slots(int(keys.shape[0]), _GHOST_ROWS, _CLEAR_ROWS, _KEEP_ROWS)
+        else:  # next uses: the policy keeps nothing by key
+            prep.make_slots(int(keys.shape[0]), _NO_ROWS, _NO_ROWS, _NO_ROWS)
+    _chunk(run, keys, layout, r0, config)
 
 
 def _array(pol: EvictionPolicy) -> ArrayPolicy:
@@ -425,6 +479,29 @@ def _two_pass(
     handed out in order. Memory: one chunk, and the table (one cell pair per distinct key
     looked up, at most half full); disk: about 16 bytes per key position and 40 per
     request, and the policies' columns."""
+    count, requests, starts = _spill(items, folder, on_chunk)
+    if any(wants_next_use(pol) for pol in policies):
+        _write_next_uses(folder, count, starts)
+    for p, pol in enumerate(policies):
+        if _streams(pol) == "two-pass":
+            _array(pol).stream_prepare(_chunk_passes(folder, p, count, starts), requests)
+    nexts = any(wants_next_use(pol) for pol in policies)
+    for i in range(count):
+        facts, layout = _load(folder, i)
+        for p, pol in enumerate(policies):
+            if _streams(pol):
+                facts.columns[p] = np.load(folder / f"{i}.aux{p}.npy")
+        yield facts, 0, layout, np.load(folder / f"{i}.nu.npy") if nexts else None
+
+
+def _spill(
+    items: Iterator[tuple[_Facts, int, BlockLayout]],
+    folder: Path,
+    on_chunk: Callable[[int, int], None] | None,
+) -> tuple[int, int, list[int]]:
+    """Write each chunk to ``folder`` (its layout, facts and the policies' columns) as it
+    is read, reporting progress; the number of chunks, of requests, and each chunk's first
+    request."""
     count = requests = 0
     starts = []  # each chunk's first request
     for facts, nbytes, layout in items:
@@ -443,54 +520,56 @@ def _two_pass(
         requests += len(facts)
         if on_chunk is not None:
             on_chunk(requests, nbytes)
+    return count, requests, starts
 
-    def load(i: int) -> tuple[_Facts, BlockLayout]:
-        with np.load(folder / f"{i}.npz") as z:
-            num_capped, block_tokens = (int(v) for v in z["meta"])
-            facts = _Facts(
-                (folder / f"{i}.name").read_text(),
-                z["input_length"],
-                z["output_length"],
-                num_capped,
-            )
-            arrays = {f: z[f] for f in _LAYOUT_FIELDS}
-        layout = BlockLayout(
-            block_tokens=block_tokens, keys=np.zeros(0, np.int64), num_distinct_keys=0, **arrays
+
+def _load(folder: Path, i: int) -> tuple[_Facts, BlockLayout]:
+    """Spilled chunk i: its facts (without the policies' columns) and layout."""
+    with np.load(folder / f"{i}.npz") as z:
+        num_capped, block_tokens = (int(v) for v in z["meta"])
+        facts = _Facts(
+            (folder / f"{i}.name").read_text(),
+            z["input_length"],
+            z["output_length"],
+            num_capped,
         )
-        return facts, layout
+        arrays = {f: z[f] for f in _LAYOUT_FIELDS}
+    layout = BlockLayout(
+        block_tokens=block_tokens, keys=np.zeros(0, np.int64), num_distinct_keys=0, **arrays
+    )
+    return facts, layout
 
-    if any(wants_next_use(pol) for pol in policies):
-        table = np.full((16, 2), -1, np.int64)  # key -> earliest lookup so far (from the end)
-        used = 0
-        for i in range(count - 1, -1, -1):
-            with np.load(folder / f"{i}.npz") as z:
-                keys = z["raw_keys"].view(np.int64)
-                table = with_room(table, used + int(z["num_lookup_blocks"].sum()))
-                nu, added = next_uses_back(
-                    keys, z["key_offsets"], z["num_lookup_blocks"], starts[i], table
-                )
-                used += added
-            np.save(folder / f"{i}.nu.npy", nu)
-        del table
-    for p, pol in enumerate(policies):
-        if _streams(pol) == "two-pass":
 
-            def passes(forward: bool, p: int = p) -> Iterator[tuple[int, BlockLayout, F64]]:
-                for i in range(count) if forward else range(count - 1, -1, -1):
-                    cols = np.load(folder / f"{i}.aux{p}.npy")
-                    try:
-                        yield starts[i], load(i)[1], cols
-                    finally:  # the policy may have written them
-                        np.save(folder / f"{i}.aux{p}.npy", cols)
+def _write_next_uses(folder: Path, count: int, starts: list[int]) -> None:
+    """Beside each spilled chunk, the next use of every key position: a walk from the last
+    chunk to the first with a table of each key's earliest lookup so far."""
+    table = np.full((16, 2), -1, np.int64)  # key -> earliest lookup so far (from the end)
+    used = 0
+    for i in range(count - 1, -1, -1):
+        with np.load(folder / f"{i}.npz") as z:
+            keys = z["raw_keys"].view(np.int64)
+            table = with_room(table, used + int(z["num_lookup_blocks"].sum()))
+            nu, added = next_uses_back(
+                keys, z["key_offsets"], z["num_lookup_blocks"], starts[i], table
+            )
+            used += added
+        np.save(folder / f"{i}.nu.npy", nu)
 
-            _array(pol).stream_prepare(passes, requests)
-    nexts = any(wants_next_use(pol) for pol in policies)
-    for i in range(count):
-        facts, layout = load(i)
-        for p, pol in enumerate(policies):
-            if _streams(pol):
-                facts.columns[p] = np.load(folder / f"{i}.aux{p}.npy")
-        yield facts, 0, layout, np.load(folder / f"{i}.nu.npy") if nexts else None
+
+def _chunk_passes(folder: Path, p: int, count: int, starts: list[int]) -> ChunkPasses:
+    """Policy p's ``passes`` for ``stream_prepare``: the spilled chunks (first request,
+    layout, the policy's columns, saved again after each, which it may have written),
+    first to last or last to first."""
+
+    def passes(forward: bool) -> Iterator[tuple[int, BlockLayout, F64]]:
+        for i in range(count) if forward else range(count - 1, -1, -1):
+            cols = np.load(folder / f"{i}.aux{p}.npy")
+            try:
+                yield starts[i], _load(folder, i)[1], cols
+            finally:  # the policy may have written them
+                np.save(folder / f"{i}.aux{p}.npy", cols)
+
+    return passes
 
 
 #: an array-state policy starts with twice its capacity in slots plus these (its ghost

@@ -44,9 +44,19 @@ from prefixlab.types import F64, I64, Row
 from prefixlab.workload.trace import BlockLayout, Trace
 
 if TYPE_CHECKING:
+    from prefixlab.runner._fast import BlockState, PolicyArgs, Prepared
     from prefixlab.runner._fast_hybrid import HybridArrays
     from prefixlab.runner._fast_radix import RadixArgs, Tree
     from prefixlab.runner.engine.hybrid import HybridEngineCache
+
+    #: the arguments of ``_kernel.engine_kernel``, in order
+    EngineArgs = tuple[
+        BlockState, PolicyArgs, I64, F64, F64,  # the block structure and its policy
+        I64, I64, I64, I64, I64, I64, I64, int, int, int, I64,  # requests, sizes, cfg
+        I64, F64, I64, F64, F64, I64, F64, F64, F64,  # arrivals, timing
+        F64, F64, F64, F64, I64, I64, I64, I64, I64, F64,  # outputs
+        Tree | None, RadixArgs | None, int, int, HybridArrays | None, F64 | None,
+    ]  # fmt: skip
 
 STEP, ARRIVE = 0, 1  # event priorities at one instant: step ends before arrivals
 
@@ -180,6 +190,25 @@ def simulate(
             progress bar); it does not keep the compiled engine from running.
     """
     config.validate()
+    pol, layout = _policy_and_layout(trace, policy, config)
+    hits = ReplayMetrics(len(trace))
+    obs: list[Observer] = [hits, *observers]
+    if on_progress is not None:
+        obs.append(_FinishedCounter(on_progress, len(trace)))
+    rc = _structure_config(trace, pol, config, layout)
+    codes = timing_codes(timing)
+    if fast and codes is not None and _compiled_path(pol, rc, observers, check_every):
+        return _simulate_compiled(trace, pol, config, rc, layout, timing, codes, on_progress)
+    cache = _reference_cache(trace, pol, config, rc, layout, obs)
+    _prepare_policy(pol, trace, layout)
+    return _run_reference(trace, pol, config, timing, layout, cache, obs, hits, check_every)
+
+
+def _policy_and_layout(
+    trace: Trace, policy: Policy | str, config: EngineConfig
+) -> tuple[Policy, BlockLayout]:
+    """The policy object and the trace's block layout (no lookups without prefix caching),
+    after checking that every arrival is a number."""
     nan = np.flatnonzero(np.isnan(trace.arrival_s))
     if nan.shape[0]:  # an event at NaN would never come: the loop could not end
         raise ConfigError(f"request {int(nan[0])}: arrival_s is NaN")
@@ -189,48 +218,83 @@ def simulate(
     layout = trace.block_layout(bt, None, False, config.min_recompute_tokens)
     if not config.prefix_caching:
         layout = without_lookups(layout)
-    n = len(trace)
-    hits = ReplayMetrics(n)
-    obs: list[Observer] = [hits, *observers]
-    if on_progress is not None:
-        obs.append(_FinishedCounter(on_progress, n))
-    cache: BlockCache | RadixCache | HybridEngineCache
-    if hybrid:
-        from prefixlab.model.spec import get_model
+    return pol, layout
+
+
+def _structure_config(
+    trace: Trace, pol: Policy, config: EngineConfig, layout: BlockLayout
+) -> ReplayConfig | None:
+    """Check that ``pol`` applies to the structure; the block or radix structure's replay
+    config, less the blocks the policy reserves for itself (None: the hybrid structure)."""
+    if config.structure == "hybrid":
         from prefixlab.policies.hybrid import HybridPolicy
-        from prefixlab.runner.engine.hybrid import HybridEngineCache, check_token_form
+        from prefixlab.runner.engine.hybrid import check_token_form
 
         if not isinstance(pol, HybridPolicy):
             raise ConfigError(f"policy '{pol.spec()}' does not apply to the hybrid structure")
         assert config.capacity_bytes is not None and config.model is not None
         check_token_form(trace)
-        codes = timing_codes(timing)
-        if fast and codes is not None and _hybrid_compiled_applies(pol, observers, check_every):
-            return _simulate_compiled(trace, pol, config, None, layout, timing, codes, on_progress)
-        cache = HybridEngineCache(
+        return None
+    if not isinstance(pol, EvictionPolicy):
+        raise ConfigError(f"policy '{pol.spec()}' applies to the hybrid structure only")
+    rc = config.replay_config()
+    reserved = reserved_blocks(pol, config.model, layout.block_tokens)
+    if reserved >= rc.capacity_blocks:
+        raise ConfigError(
+            f"policy '{pol.spec()}' reserves {reserved:,} blocks, the whole "
+            f"capacity of {rc.capacity_blocks:,}"
+        )
+    return dataclasses.replace(rc, capacity_blocks=rc.capacity_blocks - reserved)
+
+
+def _compiled_path(
+    pol: Policy, rc: ReplayConfig | None, observers: Sequence[Observer], check_every: int
+) -> bool:
+    """Whether the compiled engine runs ``pol`` (``rc`` None: on the hybrid structure)."""
+    if rc is None:
+        return _hybrid_compiled_applies(pol, observers, check_every)
+    assert isinstance(pol, EvictionPolicy)  # _structure_config checked it
+    return _compiled_applies(pol, rc, observers, check_every)
+
+
+def _reference_cache(
+    trace: Trace,
+    pol: Policy,
+    config: EngineConfig,
+    rc: ReplayConfig | None,
+    layout: BlockLayout,
+    obs: list[Observer],
+) -> BlockCache | RadixCache | HybridEngineCache:
+    """The reference loop's cache (``rc`` None: the hybrid structure's)."""
+    if rc is None:
+        from prefixlab.model.spec import get_model
+        from prefixlab.policies.hybrid import HybridPolicy
+        from prefixlab.runner.engine.hybrid import HybridEngineCache
+
+        assert isinstance(pol, HybridPolicy)  # _structure_config checked it
+        assert config.capacity_bytes is not None and config.model is not None
+        return HybridEngineCache(
             config.capacity_bytes, get_model(config.model), pol, trace, layout.block_tokens
         )
-    else:
-        if not isinstance(pol, EvictionPolicy):
-            raise ConfigError(f"policy '{pol.spec()}' applies to the hybrid structure only")
-        rc = config.replay_config()
-        reserved = reserved_blocks(pol, config.model, layout.block_tokens)
-        if reserved >= rc.capacity_blocks:
-            raise ConfigError(
-                f"policy '{pol.spec()}' reserves {reserved:,} blocks, the whole "
-                f"capacity of {rc.capacity_blocks:,}"
-            )
-        rc = dataclasses.replace(rc, capacity_blocks=rc.capacity_blocks - reserved)
-        codes = timing_codes(timing)
-        if fast and codes is not None and _compiled_applies(pol, rc, observers, check_every):
-            return _simulate_compiled(trace, pol, config, rc, layout, timing, codes, on_progress)
-        cache = build_cache(rc, pol, layout, obs)
-        if isinstance(cache, RadixCache):
-            cache.spare_blocks = config.spare_blocks
-    if isinstance(pol, EvictionPolicy) and pol.needs_future:
-        pol.prepare(layout)
-    if isinstance(pol, EvictionPolicy) and pol.needs_trace:
-        pol.prepare_trace(trace, "view")
+    assert isinstance(pol, EvictionPolicy)  # _structure_config checked it
+    cache = build_cache(rc, pol, layout, obs)
+    if isinstance(cache, RadixCache):
+        cache.spare_blocks = config.spare_blocks
+    return cache
+
+
+def _run_reference(
+    trace: Trace,
+    pol: Policy,
+    config: EngineConfig,
+    timing: TimingModel,
+    layout: BlockLayout,
+    cache: BlockCache | RadixCache | HybridEngineCache,
+    obs: list[Observer],
+    hits: ReplayMetrics,
+    check_every: int,
+) -> EngineResult:
+    """The reference loop: the scheduler over ``cache``, driven by the event loop."""
     sched = Scheduler(
         trace,
         layout,
@@ -241,7 +305,7 @@ def simulate(
         chunked_prefill=config.chunked_prefill,
         observers=obs,
         # the hybrid tree takes a sequence when it finishes (states exist only there)
-        cache_while_running=config.cache_while_running and not hybrid,
+        cache_while_running=config.cache_while_running and config.structure != "hybrid",
     )
     run = _Run(trace, sched, timing, obs, config.closed_loop, config.gated, check_every)
     start = time.perf_counter()
@@ -249,6 +313,14 @@ def simulate(
     result = _result(trace, pol, config, timing, run, hits)
     result.metrics["elapsed_s"] = time.perf_counter() - start  # how long we took, for reports
     return result
+
+
+def _prepare_policy(pol: Policy, trace: Trace, layout: BlockLayout) -> None:
+    """What a policy that reads the future or the trace learns before the simulation."""
+    if isinstance(pol, EvictionPolicy) and pol.needs_future:
+        pol.prepare(layout)
+    if isinstance(pol, EvictionPolicy) and pol.needs_trace:
+        pol.prepare_trace(trace, "view")
 
 
 class _Run:
@@ -658,23 +730,78 @@ def _simulate_compiled(
 
     n = len(trace)
     _fast.warm_up()
-    if isinstance(pol, EvictionPolicy) and pol.needs_future:
-        pol.prepare(layout)
-    if isinstance(pol, EvictionPolicy) and pol.needs_trace:
-        pol.prepare_trace(trace, "view")
-    first, times, next_turn = arrival_plan(trace, config.closed_loop or config.gated)
-    early = np.flatnonzero(times < 0.0)
+    _prepare_policy(pol, trace, layout)
+    arrivals = _first_arrivals(trace, config)
+    history: list[tuple[int, float]] = []
+    s = _compiled_structure(trace, pol, config, rc, layout, history)
+    inp = trace.input_length.astype(np.int64)
+    outp = trace.output_length.astype(np.int64)
+    o = _KernelOut.empty(n)
+    args = _kernel_args(trace, pol, config, layout, s, inp, outp, arrivals, codes, o)
+    start = time.perf_counter()
+    try:
+        if on_progress is None:
+            s.prep.ist, s.prep.fst = K.engine_kernel(*args)
+        else:
+            s.prep.ist, s.prep.fst = _run_reporting(K.engine_kernel, args, o.out, n, on_progress)
+    finally:
+        if s.hybrid is not None:
+            from prefixlab.runner._fast_hybrid import TUNERS
+
+            TUNERS.pop(s.tid, None)
+    if isinstance(pol, ArrayPolicy):  # the policy object ends with its state, as on the reference
+        pol.state = (s.prep.ist, s.prep.fst)
+    elapsed = time.perf_counter() - start
+    _check_status(pol, s, o, inp, outp, layout.block_tokens)
+    tuned = history if s.hybrid is not None and hasattr(pol, "current_alpha") else None
+    result = _assemble(
+        trace, pol, config, timing, o.metrics(n), o.times, o.preempt, int(o.out[2]), tuned
+    )
+    result.metrics["elapsed_s"] = elapsed
+    return result
+
+
+def _first_arrivals(trace: Trace, config: EngineConfig) -> tuple[I64, F64, I64]:
+    """:func:`arrival_plan` for the compiled engine, which refuses an arrival before 0."""
+    arrivals = arrival_plan(trace, config.closed_loop or config.gated)
+    early = np.flatnonzero(arrivals[1] < 0.0)
     if early.shape[0]:  # as the reference's loop says when it schedules it
         raise ConfigError(
-            f"cannot schedule an event at {float(times[early[0]])} s, before now (0.0 s)"
+            f"cannot schedule an event at {float(arrivals[1][early[0]])} s, before now (0.0 s)"
         )
-    bt = layout.block_tokens
-    num_keys = max(layout.num_distinct_keys, 1)
+    return arrivals
+
+
+@dataclass(slots=True)
+class _Structure:
+    """The compiled engine's cache: its capacity in blocks, the block structure's state
+    (a placeholder's on the radix and hybrid structures), the tree and its policy's
+    arguments (radix), the hybrid cache and its tuner's id (hybrid)."""
+
+    cap: int
+    prep: Prepared
     tree: Tree | None = None
     radix_args: RadixArgs | None = None
+    rcode: int = -1
     hybrid: HybridArrays | None = None
-    history: list[tuple[int, float]] = []
-    rcode, tid, max_free = -1, 0, -1
+    tid: int = 0
+    max_free: int = -1
+
+
+def _compiled_structure(
+    trace: Trace,
+    pol: Policy,
+    config: EngineConfig,
+    rc: ReplayConfig | None,
+    layout: BlockLayout,
+    history: list[tuple[int, float]],
+) -> _Structure:
+    """The compiled engine's cache for ``rc``'s structure (None: the hybrid structure; its
+    tuner appends to ``history``)."""
+    from prefixlab.runner import _fast
+
+    bt = layout.block_tokens
+    num_keys = max(layout.num_distinct_keys, 1)
     if rc is None:  # the hybrid structure
         from prefixlab.model.spec import get_model
         from prefixlab.policies.lru import LRU
@@ -684,7 +811,9 @@ def _simulate_compiled(
         cap = capacity_blocks(config.capacity_bytes, get_model(config.model), bt)
         hybrid, tid = _hybrid_arrays(trace, pol, config, history)
         prep = _fast.Prepared(LRU(), 1, bt, 1, 1, engine=True)
-    elif rc.structure == "radix":
+        return _Structure(cap, prep, hybrid=hybrid, tid=tid)
+    s: _Structure
+    if rc.structure == "radix":
         from prefixlab.policies.lru import LRU
         from prefixlab.runner import _fast_radix as R
 
@@ -695,14 +824,78 @@ def _simulate_compiled(
         # the block structure's arguments: a placeholder's (the kernel reads the tree's)
         prep = _fast.Prepared(LRU(), 1, bt, 1, 1, engine=True)
         prep.ist, prep.fst = radix_args[24], radix_args[25]
+        s = _Structure(cap, prep, tree, radix_args, rcode)
     else:
         assert isinstance(pol, EvictionPolicy)
         cap = rc.capacity_blocks
-        prep = _fast.Prepared(pol, cap, bt, num_keys, 1, engine=True)
-    if rc is not None and rc.max_free_blocks is not None:
-        max_free = rc.max_free_blocks
-    inp = trace.input_length.astype(np.int64)
-    outp = trace.output_length.astype(np.int64)
+        s = _Structure(cap, _fast.Prepared(pol, cap, bt, num_keys, 1, engine=True))
+    if rc.max_free_blocks is not None:
+        s.max_free = rc.max_free_blocks
+    return s
+
+
+@dataclass(slots=True)
+class _KernelOut:
+    """What the compiled engine writes: per-request times (arrival, scheduled, first
+    token, finish), hits, misses and preemptions, and its status (``out``, ``out_f``)."""
+
+    times: tuple[F64, F64, F64, F64]
+    first_hits: I64
+    hit_blocks: I64
+    miss_blocks: I64
+    preempt: I64
+    out: I64
+    out_f: F64
+
+    @classmethod
+    def empty(cls, n: int) -> _KernelOut:
+        times = (np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan))
+        return cls(
+            times,
+            np.full(n, -1, np.int64),
+            np.zeros(n, np.int64),
+            np.zeros(n, np.int64),
+            np.zeros(n, np.int64),
+            np.zeros(5, np.int64),
+            np.zeros(2, np.float64),
+        )
+
+    def arrays(self) -> tuple[F64, F64, F64, F64, I64, I64, I64, I64, I64, F64]:
+        """The arrays, in the order ``engine_kernel`` takes them."""
+        return (
+            *self.times,
+            self.first_hits,
+            self.hit_blocks,
+            self.miss_blocks,
+            self.preempt,
+            self.out,
+            self.out_f,
+        )
+
+    def metrics(self, n: int) -> ReplayMetrics:
+        """The hit counts, as the reference's observer gathers them."""
+        hits = ReplayMetrics(n)
+        hits.hit_tokens = np.maximum(self.first_hits, 0)
+        hits.hit_blocks = self.hit_blocks
+        hits.miss_blocks = self.miss_blocks
+        hits.num_evictions = int(self.out[3])
+        return hits
+
+
+def _kernel_args(
+    trace: Trace,
+    pol: Policy,
+    config: EngineConfig,
+    layout: BlockLayout,
+    s: _Structure,
+    inp: I64,
+    outp: I64,
+    arrivals: tuple[I64, F64, I64],
+    codes: tuple[I64, F64, F64, F64],
+    o: _KernelOut,
+) -> EngineArgs:
+    """``engine_kernel``'s arguments (``arrivals``: :func:`arrival_plan`'s)."""
+    bt = layout.block_tokens
     input_keys = np.minimum(inp // bt, np.diff(layout.key_offsets))
     big = 1 << 62  # limits beyond any count of requests or tokens: the same as no limit
     cfg = np.array(
@@ -710,102 +903,48 @@ def _simulate_compiled(
             min(config.max_num_seqs, big),
             min(config.max_num_batched_tokens, big),
             config.chunked_prefill,
-            config.cache_while_running and rc is not None,
+            config.cache_while_running and s.hybrid is None,
             config.gated,
         ],
         np.int64,
     )
-    times_out = (np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan))
-    first_hits = np.full(n, -1, np.int64)
-    hit_blocks = np.zeros(n, np.int64)
-    miss_blocks = np.zeros(n, np.int64)
-    preempt = np.zeros(n, np.int64)
-    out = np.zeros(5, np.int64)
-    out_f = np.zeros(2, np.float64)
     # a placeholder when the policy's state may widen (LPC's records), else None
     widens = np.zeros(1) if isinstance(pol, ArrayPolicy) and pol.code == LPC_CODE else None
-    args = (
-        prep.state,
-        prep.policy_args(),
-        prep.ist,
-        prep.fst,
-        prep.nu_pos,
-        layout.keys,
-        layout.key_offsets,
-        layout.num_lookup_blocks,
-        layout.lookup_end_tokens,
-        inp,
-        outp,
-        input_keys,
-        bt,
-        cap,
-        max_free,
-        cfg,
-        first,
-        times,
-        next_turn,
-        trace.think_s.astype(np.float64),
-        trace.arrival_s.astype(np.float64),
-        *codes,
-        *times_out,
-        first_hits,
-        hit_blocks,
-        miss_blocks,
-        preempt,
-        out,
-        out_f,
-        tree,
-        radix_args,
-        rcode,
-        config.spare_blocks,
-        hybrid,
-        widens,
-    )
-    start = time.perf_counter()
-    try:
-        if on_progress is None:
-            prep.ist, prep.fst = K.engine_kernel(*args)
-        else:
-            prep.ist, prep.fst = _run_reporting(K.engine_kernel, args, out, n, on_progress)
-    finally:
-        if hybrid is not None:
-            from prefixlab.runner._fast_hybrid import TUNERS
+    prep = s.prep
+    block = (prep.state, prep.policy_args(), prep.ist, prep.fst, prep.nu_pos)
+    lookups = (layout.keys, layout.key_offsets, layout.num_lookup_blocks, layout.lookup_end_tokens)
+    think, arrival = trace.think_s.astype(np.float64), trace.arrival_s.astype(np.float64)
+    sizes = (inp, outp, input_keys, bt, s.cap, s.max_free, cfg)
+    structure = (s.tree, s.radix_args, s.rcode, config.spare_blocks, s.hybrid, widens)
+    return (*block, *lookups, *sizes, *arrivals, think, arrival, *codes, *o.arrays(), *structure)
 
-            TUNERS.pop(tid, None)
-    if isinstance(pol, ArrayPolicy):  # the policy object ends with its state, as on the reference
-        pol.state = (prep.ist, prep.fst)
-    elapsed = time.perf_counter() - start
-    status = int(out[0])
+
+def _check_status(pol: Policy, s: _Structure, o: _KernelOut, inp: I64, outp: I64, bt: int) -> None:
+    """Raise what the reference would when the kernel stopped short (``out[0]``)."""
+    from prefixlab.runner.engine import _kernel as K
+
+    status = int(o.out[0])
     if status == K.TOO_BIG:
-        r = int(out[1])
+        r = int(o.out[1])
         need = -(-(int(inp[r]) + int(outp[r])) // bt)
         raise CapacityError(
             f"request {r} needs {need} blocks of {bt} tokens ({int(inp[r])} input + "
-            f"{int(outp[r])} output tokens) but the pool holds {cap}; raise the capacity"
+            f"{int(outp[r])} output tokens) but the pool holds {s.cap}; raise the capacity"
         )
     if status == K.IN_PAST:
         raise ConfigError(
-            f"cannot schedule an event at {float(out_f[0])} s, before now ({float(out_f[1])} s)"
+            f"cannot schedule an event at {float(o.out_f[0])} s, before now ({float(o.out_f[1])} s)"
         )
     if status == K.UNFINISHED:  # pragma: no cover - a scheduler bug
         raise AssertionError("simulation ended with unfinished requests")
     if status == K.NO_VICTIM:  # pragma: no cover - a policy bug (the reference raises too)
         raise AssertionError(f"policy '{pol.name}' found no victim")
-    if hybrid is not None:  # every request finished: no node is locked any more
+    if s.hybrid is not None:  # every request finished: no node is locked any more
         from prefixlab.runner import _fast_hybrid as HF
 
-        pins = (int(hybrid[5][HF.S_PIN_TOKENS]), int(hybrid[5][HF.S_PIN_CKPTS]))
+        pins = (int(s.hybrid[5][HF.S_PIN_TOKENS]), int(s.hybrid[5][HF.S_PIN_CKPTS]))
         if pins != (0, 0):  # pragma: no cover - a bookkeeping bug
             raise AssertionError(f"locked tokens and checkpoints left at the end: {pins}")
-    hits = ReplayMetrics(n)
-    hits.hit_tokens = np.maximum(first_hits, 0)
-    hits.hit_blocks = hit_blocks
-    hits.miss_blocks = miss_blocks
-    hits.num_evictions = int(out[3])
-    tuned = history if hybrid is not None and hasattr(pol, "current_alpha") else None
-    result = _assemble(trace, pol, config, timing, hits, times_out, preempt, int(out[2]), tuned)
-    result.metrics["elapsed_s"] = elapsed
-    return result
 
 
 def _ratio(a: I64, b: I64) -> float:

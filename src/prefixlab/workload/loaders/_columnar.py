@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from prefixlab._jit import COMPILED, jit
-from prefixlab.types import I64, U64
+from prefixlab.types import F64, I64, U64
 from prefixlab.workload.loaders.base import LoadOptions, NotStreamable, report_progress
 from prefixlab.workload.trace import Trace
 
@@ -85,6 +85,39 @@ def _to_trace(
     line-by-line loader, or none is kept. Raises NotStreamable on a null or bad value."""
     if table.num_rows == 0:
         return None
+    values, offsets, arrival, inp, out = _checked_columns(table, block_tokens)
+    keep = np.ones(arrival.shape[0], dtype=bool)
+    if opts.start_s is not None:
+        keep &= arrival >= opts.start_s
+    if opts.end_s is not None:
+        keep &= arrival < opts.end_s
+    rows = np.flatnonzero(keep)
+    if limit is not None:
+        rows = rows[:limit]
+    if rows.shape[0] == 0:
+        return None
+    if rows.shape[0] != arrival.shape[0]:
+        values, offsets = _take_rows(values, offsets, rows)
+        arrival, inp, out = arrival[rows], inp[rows], out[rows]
+    n = int(arrival.shape[0])
+    return Trace(
+        arrival_s=np.ascontiguousarray(arrival, dtype=np.float64),
+        input_length=np.ascontiguousarray(inp),
+        output_length=np.ascontiguousarray(out),
+        session_id=[None] * n,
+        turn=np.zeros(n, dtype=np.int64),
+        task=[None] * n,
+        hash_ids=(np.ascontiguousarray(values), offsets),
+        hashed_tokens=np.ascontiguousarray(inp).copy(),
+        block_tokens=block_tokens,
+        name=name,
+    )
+
+
+def _checked_columns(table: pa.Table, block_tokens: int) -> tuple[U64, I64, F64, I64, I64]:
+    """A table's hash ids (values and row offsets from 0), arrival times in seconds, input
+    and output lengths, after every check of the line-by-line loader (NotStreamable on a
+    null or a value out of range)."""
     if any(table.column(c).null_count for c in _schema().names):
         raise NotStreamable("a null field")
     col = table.column("hash_ids")
@@ -109,38 +142,18 @@ def _to_trace(
         or rows_have_repeats(values, offsets)
     ):
         raise NotStreamable("a value out of range")
-    arrival = ts / 1000.0
-    keep = np.ones(arrival.shape[0], dtype=bool)
-    if opts.start_s is not None:
-        keep &= arrival >= opts.start_s
-    if opts.end_s is not None:
-        keep &= arrival < opts.end_s
-    rows = np.flatnonzero(keep)
-    if limit is not None:
-        rows = rows[:limit]
-    if rows.shape[0] == 0:
-        return None
-    if rows.shape[0] != arrival.shape[0]:
-        starts, ends = offsets[rows], offsets[rows + 1]
-        lens = ends - starts
-        new_offs = np.zeros(rows.shape[0] + 1, dtype=np.int64)
-        np.cumsum(lens, out=new_offs[1:])
-        take = np.repeat(starts - new_offs[:-1], lens) + np.arange(int(new_offs[-1]))
-        values, offsets = values[take], new_offs
-        arrival, inp, out = arrival[rows], inp[rows], out[rows]
-    n = int(arrival.shape[0])
-    return Trace(
-        arrival_s=np.ascontiguousarray(arrival, dtype=np.float64),
-        input_length=np.ascontiguousarray(inp),
-        output_length=np.ascontiguousarray(out),
-        session_id=[None] * n,
-        turn=np.zeros(n, dtype=np.int64),
-        task=[None] * n,
-        hash_ids=(np.ascontiguousarray(values), offsets),
-        hashed_tokens=np.ascontiguousarray(inp).copy(),
-        block_tokens=block_tokens,
-        name=name,
-    )
+    arrival: F64 = ts / 1000.0
+    return values, offsets, arrival, inp, out
+
+
+def _take_rows(values: U64, offsets: I64, rows: I64) -> tuple[U64, I64]:
+    """Rows ``rows`` (ascending) of a ragged array: their values and new offsets."""
+    starts, ends = offsets[rows], offsets[rows + 1]
+    lens = ends - starts
+    new_offs = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lens, out=new_offs[1:])
+    take = np.repeat(starts - new_offs[:-1], lens) + np.arange(int(new_offs[-1]))
+    return values[take], new_offs
 
 
 def read_mooncake(path: Path, block_tokens: int, opts: LoadOptions) -> Trace | None:
