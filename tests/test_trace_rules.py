@@ -8,6 +8,7 @@ both, with the same field and the same words; only the place differs (line or ro
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +188,24 @@ def test_parquet_errors_name_the_column(tmp_path: Path) -> None:
         match=r"bad\.parquet: row 1: field 'input_length': 5 but input_tokens has 2",
     ):
         load_trace(bad)
+
+
+@pytest.mark.parametrize(
+    "err",
+    [
+        TraceFormatError("t.jsonl", 3, "input_length", "must be an integer"),
+        TraceFormatError("t.parquet", None, "arrival_s", "must be sorted", row=7),
+        TraceFormatError("t.jsonl", None, None, "bad JSON: Expecting value"),
+    ],
+)
+def test_a_trace_error_pickles_whole(err: TraceFormatError) -> None:
+    """A worker process (or Ray) hands the error back pickled: the same words and parts."""
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is TraceFormatError and str(back) == str(err)
+    assert (back.path, back.line, back.field, back.reason, back.row) == (
+        err.path,
+        err.line,
+        err.field,
+        err.reason,
+        err.row,
+    )

@@ -34,6 +34,10 @@ class TraceFormatError(PrefixlabError):
         what = f"field '{field}': {message}" if field else message
         super().__init__(f"{where}: {what}")
 
+    def __reduce__(self) -> tuple[type[TraceFormatError], tuple[object, ...]]:
+        """Pickled with its parts (a worker process or Ray hands it back whole)."""
+        return (type(self), (self.path, self.line, self.field, self.reason, self.row))
+
 
 class ConfigError(PrefixlabError):
     """An impossible or unknown configuration value (names the value and says why)."""
