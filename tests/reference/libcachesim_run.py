@@ -5,7 +5,9 @@ prefixlab's own environment:
 
     python libcachesim_run.py STREAM.txt POLICY[,POLICY...] CAPACITY[,CAPACITY...]
 
-STREAM.txt: object ids (integers >= 0), whitespace separated. Prints one JSON line per
+STREAM.txt: object ids (integers >= 0), whitespace separated. ``POLICY+bloomfilter`` puts
+libCacheSim's ``BloomFilterAdmissioner`` in front of the policy (it admits an object from its
+second miss on, counting exactly). Prints one JSON line per
 (policy, capacity): ``{"policy", "capacity", "hits": [0/1 per access]}``. Every request has
 size 1, so a cache of C bytes holds C objects; Belady gets each request's next access time
 (the index of the next request for the same id), from one reverse pass. Each (policy,
@@ -24,6 +26,7 @@ NEVER = 2**63 - 1
 def run_one(ids: list[int], policy: str, capacity: int) -> list[int]:
     import libcachesim as lcs
 
+    policy, _, admission = policy.partition("+")
     cls = {
         "lru": lcs.LRU,
         "fifo": lcs.FIFO,
@@ -34,7 +37,10 @@ def run_one(ids: list[int], policy: str, capacity: int) -> list[int]:
         "lecar": lcs.LeCaR,
         "opt": lcs.Belady,
     }[policy]
-    cache = cls(capacity)
+    if admission == "bloomfilter":
+        cache = cls(capacity, admissioner=lcs.BloomFilterAdmissioner())
+    else:
+        cache = cls(capacity)
     req = lcs.Request(obj_size=1, clock_time=0)
     nxt = [NEVER] * len(ids)
     last: dict[int, int] = {}

@@ -24,7 +24,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from prefixlab.cache.events import MatchResult, Observer, Removed, Stored
-from prefixlab.cache.view import CachePolicy, EntryView
+from prefixlab.cache.view import (
+    AdmitContext,
+    BlockAdmission,
+    CachePolicy,
+    EntryView,
+    ask_admission,
+)
 from prefixlab.errors import ConfigError
 from prefixlab.types import I64
 
@@ -43,6 +49,7 @@ class BlockCache:
         block_tokens: int = 16,
         max_free_blocks: int | None = None,
         observers: Sequence[Observer] = (),
+        admission: BlockAdmission | None = None,
     ) -> None:
         if capacity_blocks <= 0:
             raise ConfigError(f"capacity_blocks must be positive, got {capacity_blocks}")
@@ -54,6 +61,8 @@ class BlockCache:
         self.block_tokens = block_tokens
         self.max_free_blocks = max_free_blocks
         self.policy = policy
+        #: asked before new blocks are cached (None: every full block, as vLLM does)
+        self.admission = admission
         # Per-hit metadata costs two passes per block: keep it only for policies that read it.
         self._track_access = policy.reads_access_metadata
         self.view = EntryView(capacity_blocks)
@@ -147,12 +156,24 @@ class BlockCache:
         self.view.ref[fresh] = 1
         return fresh
 
-    def commit(self, held: I64, keys: I64, num_hit: int) -> None:
-        """Register keys for the request's new full blocks (positions num_hit..len(keys))."""
+    def commit(self, held: I64, keys: I64, num_hit: int) -> int:
+        """Register keys for the request's new full blocks (positions num_hit..len(keys))
+        that the admission takes; returns how many of ``keys``, from the first, are now
+        cached by this request (``len(keys)`` unless the admission refused some).
+        ``num_hit``: the request's blocks already hit or offered (an engine commits as
+        prefill goes); after a refused one, nothing more of the request is cached."""
         n = int(keys.shape[0])
         if n <= num_hit:
-            return
+            return n
         v = self.view
+        # Open unless the block before the candidates was offered and refused (keyless).
+        is_open = self.admission is None or num_hit == 0 or bool(v.key[held[num_hit - 1]] >= 0)
+        context = AdmitContext(v.request_index, v.now, num_hit, is_open)
+        n = num_hit + ask_admission(
+            self.admission, keys[num_hit:n], context, self.block_tokens, self.observers
+        )
+        if n == num_hit:
+            return n
         blocks = held[num_hit:n]
         new_keys = keys[num_hit:n]
         v.key[blocks] = new_keys
@@ -175,6 +196,7 @@ class BlockCache:
         self.policy.on_insert(blocks)
         if self.observers:
             self._emit(Stored(new_keys))
+        return n
 
     def release(self, held: I64) -> None:
         """Unpin a request's blocks, tail first; keyless ones return to the empty pool."""

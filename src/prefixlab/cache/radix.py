@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from prefixlab.cache.events import MatchResult, Observer, Removed, Stored
-from prefixlab.cache.view import CachePolicy, EntryView
+from prefixlab.cache.view import AdmitContext, BlockAdmission, CachePolicy, EntryView, ask_admission
 from prefixlab.errors import ConfigError
 from prefixlab.types import I64
 
@@ -60,6 +60,7 @@ class RadixCache:
         *,
         block_tokens: int = 16,
         observers: Sequence[Observer] = (),
+        admission: BlockAdmission | None = None,
     ) -> None:
         if capacity_blocks <= 0:
             raise ConfigError(f"capacity_blocks must be positive, got {capacity_blocks}")
@@ -68,6 +69,8 @@ class RadixCache:
         self.capacity_blocks = capacity_blocks
         self.block_tokens = block_tokens
         self.policy = policy
+        #: asked before new pages join the tree (None: every page, as SGLang does)
+        self.admission = admission
         size = capacity_blocks + 2  # every node holds >= 1 page, plus the root
         self.view = EntryView(size)
         policy.bind(self.view)
@@ -208,15 +211,27 @@ class RadixCache:
                 break
             self._remove_leaf(int(victims[0]))
 
-    def commit(self, handle: RadixHandle, keys: I64, num_hit: int) -> None:
-        """Insert the request's keyed pages; its reserved pages become tree pages."""
+    def commit(self, handle: RadixHandle, keys: I64, num_hit: int) -> int:
+        """Insert the request's keyed pages that the admission takes; its reserved pages
+        become tree pages. Returns how many of ``keys``, from the first, are in the tree
+        (``len(keys)`` unless the admission refused some)."""
         i, path = self._walk(keys, stamp=True)
         n = int(keys.shape[0])
         node = path[-1] if path else ROOT
         if path:
             self.policy.on_access(np.array(path, dtype=np.int64))
-        if i < n:
-            grow = min(n - i, handle.reserved_blocks)
+        # Pages num_hit.. are new to this request; those before it that are not in the tree
+        # were offered and refused (an engine commits as prefill goes): none is cached then.
+        start = i if self.admission is None else max(i, num_hit)
+        stored = i
+        if start < n:
+            v = self.view
+            context = AdmitContext(v.request_index, v.now, start, start == i)
+            k = ask_admission(
+                self.admission, keys[start:n], context, self.block_tokens, self.observers
+            )
+            grow = min(k, handle.reserved_blocks)
+            stored = i + max(grow, 0)
             if grow > 0:
                 node = self._add_leaf(node, keys[i : i + grow])
                 handle.reserved_blocks -= grow
@@ -227,6 +242,7 @@ class RadixCache:
             self._lock(node)
             self._unlock(handle.last_node)
             handle.last_node = node
+        return stored
 
     def release(self, handle: RadixHandle) -> None:
         """Free unused reserved pages and unlock the path."""

@@ -1,13 +1,18 @@
 """What a block or radix cache shows its policy (:class:`EntryView`) and asks of it
 (:class:`CachePolicy`, whose built-in base is :class:`prefixlab.policies.base.
-EvictionPolicy`). The cache layer names these here so that it imports no policy."""
+EvictionPolicy`; :class:`BlockAdmission`, whose built-in base is
+:class:`prefixlab.policies.block_admission.Admission`). The cache layer names these here so
+that it imports no policy."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
+from prefixlab.cache.events import Admitted, Observer, Rejected
 from prefixlab.types import I64
 
 
@@ -76,3 +81,62 @@ class CachePolicy(Protocol):
     def on_miss(self, keys: I64) -> None: ...
     def on_split(self, upper: int, lower: int) -> None: ...
     def evict(self, n: int) -> I64: ...
+
+
+@dataclass(slots=True, frozen=True)
+class AdmitContext:
+    """What an admission sees besides the candidate blocks: the request, the cache's
+    clock, and where the candidates start in the request's sequence (in blocks)."""
+
+    request: int
+    now: float
+    first_depth: int
+    #: False: the candidates follow a block of the request that was refused (an engine
+    #: caching blocks as prefill computes them asks again for the next ones): none can be
+    #: cached whatever the answer; they are shown so that an admission counting
+    #: computations sees every block
+    open: bool = True
+
+
+class BlockAdmission(Protocol):
+    """DESIGN §3's ``admit(candidate, context) -> bool``, asked once per insertion for a
+    request's new blocks in prefix order: how many of them, from the first, to store.
+
+    A block's key names its whole prefix, so storing block *i* without block *i - 1* gives
+    a key no lookup reaches: an admission keeps a prefix of the candidates. The cache emits
+    ``Admitted`` with the stored keys and ``Rejected`` with the rest; a rejected block stays
+    with its request, keyless, and returns to the free pool when the request ends."""
+
+    @property
+    def name(self) -> str: ...
+
+    def admit(self, keys: I64, context: AdmitContext) -> int: ...
+
+
+def ask_admission(
+    admission: BlockAdmission | None,
+    candidates: I64,
+    context: AdmitContext,
+    block_tokens: int,
+    observers: Sequence[Observer],
+) -> int:
+    """How many of a request's new blocks ``candidates`` (in prefix order) ``admission``
+    takes (all of them when it is None); tells ``observers`` ``Admitted`` and, when it
+    refuses some, ``Rejected``."""
+    n = int(candidates.shape[0])
+    k = n if admission is None or not n else int(admission.admit(candidates, context))
+    if not 0 <= k <= n:
+        name = admission.name if admission is not None else "all"
+        raise AssertionError(f"admission '{name}' admitted {k} of {n} candidate blocks")
+    if not context.open:
+        k = 0
+    if observers and n:
+        events: list[Admitted | Rejected] = []
+        if k:
+            events.append(Admitted(candidates[:k].copy(), k * block_tokens))
+        if k < n:
+            events.append(Rejected(candidates[k:].copy(), (n - k) * block_tokens))
+        for event in events:
+            for obs in observers:
+                obs.on_event(event)
+    return k

@@ -257,6 +257,13 @@ FormatOpt = Annotated[
 ]
 BlockTokensOpt = Annotated[int | None, typer.Option(help="Tokens per block (token-form traces).")]
 LimitOpt = Annotated[int | None, typer.Option(help="Keep at most this many requests.")]
+AdmissionOpt = Annotated[
+    str,
+    typer.Option(
+        help="Which new blocks the block or radix cache keeps: all (every engine), or "
+        "seen:n=2 (a block from its n-th computation); see docs/policies.md."
+    ),
+]
 
 
 def parse_size(text: str) -> int:

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from prefixlab.cli.common import (
+    AdmissionOpt,
     Advance,
     BlockTokensOpt,
     CapacityBytesOpt,
@@ -110,6 +111,7 @@ def simulate_cmd(
     closed_loop: _ClosedLoopOpt = False,
     gated: _GatedOpt = False,
     min_recompute_tokens: _MinRecomputeOpt = 1,
+    admission: AdmissionOpt = "all",
     as_json: _JsonOpt = False,
     by_task: _ByTaskOpt = False,
     quiet: QuietOpt = False,
@@ -118,9 +120,7 @@ def simulate_cmd(
     """Simulate serving: continuous batching, a shared KV pool, TTFT / QTTFT / TPOT."""
     try:
         tr = load_shown(trace, fmt, load or {}, quiet)
-        if structure == "hybrid" and block_tokens is None and not tr.is_hash_form:
-            block_tokens = 16  # the running requests' KV is allocated in 16-token blocks
-        bt = block_tokens_of(tr, block_tokens)
+        block_tokens, bt = _block_size(tr, structure, block_tokens)
         tm = _timing_of(timing, model, gpu)
         blocks, size = _pool_size(structure, capacity_blocks, capacity_bytes, model, bt)
         config = EngineConfig(
@@ -135,6 +135,7 @@ def simulate_cmd(
             closed_loop=closed_loop,
             gated=gated,
             min_recompute_tokens=min_recompute_tokens,
+            admission=admission,
         )
         config.validate()
         results = _simulate_each(tr, policy, config, tm, bt, quiet)
@@ -142,6 +143,14 @@ def simulate_cmd(
         fail(str(exc))
         return
     _print_simulated(tr, results, as_json, by_task)
+
+
+def _block_size(tr: Trace, structure: str, block_tokens: int | None) -> tuple[int | None, int]:
+    """The block size asked for (the hybrid structure's default: 16, the size its running
+    requests' KV is allocated in) and the one the run uses."""
+    if structure == "hybrid" and block_tokens is None and not tr.is_hash_form:
+        block_tokens = 16
+    return block_tokens, block_tokens_of(tr, block_tokens)
 
 
 def _timing_of(timing: list[str] | None, model: str | None, gpu: str | None) -> TimingModel:

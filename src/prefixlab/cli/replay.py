@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from prefixlab.cli.common import (
+    AdmissionOpt,
     Advance,
     BlockTokensOpt,
     CapacityBytesOpt,
@@ -33,6 +34,7 @@ from prefixlab.cli.common import (
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.metrics.per_request import PerRequestFiles, write_per_request
 from prefixlab.policies.base import EvictionPolicy, catalog, catalog_markdown
+from prefixlab.policies.block_admission import check_structure
 from prefixlab.runner.hybrid import HybridConfig, replay_hybrid
 from prefixlab.runner.replay import (
     ReplayConfig,
@@ -119,6 +121,7 @@ def replay_cmd(
     max_free_blocks: _MaxFreeBlocksOpt = None,
     cache_partial: _CachePartialOpt = False,
     min_recompute_tokens: _MinRecomputeOpt = 1,
+    admission: AdmissionOpt = "all",
     as_json: _JsonOpt = False,
     per_request: _PerRequestOpt = None,
     stream: _StreamOpt = True,
@@ -128,6 +131,10 @@ def replay_cmd(
     """Replay a trace through a prefix cache under each policy and compare hit ratios."""
     source = (trace, fmt, load or {})
     if structure == "hybrid":
+        try:
+            check_structure(admission, structure)
+        except PrefixlabError as exc:
+            fail(str(exc))
         _replay_hybrid_cmd(
             source, policy, model, capacity_bytes, capacity_blocks, as_json, per_request, quiet
         )
@@ -141,6 +148,7 @@ def replay_cmd(
         max_free_blocks,
         cache_partial,
         min_recompute_tokens,
+        admission,
     )
     try:
         results, about, written = _replay_results(
@@ -162,6 +170,7 @@ def _config_maker(
     max_free_blocks: int | None,
     cache_partial: bool,
     min_recompute_tokens: int,
+    admission: str = "all",
 ) -> Callable[[int], ReplayConfig]:
     """The replay's settings for the trace's block size, checked, from the options."""
 
@@ -174,6 +183,7 @@ def _config_maker(
             cache_partial=cache_partial,
             min_recompute_tokens=min_recompute_tokens,
             model=model,
+            admission=admission,
         )
         config.validate()
         return config

@@ -45,6 +45,7 @@ from pydantic import (
 
 from prefixlab.configfile import ConfigModel, Seeds, parse_config_text, read_config_file, validate
 from prefixlab.errors import ConfigError
+from prefixlab.policies.block_admission import check_structure, is_default, make_admission
 
 _CAPACITY = re.compile(r"^(?P<f>\d*\.?\d+)(?P<unit>ws|A)$")
 _BYTES = re.compile(r"^(?P<n>\d*\.?\d+)\s*(?P<unit>B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$")
@@ -172,11 +173,16 @@ class CacheConfig(ConfigModel):
     """bound the pool of unreferenced cached blocks (the report's K; block structure only)"""
     min_recompute_tokens: int = Field(1, ge=0)
     """prompt tokens always recomputed (vLLM: 1; the report: 0)"""
+    admission: str = "all"
+    """which new blocks are cached: all (every engine), seen:n=2, ... (block and radix)"""
 
     @model_validator(mode="after")
     def _check(self) -> CacheConfig:
         if self.max_free_blocks is not None and self.structure != "block":
             raise ConfigError("cache.max_free_blocks applies to structure = 'block'")
+        check_structure(self.admission, self.structure)
+        if not is_default(self.admission):
+            make_admission(self.admission)
         return self
 
 

@@ -132,7 +132,12 @@ class CellResult:
 
 #: settings added after stores existed: left out of the fingerprint at their defaults, so
 #: the cells of older configs keep their ids
-_LATER_DEFAULTS = {"memory_utilization": 1.0, "reserve_gib": 0.0, "gated": False}
+_LATER_DEFAULTS = {
+    "memory_utilization": 1.0,
+    "reserve_gib": 0.0,
+    "gated": False,
+    "admission": "all",
+}
 
 
 def _without_later_defaults(d: dict[str, object]) -> dict[str, object]:
@@ -145,7 +150,9 @@ def fingerprint(cfg: ExperimentConfig) -> dict[str, object]:
     return {
         "workload": {k: d["workload"][k] for k in ("source", "format", "params")},
         "model": _without_later_defaults(d["model"]),
-        "cache": {k: v for k, v in d["cache"].items() if k != "capacities"},
+        "cache": _without_later_defaults(
+            {k: v for k, v in d["cache"].items() if k != "capacities"}
+        ),
         "runner": _without_later_defaults(d["runner"]),
     }
 
@@ -421,6 +428,7 @@ def _engine_config(cfg: ExperimentConfig, blocks: int, bt: int) -> EngineConfig:
         max_free_blocks=cfg.cache.max_free_blocks,
         min_recompute_tokens=cfg.cache.min_recompute_tokens,
         model=cfg.model.name,
+        admission=cfg.cache.admission,
     )
 
 
@@ -439,6 +447,7 @@ def _replay_metrics(
         min_recompute_tokens=cfg.cache.min_recompute_tokens,
         prefix_caching=cfg.runner.prefix_caching,
         model=cfg.model.name,
+        admission=cfg.cache.admission,
     )
     assert isinstance(policy, EvictionPolicy)  # the structure is block or radix
     res = replay(trace, policy, rc)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from prefixlab.cache.events import Event, Hit, Miss, Removed
+from prefixlab.cache.events import Admitted, Event, Hit, Miss, Rejected, Removed
 from prefixlab.types import I64
 
 
@@ -22,6 +22,9 @@ class ReplayMetrics:
         self.hit_blocks: I64 = np.zeros(num_requests, dtype=np.int64)
         self.miss_blocks: I64 = np.zeros(num_requests, dtype=np.int64)
         self.num_evictions = 0
+        #: blocks an admission let into the cache, and those it refused
+        self.num_admitted_blocks = 0
+        self.num_rejected_blocks = 0
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, Hit):
@@ -31,6 +34,10 @@ class ReplayMetrics:
             self.miss_blocks[event.request] = event.num_blocks
         elif isinstance(event, Removed) and event.evicted:
             self.num_evictions += int(event.keys.shape[0])
+        elif isinstance(event, Admitted):
+            self.num_admitted_blocks += int(event.keys.shape[0])
+        elif isinstance(event, Rejected):
+            self.num_rejected_blocks += int(event.keys.shape[0])
 
     def summary(self, input_tokens: I64) -> dict[str, float | int]:
         return hit_summary(

@@ -23,6 +23,7 @@ from prefixlab.cache.radix import RadixCache
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.metrics.replay import ReplayMetrics
 from prefixlab.policies.base import EvictionPolicy, Policy, make_eviction_policy
+from prefixlab.policies.block_admission import is_default, make_admission
 from prefixlab.runner import _fast
 from prefixlab.runner._fast_radix import radix_code, replay_radix_fast
 from prefixlab.types import I64
@@ -47,6 +48,9 @@ class ReplayConfig:
     prefix_caching: bool = True
     #: the served model (a preset name): sizes the memory a policy reserves for itself
     model: str | None = None
+    #: which new blocks are cached (:mod:`prefixlab.policies.block_admission`): ``all``
+    #: (every engine), ``seen:n=2``, ...
+    admission: str = "all"
 
     def validate(self) -> None:
         if self.structure not in STRUCTURES:
@@ -63,6 +67,8 @@ class ReplayConfig:
             raise ConfigError("max_free_blocks applies to the block structure only")
         if not isinstance(self.prefix_caching, bool):
             raise ConfigError(f"prefix_caching must be true or false, got {self.prefix_caching!r}")
+        if not is_default(self.admission):
+            make_admission(self.admission)  # names a bad spec now, not mid-run
 
 
 @dataclass(slots=True)
@@ -151,6 +157,7 @@ def build_cache(
 ) -> BlockCache | RadixCache:
     """Make the configured structure for a trace layout."""
     config.validate()
+    admission = None if is_default(config.admission) else make_admission(config.admission)
     if config.structure == "block":
         return BlockCache(
             config.capacity_blocks,
@@ -159,6 +166,7 @@ def build_cache(
             block_tokens=layout.block_tokens,
             max_free_blocks=config.max_free_blocks,
             observers=observers,
+            admission=admission,
         )
     return RadixCache(
         config.capacity_blocks,
@@ -166,6 +174,7 @@ def build_cache(
         layout.num_distinct_keys,
         block_tokens=layout.block_tokens,
         observers=observers,
+        admission=admission,
     )
 
 
@@ -189,8 +198,9 @@ def replay(
         on_step: called with each request index (progress bars).
         fast: use the replay kernel when it applies (numba installed; the block cache;
             vllm, lru, fifo, sieve or a keyed policy such as opt, lfu or sglang-lru; no
-            observers, checks or step callback). It gives the same results as the generic
-            path (tested), compiled, or interpreted under ``NUMBA_DISABLE_JIT=1``.
+            observers, checks or step callback; the admission ``all``). It gives the same
+            results as the generic path (tested), compiled, or interpreted under
+            ``NUMBA_DISABLE_JIT=1``.
     """
     config.validate()
     pol = make_eviction_policy(policy, config.structure) if isinstance(policy, str) else policy
@@ -277,11 +287,15 @@ def _result(
     metrics: ReplayMetrics,
     elapsed_s: float,
 ) -> ReplayResult:
+    summary = metrics.summary(trace.input_length)
+    if not is_default(config.admission):
+        summary["num_admitted_blocks"] = metrics.num_admitted_blocks
+        summary["num_rejected_blocks"] = metrics.num_rejected_blocks
     return ReplayResult(
         policy=pol.spec(),
         capacity_blocks=config.capacity_blocks,
         structure=config.structure,
-        metrics=metrics.summary(trace.input_length),
+        metrics=summary,
         elapsed_s=elapsed_s,
         num_blocks_processed=int(layout.num_blocks_held.sum()),
         hit_tokens=metrics.hit_tokens,
@@ -296,6 +310,8 @@ def _fast_applies(
     check_every: int,
     on_step: Callable[[int], None] | None,
 ) -> bool:
+    if not is_default(config.admission):
+        return False  # the kernels cache every block
     code = _fast.kernel_code(pol) if config.structure == "block" else radix_code(pol)
     return _fast.HAVE_NUMBA and code >= 0 and not observers and not check_every and on_step is None
 

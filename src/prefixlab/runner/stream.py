@@ -85,6 +85,7 @@ from prefixlab.policies._arrays import ABASE, GSEQ0, K0, K1, SC, ChunkPasses, gr
 from prefixlab.policies._keyed import KeyedPolicy
 from prefixlab.policies.array_policy import ArrayPolicy
 from prefixlab.policies.base import EvictionPolicy
+from prefixlab.policies.block_admission import is_default
 from prefixlab.policies.opt import next_uses_back
 from prefixlab.runner import _fast
 from prefixlab.runner._fast_radix import ARRAY as R_ARRAY
@@ -112,6 +113,8 @@ def streamable(pol: EvictionPolicy, config: ReplayConfig) -> bool:
     """Whether a streamed replay runs ``pol`` under ``config`` (see the module's docstring).
     A keyed policy reads the future only through its sort key's ``next_use`` column,
     which the stream computes in a pass of its own (:func:`wants_next_use`)."""
+    if not is_default(config.admission):
+        return False  # the kernel caches every block
     reads = _streams(pol)
     if config.structure == "radix":  # the tree's own keys, slots, next uses
         code = radix_code(pol)

@@ -35,6 +35,7 @@ from prefixlab.metrics.replay import ReplayMetrics
 from prefixlab.model.timing import Roofline, TimingModel
 from prefixlab.policies.array_policy import ArrayPolicy
 from prefixlab.policies.base import EvictionPolicy, Policy, make_policy
+from prefixlab.policies.block_admission import check_structure, is_default
 from prefixlab.policies.hooks.lpc import CODE as LPC_CODE
 from prefixlab.runner.engine.events import Arrived, Finished, StepDone
 from prefixlab.runner.engine.loop import EventLoop
@@ -93,6 +94,8 @@ class EngineConfig:
     #: the model that sizes KV and states (hybrid structure), and the memory a policy
     #: reserves for itself (LPC's predictor)
     model: str | None = None
+    #: which new blocks the block or radix cache keeps (see ReplayConfig)
+    admission: str = "all"
 
     def replay_config(self) -> ReplayConfig:
         return ReplayConfig(
@@ -103,6 +106,7 @@ class EngineConfig:
             min_recompute_tokens=self.min_recompute_tokens,
             prefix_caching=self.prefix_caching,
             model=self.model,
+            admission=self.admission,
         )
 
     def validate(self) -> None:
@@ -114,6 +118,7 @@ class EngineConfig:
                 raise ConfigError("the hybrid structure needs a model (KV and state bytes)")
             if not self.prefix_caching:
                 raise ConfigError("for the hybrid structure without caching use -p vanilla")
+            check_structure(self.admission, self.structure)
         else:
             self.replay_config().validate()
         for name in ("chunked_prefill", "closed_loop", "gated", "cache_while_running"):
@@ -538,6 +543,9 @@ def _assemble(
     metrics.update(latency_summary(*args))
     metrics["num_preemptions"] = int(preempt.sum())
     metrics["num_steps"] = num_steps
+    if not is_default(config.admission):
+        metrics["num_admitted_blocks"] = hits.num_admitted_blocks
+        metrics["num_rejected_blocks"] = hits.num_rejected_blocks
     if history is not None:  # Marconi on the hybrid tree
         metrics["alpha"] = float(pol.current_alpha)  # type: ignore[attr-defined]
         metrics["alpha_history"] = [[n, a] for n, a in history]
@@ -658,8 +666,8 @@ def _compiled_applies(
     from prefixlab.runner import _fast
     from prefixlab.runner._fast_radix import radix_code
 
-    if not _fast.HAVE_NUMBA or observers or check_every:
-        return False
+    if not _fast.HAVE_NUMBA or observers or check_every or not is_default(rc.admission):
+        return False  # (the kernel caches every block)
     if rc.structure == "radix":
         return "radix" in pol.structures and radix_code(pol, engine=True) >= 0
     return rc.structure == "block" and _fast.engine_code(pol) >= 0
