@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +17,7 @@ from typer.testing import CliRunner
 from prefixlab.cache.events import Event
 from prefixlab.cli.main import app
 from prefixlab.errors import CapacityError, ConfigError
+from prefixlab.metrics.latency import overload
 from prefixlab.model.timing import make_timing
 from prefixlab.policies.base import EvictionPolicy
 from prefixlab.policies.lru import LRU
@@ -31,6 +34,7 @@ from prefixlab.runner.engine import (
 )
 from prefixlab.runner.replay import ReplayConfig, replay
 from prefixlab.workload.generators import generate_sessions
+from prefixlab.workload.loaders.write import write_trace
 from prefixlab.workload.trace import Request, Trace
 
 LINEAR = make_timing("power:a=1,b=1,c=1+tpot:s=1")  # prefill = total new tokens; decode = 1 s
@@ -580,3 +584,33 @@ def test_a_chunked_prompt_costs_what_one_pass_costs(spec: str) -> None:
     assert res.metrics["num_steps"] == 5  # 4096 x 4 + 3616
     ttft = res.first_token_s[0] - res.scheduled_s[0]
     assert ttft == pytest.approx(timing.prefill_s([(20_000, 0)]), rel=1e-9)
+
+
+# ------------------------------------------------------------------ overload
+@pytest.mark.parametrize(("rho", "warned"), [(0.8, False), (1.5, True)])
+def test_overload_is_named_with_its_numbers(rho: float, warned: bool) -> None:
+    """M/D/1 with D = 1 s: at rho 0.8 the queue is stable, at 1.5 it grows by 1/3 s of
+    wait per second of arrivals, served at 1/s against 1.5/s offered."""
+    timing = make_timing("power:a=0.01,b=1,c=1")  # 100 tokens -> D = 1 s
+    trace = _fixed_prompts(2000, rho, 0)
+    res = simulate(trace, "lru", EngineConfig(capacity_blocks=64, max_num_seqs=1), timing)
+    message = overload(res.arrival_s, res.scheduled_s, res.first_token_s, res.finish_s)
+    assert (message is not None) == warned, message
+    if message is not None:
+        found = re.search(r"arrive at ([\d.]+)/s but were served at ([\d.]+)/s", message)
+        assert found is not None
+        assert float(found[1]) == pytest.approx(1.5, rel=0.03)
+        assert float(found[2]) == pytest.approx(1.0, rel=0.01)
+        assert "(last tenth)" in message and "--time-scale" in message
+
+
+def test_overload_warning_on_the_command_line(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    write_trace(_fixed_prompts(400, 3.0, 1), path)
+    args = ["simulate", str(path), "-p", "lru", "--capacity-blocks", "64", "--max-num-seqs", "1"]
+    args += ["--timing", "power:a=0.01,b=1,c=1"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0 and "warning: lru: overloaded: requests arrive at" in out.output
+    # A tenth of the rate (every gap ten times longer): served as it comes.
+    calm = CliRunner().invoke(app, [*args, "--time-scale", "10"])
+    assert calm.exit_code == 0 and "overloaded" not in calm.output, calm.output

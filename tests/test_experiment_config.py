@@ -220,3 +220,48 @@ def test_hybrid_cell_rejects_prefix_caching_false(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="cannot hold one state and one block"):
         run_sweep(parse_config(data), tmp_path)
+
+
+def test_a_workload_can_be_retimed_and_swept_over_its_rate() -> None:
+    from prefixlab.experiments.run import build_trace, fingerprint
+
+    base = {
+        "name": "t",
+        "policies": ["lru"],
+        "workload": {"source": "gen:sessions", "params": {"num_sessions": 6}},
+        "cache": {"capacities": [50]},
+    }
+    cfg = parse_config(base)
+    swept = parse_config(
+        {**base, "workload": {**base["workload"], "vary": {"time_scale": [0.5, 2.0]}}}  # type: ignore[dict-item]
+    )
+    plain = build_trace(cfg, {}, 0)
+    for scale in (0.5, 2.0):
+        tr = build_trace(swept, {"time_scale": scale}, 0)
+        assert tr.request_rate() == pytest.approx(plain.request_rate() / scale)
+        assert tr.input_length.tolist() == plain.input_length.tolist()
+    assert fingerprint(cfg) != fingerprint(
+        parse_config(
+            {
+                **base,
+                "workload": {
+                    "source": "gen:sessions",
+                    "params": {"num_sessions": 6, "request_rate": 3.0},
+                },
+            }
+        )
+    )
+    with pytest.raises(ConfigError, match="request_rate must be a positive number"):
+        build_trace(
+            parse_config(
+                {
+                    **base,
+                    "workload": {
+                        "source": "gen:sessions",
+                        "params": {"num_sessions": 6, "request_rate": 0},
+                    },
+                }
+            ),
+            {},
+            0,
+        )

@@ -3,6 +3,8 @@ blocks, hash-form keys, validation of library traces, take and stable sorting.""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -181,3 +183,61 @@ def test_sorted_by_arrival_and_builder_sort_are_stable() -> None:
     for r in shuffled:
         unsorted.append(r)
     assert list(unsorted.build()) == list(shuffled)
+
+
+# ------------------------------------------------------------------ retiming
+def _hash_trace() -> Trace:
+    reqs = [
+        Request(
+            arrival_s=10.0 + 2.0 * i, input_length=32, output_length=4, hash_ids=[i % 3, 10 + i]
+        )
+        for i in range(6)
+    ]
+    reqs[2] = Request(14.0, 32, 4, hash_ids=[2, 12], session_id="s", turn=1, think_s=3.0)
+    return Trace.from_requests(reqs, block_tokens=16)
+
+
+def test_time_scale_stretches_gaps_and_keeps_content() -> None:
+    tr = _hash_trace()
+    half = tr.time_scaled(0.5)
+    assert half.arrival_s.tolist() == [10.0, 11.0, 12.0, 13.0, 14.0, 15.0]  # from the first
+    assert half.think_s[2] == 1.5 and np.isnan(half.think_s[0])
+    assert tr.arrival_s.tolist() == [10.0, 12.0, 14.0, 16.0, 18.0, 20.0]  # a new trace
+    a, b = tr.block_layout(), half.block_layout()
+    assert a.keys.tolist() == b.keys.tolist() and half.is_hash_form
+    assert tr.request_rate() == pytest.approx(0.5) and half.request_rate() == pytest.approx(1.0)
+
+
+def test_retimed_to_a_request_rate() -> None:
+    from prefixlab.workload.sources import retimed
+
+    tr = _hash_trace()
+    assert retimed(tr) is tr
+    fast = retimed(tr, request_rate=5.0)
+    assert fast.request_rate() == pytest.approx(5.0)
+    assert retimed(tr, time_scale=3.0).arrival_s[-1] == pytest.approx(40.0)
+    for kwargs, words in (
+        ({"time_scale": 1.0, "request_rate": 1.0}, "not both"),
+        ({"time_scale": 0.0}, "time_scale must be a positive number, got 0.0"),
+        ({"request_rate": -2}, "request_rate must be a positive number, got -2"),
+        ({"time_scale": float("inf")}, "time_scale must be a positive number"),
+    ):
+        with pytest.raises(ConfigError, match=words):
+            retimed(tr, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="span no time"):
+        retimed(tr.take([0]), request_rate=1.0)
+
+
+def test_every_source_retimes_from_the_command_line(tmp_path: Path) -> None:
+    from prefixlab.cli.main import app
+    from prefixlab.workload.loaders.write import write_trace
+    from prefixlab.workload.sources import open_trace
+
+    path = tmp_path / "t.jsonl"
+    write_trace(_hash_trace(), path)
+    assert open_trace(str(path), request_rate=2.0).request_rate() == pytest.approx(2.0)
+    gen = "gen:sessions:num_sessions=5,seed=1"
+    base, slow = open_trace(gen), open_trace(gen, time_scale=4.0)
+    assert slow.request_rate() == pytest.approx(base.request_rate() / 4)
+    out = CliRunner().invoke(app, ["trace", "stats", str(path), "--request-rate", "0"])
+    assert out.exit_code == 2 and "request_rate must be a positive number" in out.output

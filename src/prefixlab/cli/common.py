@@ -295,6 +295,14 @@ SampleOpt = Annotated[
 SampleSeedOpt = Annotated[int, typer.Option(help="Seed of --sample.")]
 StartOpt = Annotated[float | None, typer.Option(help="Keep arrivals at or after this time (s).")]
 EndOpt = Annotated[float | None, typer.Option(help="Keep arrivals before this time (s).")]
+TimeScaleOpt = Annotated[
+    float | None,
+    typer.Option(help="Multiply the time between arrivals (0.1: ten times the load); any trace."),
+]
+RequestRateOpt = Annotated[
+    float | None,
+    typer.Option(help="Retime arrivals to this many requests per second over the trace's span."),
+]
 TokenizerOpt = Annotated[
     str | None,
     typer.Option(help="Tokenizer for text formats: llama3, qwen3, cl100k, o200k, hf:PATH, ..."),
@@ -329,6 +337,8 @@ def load_kwargs(
     arrival: str | None,
     load_opt: list[str] | None,
     id_conflicts: str | None = None,
+    time_scale: float | None = None,
+    request_rate: float | None = None,
 ) -> dict[str, Any]:
     """Loader keywords from the shared options; only those the user gave."""
     kw: dict[str, Any] = {}
@@ -337,6 +347,8 @@ def load_kwargs(
         ("sample", sample),
         ("start_s", start_s),
         ("end_s", end_s),
+        ("time_scale", time_scale),
+        ("request_rate", request_rate),
         ("tokenizer", tokenizer),
         ("arrival", arrival),
         ("id_conflicts", id_conflicts),
@@ -410,6 +422,8 @@ _LOADER_OPTIONS: dict[str, tuple[Any, Any]] = {
     "sample_seed": (SampleSeedOpt, 0),
     "start_s": (StartOpt, None),
     "end_s": (EndOpt, None),
+    "time_scale": (TimeScaleOpt, None),
+    "request_rate": (RequestRateOpt, None),
     "tokenizer": (TokenizerOpt, None),
     "arrival": (ArrivalOpt, None),
     "load_opt": (LoadOpt, None),

@@ -32,6 +32,7 @@ from prefixlab.cli.common import (
     with_loader_options,
 )
 from prefixlab.errors import ConfigError, PrefixlabError
+from prefixlab.metrics.latency import overload
 from prefixlab.model.fit import fit_csv
 from prefixlab.model.timing import GPU_PRESETS, TimingModel, make_timing
 from prefixlab.policies.base import Policy
@@ -206,6 +207,10 @@ def _simulate_each(
 
 def _print_simulated(tr: Trace, results: list[EngineResult], as_json: bool, by_task: bool) -> None:
     """One JSON list, or the table (and per-task tables) and the trace's line."""
+    for r in results:
+        message = overload(r.arrival_s, r.scheduled_s, r.first_token_s, r.finish_s)
+        if message is not None:
+            warn(f"{r.policy}: {message}")
     rows = [r.as_dict() for r in results]
     if as_json:
         print_json(rows)  # a NaN TPOT (no request with two output tokens) as null

@@ -45,6 +45,7 @@ from prefixlab.runner.replay import (
 )
 from prefixlab.runner.stream import NotStreamable, StreamSummary, peek, replay_stream, streamable
 from prefixlab.workload.loaders.base import iter_chunks
+from prefixlab.workload.sources import TIME_OPTIONS
 from prefixlab.workload.trace import Trace
 
 
@@ -240,8 +241,8 @@ def _replay_streamed(
     """``replay`` of a trace file read in chunks (``runner.stream``), with the per-request
     files written as it goes, or None when it cannot be streamed: then the caller loads
     the file whole, which sorts it or names a bad line."""
-    if trace.startswith("gen:"):
-        return None
+    if trace.startswith("gen:") or any(k in kwargs for k in TIME_OPTIONS):
+        return None  # (retiming needs the whole trace's span)
     chunks = iter_chunks(trace, fmt, **kwargs)
     if chunks is None:
         return None

@@ -316,7 +316,8 @@ def _check_workload(w: WorkloadConfig) -> None:
         raise ConfigError(
             f"workload.source: unknown generator '{name}'; known: {', '.join(sorted(GENERATORS))}"
         )
-    known = {f.name for f in fields(GENERATORS[name].params)}
+    # every trace can be retimed (prefixlab.workload.sources.retimed)
+    known = {f.name for f in fields(GENERATORS[name].params)} | {"time_scale", "request_rate"}
     for where, keys in (
         ("workload.source", inline),
         ("workload.params", w.params),

@@ -196,12 +196,15 @@ def build_trace(cfg: ExperimentConfig, variant: Mapping[str, object], seed: int)
     w = cfg.workload
     params = {**w.params, **variant}
     if w.source.startswith("gen:"):
+        from prefixlab.workload.sources import TIME_OPTIONS, retimed
+
         name, inline = parse_spec(w.source[4:], "workload.source")
         gen = GENERATORS[name]
         kwargs = {**inline, **params}
+        timing = {k: kwargs.pop(k) for k in TIME_OPTIONS if k in kwargs}
         if "seed" in {f for f in gen.params.__dataclass_fields__} and "seed" not in kwargs:
             kwargs["seed"] = seed
-        trace = gen.fn(**kwargs)
+        trace = retimed(gen.fn(**kwargs), **timing)  # type: ignore[arg-type]
     else:
         from prefixlab.workload.sources import open_trace
 

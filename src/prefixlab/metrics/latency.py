@@ -69,3 +69,39 @@ def by_task(
     """``compute(rows)`` for each task label's requests (label ``-`` for none)."""
     labels = np.array([t if t is not None else "-" for t in tasks], dtype=object)
     return {str(t): compute(labels == t) for t in sorted(set(labels.tolist()))}
+
+
+#: the share of the requests, by arrival, whose waits are compared (first and last)
+TENTH = 0.1
+
+
+def overload(arrival_s: F64, scheduled_s: F64, first_token_s: F64, finish_s: F64) -> str | None:
+    """A warning with the numbers when the offered load outran the simulated hardware, so
+    the queue grew while requests arrived and the latencies describe that queue, not the
+    policy; None otherwise.
+
+    Overloaded means both: the requests were served (first arrival to last finish) at
+    under 90% of the rate they arrived at, and the wait before prefill of the last tenth of
+    arrivals is over ten times that of the first tenth, and over ten times the median
+    prefill (a queue that grew, not a burst served as it came)."""
+    n = int(arrival_s.shape[0])
+    if n < 20:
+        return None
+    order = np.argsort(arrival_s, kind="stable")
+    a, w = arrival_s[order], (scheduled_s - arrival_s)[order]
+    span = float(a[-1] - a[0])
+    done = float(finish_s.max() - a[0])
+    if span <= 0 or done <= 0:
+        return None
+    offered, served = (n - 1) / span, n / done
+    k = max(1, int(n * TENTH))
+    first, last = float(w[:k].mean()), float(w[-k:].mean())
+    prefill = float(np.median(first_token_s - scheduled_s))
+    if served >= 0.9 * offered or last <= 10 * max(first, prefill):
+        return None
+    return (
+        f"overloaded: requests arrive at {offered:,.3g}/s but were served at {served:,.3g}/s; "
+        f"the wait before prefill grew from {first:,.3g} s (first tenth of arrivals) to "
+        f"{last:,.3g} s (last tenth), so latencies measure a queue that never drained. "
+        "Lower the load (--time-scale, --request-rate) or add capacity"
+    )

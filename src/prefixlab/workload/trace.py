@@ -14,6 +14,8 @@ Block keys are derived once per (block size, extra key) by :meth:`Trace.block_la
 
 from __future__ import annotations
 
+import copy
+import math
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -266,6 +268,26 @@ class Trace:
             name=self.name if name is None else name,
             **kw,  # type: ignore[arg-type]
         )
+
+    def time_scaled(self, factor: float) -> Trace:
+        """The same requests with the time between arrivals multiplied by ``factor``
+        (0.5: twice the request rate), counted from the first arrival; think times scale
+        too. Content, and so every block key, is unchanged: any form of trace rescales."""
+        if not math.isfinite(factor) or factor <= 0:
+            raise ConfigError(f"time_scale must be a positive number, got {factor!r}")
+        out = copy.copy(self)
+        t0 = float(self.arrival_s.min()) if len(self) else 0.0
+        out.arrival_s = t0 + (self.arrival_s - t0) * factor
+        out.think_s = self.think_s * factor
+        out._layouts = {}
+        return out
+
+    def request_rate(self) -> float:
+        """Requests per second over the trace's span (first to last arrival): (n - 1) /
+        span; NaN when the trace has under two requests or they arrive at one instant."""
+        n = len(self)
+        span = float(self.arrival_s.max() - self.arrival_s.min()) if n else 0.0
+        return (n - 1) / span if n >= 2 and span > 0 else float("nan")
 
     def sorted_by_arrival(self) -> Trace:
         """The same requests in arrival order (stable: ties keep their order)."""
