@@ -18,7 +18,7 @@ LAYERS: list[set[str]] = [
     {"report"},
     {"experiments"},
     {"runner"},
-    {"metrics", "policies"},
+    {"metrics", "policies", "routers"},
     {"learn", "cache"},
     {"workload", "model"},
     {"configfile", "procs", "registry", "io", "_keytable"},

@@ -9,6 +9,7 @@ group, so third-party packages add classes without touching prefixlab.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Generic, TypeVar
@@ -48,6 +49,34 @@ class Registry(Generic[C]):
 
         return deco
 
+    def lookup(self, name: str) -> C:
+        """The class registered as ``name``; an unknown name lists the known ones."""
+        known = self.all()
+        if name not in known:
+            raise ConfigError(f"unknown {self.what} '{name}'; known: {', '.join(known)}")
+        return known[name]
+
+    def construct(self, cls: C, spec: str, kwargs: dict[str, Scalar]) -> object:
+        """``cls(**kwargs)`` for the spec ``spec``: a parameter the class does not take,
+        or a value it refuses, is a ConfigError naming it."""
+        name = getattr(cls, "name", spec)
+        allowed = parameters(cls)
+        for key in kwargs:
+            if key not in allowed:
+                raise ConfigError(
+                    f"{self.what} '{name}' has no parameter '{key}'; it takes: "
+                    f"{', '.join(allowed) or 'no parameters'}"
+                )
+        try:
+            return cls(**kwargs)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{self.what} '{spec}': {exc}") from None
+
+    def make(self, spec: str) -> object:
+        """An instance from its spec string (``name:key=value,...``)."""
+        name, kwargs = parse_spec(spec, f"{self.what} spec")
+        return self.construct(self.lookup(name), spec, kwargs)
+
     def all(self) -> dict[str, C]:
         """Every registered class, built-ins and plugins, sorted by name."""
         importlib.import_module(self.builtins)
@@ -56,6 +85,15 @@ class Registry(Generic[C]):
             for ep in entry_points(group=self.group):
                 ep.load()
         return dict(sorted(self.classes.items()))
+
+
+def parameters(cls: type[object]) -> dict[str, Scalar]:
+    """A class's constructor parameters and their defaults."""
+    if cls.__init__ is object.__init__:
+        return {}
+    sig = inspect.signature(cls.__init__)
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {n: p.default for n, p in sig.parameters.items() if n != "self" and p.kind in kinds}
 
 
 def _parse_value(text: str) -> str | int | float | bool:

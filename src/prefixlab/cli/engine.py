@@ -37,6 +37,7 @@ from prefixlab.model.fit import fit_csv
 from prefixlab.model.timing import GPU_PRESETS, TimingModel, make_timing
 from prefixlab.policies.base import Policy
 from prefixlab.runner.engine import EngineConfig, EngineResult, simulate
+from prefixlab.runner.fleet import FleetConfig, FleetResult, simulate_fleet
 from prefixlab.runner.replay import capped_warning
 from prefixlab.workload.trace import Trace
 
@@ -92,6 +93,16 @@ _GatedOpt = Annotated[
 _MinRecomputeOpt = Annotated[int, typer.Option(help="Prompt tokens always run.")]
 _JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON list.")]
 _ByTaskOpt = Annotated[bool, typer.Option(help="Also print a per-task table.")]
+_ReplicasOpt = Annotated[
+    int, typer.Option(help="Engine replicas behind a router, each with the capacity given.")
+]
+_RouterOpt = Annotated[
+    str,
+    typer.Option(
+        help="How arrivals are routed (with --replicas): round-robin, random, session, "
+        "least-loaded, power-of-two, cache-aware (name:key=value,...)."
+    ),
+]
 
 
 @with_loader_options
@@ -113,6 +124,8 @@ def simulate_cmd(
     gated: _GatedOpt = False,
     min_recompute_tokens: _MinRecomputeOpt = 1,
     admission: AdmissionOpt = "all",
+    replicas: _ReplicasOpt = 1,
+    router: _RouterOpt = "round-robin",
     as_json: _JsonOpt = False,
     by_task: _ByTaskOpt = False,
     quiet: QuietOpt = False,
@@ -122,7 +135,6 @@ def simulate_cmd(
     try:
         tr = load_shown(trace, fmt, load or {}, quiet)
         block_tokens, bt = _block_size(tr, structure, block_tokens)
-        tm = _timing_of(timing, model, gpu)
         blocks, size = _pool_size(structure, capacity_blocks, capacity_bytes, model, bt)
         config = EngineConfig(
             capacity_blocks=blocks,
@@ -138,8 +150,8 @@ def simulate_cmd(
             min_recompute_tokens=min_recompute_tokens,
             admission=admission,
         )
-        config.validate()
-        results = _simulate_each(tr, policy, config, tm, bt, quiet)
+        fleet = FleetConfig(replicas, router)
+        results = _simulate_each(tr, policy, config, _timing_of(timing, model, gpu), fleet, quiet)
     except PrefixlabError as exc:
         fail(str(exc))
         return
@@ -188,29 +200,43 @@ def _pool_size(
 
 
 def _simulate_each(
-    tr: Trace, specs: list[str], config: EngineConfig, tm: TimingModel, bt: int, quiet: bool
-) -> list[EngineResult]:
-    """Each policy's simulation, in order, with a progress bar over the requests (and a
-    warning first when prompts are capped)."""
+    tr: Trace,
+    specs: list[str],
+    config: EngineConfig,
+    tm: TimingModel,
+    fleet: FleetConfig,
+    quiet: bool,
+) -> list[EngineResult | FleetResult]:
+    """Each policy's simulation, in order, on one engine or a fleet, with a progress bar
+    over the requests (and a warning first when prompts are capped)."""
+    config.validate()
+    fleet.validate()
     policies = make_policies(specs, config.structure, Policy)
-    hybrid = config.structure == "hybrid"
-    note = None if hybrid else capped_warning(tr, bt, config.min_recompute_tokens)
-    if note:
-        warn(note)
-    results = []
+    if config.structure != "hybrid":
+        bt = block_tokens_of(tr, config.block_tokens)
+        note = capped_warning(tr, bt, config.min_recompute_tokens)
+        if note:
+            warn(note)
+    results: list[EngineResult | FleetResult] = []
     with progress_bar("requests", quiet) as advance:
         for pol in policies:
+            if fleet.replicas > 1:
+                results.append(simulate_fleet(tr, pol, config, fleet, tm))
+                continue
             shown = None if advance is None else _shown(advance, pol.spec())
             results.append(simulate(tr, pol, config, tm, on_progress=shown))
     return results
 
 
-def _print_simulated(tr: Trace, results: list[EngineResult], as_json: bool, by_task: bool) -> None:
+def _print_simulated(
+    tr: Trace, results: list[EngineResult | FleetResult], as_json: bool, by_task: bool
+) -> None:
     """One JSON list, or the table (and per-task tables) and the trace's line."""
-    for r in results:
-        message = overload(r.arrival_s, r.scheduled_s, r.first_token_s, r.finish_s)
+    engines = [r.engine if isinstance(r, FleetResult) else r for r in results]
+    for e in engines:
+        message = overload(e.arrival_s, e.scheduled_s, e.first_token_s, e.finish_s)
         if message is not None:
-            warn(f"{r.policy}: {message}")
+            warn(f"{e.policy}: {message}")
     rows = [r.as_dict() for r in results]
     if as_json:
         print_json(rows)  # a NaN TPOT (no request with two output tokens) as null
@@ -220,7 +246,13 @@ def _print_simulated(tr: Trace, results: list[EngineResult], as_json: bool, by_t
     if by_task:
         for row in rows:
             out.print(_task_table(row))
-    out.print(f"trace: {tr.name} ({len(tr):,} requests); timing: {results[0].timing}")
+    for r in results:
+        if isinstance(r, FleetResult):
+            counts = ", ".join(f"{row['num_requests']:,}" for row in r.per_replica)
+            out.print(
+                f"{r.engine.policy}: {r.replicas} replicas behind {r.router}; requests: {counts}"
+            )
+    out.print(f"trace: {tr.name} ({len(tr):,} requests); timing: {engines[0].timing}")
 
 
 def _shown(advance: Advance, label: str) -> Callable[[int, int], None]:

@@ -24,8 +24,8 @@ import numpy.typing as npt
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.experiments.config import ExperimentConfig, resolve_capacity
 from prefixlab.experiments.execute import cell_id_of
-from prefixlab.policies.base import EvictionPolicy, Policy, make_policy, parameters, registered
-from prefixlab.registry import parse_spec
+from prefixlab.policies.base import EvictionPolicy, Policy, make_policy, registered
+from prefixlab.registry import parameters, parse_spec
 from prefixlab.types import Row, Scalar
 from prefixlab.workload.generators import GENERATORS
 from prefixlab.workload.trace import Trace

@@ -37,7 +37,7 @@ import numpy as np
 
 from prefixlab.cache.view import EntryView
 from prefixlab.errors import ConfigError
-from prefixlab.registry import Registry, parse_spec
+from prefixlab.registry import Registry, parameters, parse_spec
 from prefixlab.types import F64, I64, Scalar
 from prefixlab.workload.trace import BlockLayout, Trace
 
@@ -295,15 +295,6 @@ def describe(cls: type[object]) -> str:
     return (inspect.getdoc(cls) or "").splitlines()[0] if cls.__doc__ else ""
 
 
-def parameters(cls: type[object]) -> dict[str, Scalar]:
-    """Constructor parameters and their defaults."""
-    if cls.__init__ is object.__init__:
-        return {}
-    sig = inspect.signature(cls.__init__)
-    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return {n: p.default for n, p in sig.parameters.items() if n != "self" and p.kind in kinds}
-
-
 def make_policy_of(kind: type[PolicyT], spec: str, structure: str | None = None) -> PolicyT:
     """A policy of ``kind`` (:class:`EvictionPolicy` for the block and radix caches,
     ``HybridPolicy`` for the hybrid one) from its spec string; errors name the bad part."""
@@ -322,23 +313,12 @@ def make_eviction_policy(spec: str, structure: str | None = None) -> EvictionPol
 def make_policy(spec: str, structure: str | None = None) -> Policy:
     """Build a policy from its spec string, with errors that name the bad part."""
     name, kwargs = parse_spec(spec)
-    known = registered()
-    if name not in known:
-        raise ConfigError(f"unknown policy '{name}'; known: {', '.join(known)}")
-    cls = known[name]
+    cls = _REGISTRY.lookup(name)
     if structure is not None and structure not in cls.structures:
         raise ConfigError(f"policy '{name}' does not apply to the {structure} structure")
-    allowed = parameters(cls)
-    for key in kwargs:
-        if key not in allowed:
-            raise ConfigError(
-                f"policy '{name}' has no parameter '{key}'; it takes: "
-                f"{', '.join(allowed) or 'no parameters'}"
-            )
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"policy '{spec}': {exc}") from None
+    pol = _REGISTRY.construct(cls, spec, kwargs)
+    assert isinstance(pol, Policy)
+    return pol
 
 
 def iter_policies() -> Iterator[tuple[str, type[Policy]]]:

@@ -32,7 +32,6 @@ import numpy as np
 
 from prefixlab.cache.view import AdmitContext
 from prefixlab.errors import ConfigError
-from prefixlab.policies.base import parameters
 from prefixlab.registry import Registry, parse_spec
 from prefixlab.types import I64, Scalar
 
@@ -123,18 +122,6 @@ def check_structure(spec: str, structure: str) -> None:
 
 def make_admission(spec: str) -> Admission:
     """An admission from its spec string (``"seen:n=3"``), with errors naming the bad part."""
-    name, kwargs = parse_spec(spec, "admission spec")
-    known = registered()
-    if name not in known:
-        raise ConfigError(f"unknown admission '{name}'; known: {', '.join(known)}")
-    allowed = parameters(known[name])
-    for key in kwargs:
-        if key not in allowed:
-            raise ConfigError(
-                f"admission '{name}' has no parameter '{key}'; it takes: "
-                f"{', '.join(allowed) or 'no parameters'}"
-            )
-    try:
-        return known[name](**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"admission '{spec}': {exc}") from None
+    admission = _REGISTRY.make(spec)
+    assert isinstance(admission, Admission)
+    return admission

@@ -31,8 +31,8 @@ import numpy as np
 from prefixlab.errors import ConfigError
 from prefixlab.experts._kernels import KernelRun
 from prefixlab.policies.base import describe as _describe
-from prefixlab.policies.base import parameters as _parameters
 from prefixlab.registry import Registry
+from prefixlab.registry import parameters as _parameters
 from prefixlab.registry import parse_spec as _parse_spec
 from prefixlab.types import I64
 
@@ -214,18 +214,6 @@ def make_policy(spec: str) -> ExpertPolicy:
         ConfigError: unknown policy name, unknown parameter, or a bad parameter value.
     """
     name, kwargs = parse_spec(spec)
-    known = registered()
-    if name not in known:
-        raise ConfigError(f"unknown expert policy '{name}'; known: {', '.join(known)}")
-    cls = known[name]
-    allowed = parameters(cls)
-    for key in kwargs:
-        if key not in allowed:
-            raise ConfigError(
-                f"expert policy '{name}' has no parameter '{key}'; it takes: "
-                f"{', '.join(allowed) or 'no parameters'}"
-            )
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"expert policy '{spec}': {exc}") from None
+    pol = _REGISTRY.construct(_REGISTRY.lookup(name), spec, kwargs)
+    assert isinstance(pol, ExpertPolicy)
+    return pol

@@ -17,7 +17,6 @@ starts the next step, so a request arriving exactly when a step ends joins the n
 from __future__ import annotations
 
 import dataclasses
-import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -37,9 +36,9 @@ from prefixlab.policies.array_policy import ArrayPolicy
 from prefixlab.policies.base import EvictionPolicy, Policy, make_policy
 from prefixlab.policies.block_admission import check_structure, is_default
 from prefixlab.policies.hooks.lpc import CODE as LPC_CODE
-from prefixlab.runner.engine.events import Arrived, Finished, StepDone
-from prefixlab.runner.engine.loop import EventLoop
-from prefixlab.runner.engine.scheduler import Batch, Scheduler
+from prefixlab.runner.engine.events import Finished
+from prefixlab.runner.engine.run import Run, arrival_plan
+from prefixlab.runner.engine.scheduler import Scheduler
 from prefixlab.runner.replay import ReplayConfig, build_cache, reserved_blocks, without_lookups
 from prefixlab.types import F64, I64, Row
 from prefixlab.workload.trace import BlockLayout, Trace
@@ -58,8 +57,6 @@ if TYPE_CHECKING:
         F64, F64, F64, F64, I64, I64, I64, I64, I64, F64,  # outputs
         Tree | None, RadixArgs | None, int, int, HybridArrays | None, F64 | None,
     ]  # fmt: skip
-
-STEP, ARRIVE = 0, 1  # event priorities at one instant: step ends before arrivals
 
 
 @dataclass(slots=True, frozen=True)
@@ -195,21 +192,21 @@ def simulate(
             progress bar); it does not keep the compiled engine from running.
     """
     config.validate()
-    pol, layout = _policy_and_layout(trace, policy, config)
+    pol, layout = policy_and_layout(trace, policy, config)
     hits = ReplayMetrics(len(trace))
     obs: list[Observer] = [hits, *observers]
     if on_progress is not None:
         obs.append(_FinishedCounter(on_progress, len(trace)))
-    rc = _structure_config(trace, pol, config, layout)
+    rc = structure_config(trace, pol, config, layout)
     codes = timing_codes(timing)
     if fast and codes is not None and _compiled_path(pol, rc, observers, check_every):
         return _simulate_compiled(trace, pol, config, rc, layout, timing, codes, on_progress)
-    cache = _reference_cache(trace, pol, config, rc, layout, obs)
-    _prepare_policy(pol, trace, layout)
+    cache = reference_cache(trace, pol, config, rc, layout, obs)
+    prepare_policy(pol, trace, layout)
     return _run_reference(trace, pol, config, timing, layout, cache, obs, hits, check_every)
 
 
-def _policy_and_layout(
+def policy_and_layout(
     trace: Trace, policy: Policy | str, config: EngineConfig
 ) -> tuple[Policy, BlockLayout]:
     """The policy object and the trace's block layout (no lookups without prefix caching),
@@ -226,7 +223,7 @@ def _policy_and_layout(
     return pol, layout
 
 
-def _structure_config(
+def structure_config(
     trace: Trace, pol: Policy, config: EngineConfig, layout: BlockLayout
 ) -> ReplayConfig | None:
     """Check that ``pol`` applies to the structure; the block or radix structure's replay
@@ -258,11 +255,11 @@ def _compiled_path(
     """Whether the compiled engine runs ``pol`` (``rc`` None: on the hybrid structure)."""
     if rc is None:
         return _hybrid_compiled_applies(pol, observers, check_every)
-    assert isinstance(pol, EvictionPolicy)  # _structure_config checked it
+    assert isinstance(pol, EvictionPolicy)  # structure_config checked it
     return _compiled_applies(pol, rc, observers, check_every)
 
 
-def _reference_cache(
+def reference_cache(
     trace: Trace,
     pol: Policy,
     config: EngineConfig,
@@ -276,12 +273,12 @@ def _reference_cache(
         from prefixlab.policies.hybrid import HybridPolicy
         from prefixlab.runner.engine.hybrid import HybridEngineCache
 
-        assert isinstance(pol, HybridPolicy)  # _structure_config checked it
+        assert isinstance(pol, HybridPolicy)  # structure_config checked it
         assert config.capacity_bytes is not None and config.model is not None
         return HybridEngineCache(
             config.capacity_bytes, get_model(config.model), pol, trace, layout.block_tokens
         )
-    assert isinstance(pol, EvictionPolicy)  # _structure_config checked it
+    assert isinstance(pol, EvictionPolicy)  # structure_config checked it
     cache = build_cache(rc, pol, layout, obs)
     if isinstance(cache, RadixCache):
         cache.spare_blocks = config.spare_blocks
@@ -300,7 +297,25 @@ def _run_reference(
     check_every: int,
 ) -> EngineResult:
     """The reference loop: the scheduler over ``cache``, driven by the event loop."""
-    sched = Scheduler(
+    sched = make_scheduler(trace, layout, cache, pol, config, obs)
+    run = Run(trace, [sched], timing, [obs], (config.closed_loop, config.gated), check_every)
+    start = time.perf_counter()
+    run.go()
+    result = _result(trace, pol, config, timing, run, hits)
+    result.metrics["elapsed_s"] = time.perf_counter() - start  # how long we took, for reports
+    return result
+
+
+def make_scheduler(
+    trace: Trace,
+    layout: BlockLayout,
+    cache: BlockCache | RadixCache | HybridEngineCache,
+    pol: Policy,
+    config: EngineConfig,
+    obs: list[Observer],
+) -> Scheduler:
+    """The reference loop's scheduler of one engine over ``cache``."""
+    return Scheduler(
         trace,
         layout,
         cache,
@@ -312,122 +327,14 @@ def _run_reference(
         # the hybrid tree takes a sequence when it finishes (states exist only there)
         cache_while_running=config.cache_while_running and config.structure != "hybrid",
     )
-    run = _Run(trace, sched, timing, obs, config.closed_loop, config.gated, check_every)
-    start = time.perf_counter()
-    run.go()
-    result = _result(trace, pol, config, timing, run, hits)
-    result.metrics["elapsed_s"] = time.perf_counter() - start  # how long we took, for reports
-    return result
 
 
-def _prepare_policy(pol: Policy, trace: Trace, layout: BlockLayout) -> None:
+def prepare_policy(pol: Policy, trace: Trace, layout: BlockLayout) -> None:
     """What a policy that reads the future or the trace learns before the simulation."""
     if isinstance(pol, EvictionPolicy) and pol.needs_future:
         pol.prepare(layout)
     if isinstance(pol, EvictionPolicy) and pol.needs_trace:
         pol.prepare_trace(trace, "view")
-
-
-class _Run:
-    """One simulation's mutable state: the loop, the clock and per-request times."""
-
-    def __init__(
-        self,
-        trace: Trace,
-        sched: Scheduler,
-        timing: TimingModel,
-        observers: list[Observer],
-        closed_loop: bool,
-        gated: bool,
-        check_every: int,
-    ) -> None:
-        n = len(trace)
-        self.sched = sched
-        self.timing = timing
-        self.observers = observers
-        self.check_every = check_every
-        # Any: a request (ARRIVE) or a Batch (STEP), told apart by the kind
-        self.loop: EventLoop[tuple[int, Any]] = EventLoop()
-        self.arrival_s = np.full(n, np.nan)
-        self.scheduled_s = np.full(n, np.nan)
-        self.first_token_s = np.full(n, np.nan)
-        self.finish_s = np.full(n, np.nan)
-        self.think_s = trace.think_s
-        self.trace_arrival = trace.arrival_s
-        self.busy = False
-        self.num_steps = 0
-        self.gated = gated
-        first, times, self.next_turn = arrival_plan(trace, closed_loop or gated)
-        for r, t in zip(first.tolist(), times.tolist(), strict=True):
-            self.loop.schedule(t, (ARRIVE, r), ARRIVE)
-
-    def _think(self, prev: int, r: int, now: float) -> float:
-        if self.gated:
-            return max(float(self.trace_arrival[r]) - now, 0.0)
-        t = float(self.think_s[r])
-        if math.isnan(t):
-            t = max(float(self.trace_arrival[r] - self.trace_arrival[prev]), 0.0)
-        return t
-
-    def _emit(self, event: object) -> None:
-        for o in self.observers:
-            o.on_event(event)  # type: ignore[arg-type]
-
-    def go(self) -> None:
-        loop = self.loop
-        while (now := loop.peek()) is not None:
-            while loop.peek() == now:
-                kind, payload = loop.pop()
-                if kind == STEP:
-                    self._step_done(payload, now)
-                else:
-                    self.arrival_s[payload] = now
-                    self._emit(Arrived(payload, now))
-                    self.sched.add(payload)
-            if not self.busy:
-                self._start_step(now)
-        if self.sched.waiting or self.sched.running:  # pragma: no cover - a scheduler bug
-            raise AssertionError("simulation ended with unfinished requests")
-
-    def _start_step(self, now: float) -> None:
-        batch = self.sched.schedule(now)
-        if batch is None:
-            return
-        for r, _, _ in batch.chunks:
-            if math.isnan(self.scheduled_s[r]):
-                self.scheduled_s[r] = now
-        hits = self.sched.admit_hits
-        duration = self.timing.step_s(
-            [(n, cached, cached - hits[r]) for r, n, cached in batch.chunks],
-            [d[1] for d in batch.decodes],
-        )
-        self.busy = True
-        self.num_steps += 1
-        self.loop.schedule(now + duration, (STEP, batch), STEP)
-        self._emit(
-            StepDone(
-                now,
-                duration,
-                sum(c[1] for c in batch.chunks),
-                len(batch.decodes),
-                len(self.sched.running),
-                len(self.sched.waiting),
-            )
-        )
-
-    def _step_done(self, batch: Batch, now: float) -> None:
-        self.busy = False
-        first, done = self.sched.complete(batch, now)
-        for r in first:
-            self.first_token_s[r] = now
-        for r in done:
-            self.finish_s[r] = now
-            self._emit(Finished(r, now))
-            nxt = int(self.next_turn[r])
-            if nxt >= 0:
-                self.loop.schedule(now + self._think(r, nxt, now), (ARRIVE, nxt), ARRIVE)
-        if self.check_every and self.num_steps % self.check_every == 0:
-            self.sched.check()
 
 
 class _FinishedCounter:
@@ -477,57 +384,31 @@ def _run_reporting(
     return result
 
 
-def arrival_plan(trace: Trace, closed_loop: bool) -> tuple[I64, F64, I64]:
-    """The arrivals known at the start (requests and times, in the order they are
-    scheduled) and, per request, the one that arrives after it finishes (-1: none).
-
-    Open loop: every request at its trace time. Closed loop: a session's first request
-    arrives at its trace time; each later one a think time after its predecessor finishes
-    (gated: at its trace time, but not before its predecessor finishes)."""
-    n = len(trace)
-    next_turn = np.full(n, -1, np.int64)
-    if not closed_loop:
-        return np.arange(n, dtype=np.int64), trace.arrival_s.astype(np.float64), next_turn
-    last: dict[str, int] = {}
-    first: list[int] = []
-    order = np.lexsort((trace.turn, trace.arrival_s))
-    for r in order.tolist():
-        sid = trace.session_id[r]
-        if sid is not None and sid in last:
-            next_turn[last[sid]] = r
-        else:
-            first.append(r)
-        if sid is not None:
-            last[sid] = r
-    idx = np.array(first, dtype=np.int64)
-    return idx, trace.arrival_s[idx].astype(np.float64), next_turn
-
-
 def _result(
     trace: Trace,
     pol: Policy,
     config: EngineConfig,
     timing: TimingModel,
-    run: _Run,
+    run: Run,
     hits: ReplayMetrics,
 ) -> EngineResult:
     if run.check_every:
-        run.sched.check()
-    history = getattr(run.sched.cache, "alpha_history", None)
-    return _assemble(
+        run.scheds[0].check()
+    history = getattr(run.scheds[0].cache, "alpha_history", None)
+    return assemble(
         trace,
         pol,
         config,
         timing,
         hits,
         (run.arrival_s, run.scheduled_s, run.first_token_s, run.finish_s),
-        np.array(run.sched.num_preemptions, dtype=np.int64),
+        np.array(run.scheds[0].num_preemptions, dtype=np.int64),
         run.num_steps,
         history if hasattr(pol, "current_alpha") else None,
     )
 
 
-def _assemble(
+def assemble(
     trace: Trace,
     pol: Policy,
     config: EngineConfig,
@@ -738,7 +619,7 @@ def _simulate_compiled(
 
     n = len(trace)
     _fast.warm_up()
-    _prepare_policy(pol, trace, layout)
+    prepare_policy(pol, trace, layout)
     arrivals = _first_arrivals(trace, config)
     history: list[tuple[int, float]] = []
     s = _compiled_structure(trace, pol, config, rc, layout, history)
@@ -762,7 +643,7 @@ def _simulate_compiled(
     elapsed = time.perf_counter() - start
     _check_status(pol, s, o, inp, outp, layout.block_tokens)
     tuned = history if s.hybrid is not None and hasattr(pol, "current_alpha") else None
-    result = _assemble(
+    result = assemble(
         trace, pol, config, timing, o.metrics(n), o.times, o.preempt, int(o.out[2]), tuned
     )
     result.metrics["elapsed_s"] = elapsed

@@ -1,0 +1,281 @@
+"""The fleet runner (prefixlab.runner.fleet) and the routers (prefixlab.routers): one replica
+is the engine runner; session routing keeps a session's history; random routing dilutes
+it as replicas are added; least-loaded routing equals a discrete-event model of
+join-the-shortest-queue on the same arrivals; routers' rules by hand."""
+
+from __future__ import annotations
+
+import heapq
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from prefixlab.cli.main import app
+from prefixlab.errors import ConfigError
+from prefixlab.model.timing import make_timing
+from prefixlab.routers import Fleet, Loads, make_router, registered
+from prefixlab.runner.engine import EngineConfig, simulate
+from prefixlab.runner.fleet import FleetConfig, simulate_fleet
+from prefixlab.workload.generators import generate_sessions
+from prefixlab.workload.trace import Trace
+
+TIMING = make_timing("power:preset=llama-3.1-8b-h100+tpot:s=0.01")
+
+
+def _sessions(n: int = 60, seed: int = 3) -> Trace:
+    return generate_sessions(num_sessions=n, seed=seed, session_rate_per_s=2.0)
+
+
+@pytest.mark.parametrize(
+    ("structure", "closed_loop", "policy"),
+    [("block", False, "lru"), ("radix", False, "lru"), ("block", True, "s3fifo")],
+)
+def test_one_replica_is_the_engine_runner(structure: str, closed_loop: bool, policy: str) -> None:
+    trace = _sessions()
+    cfg = EngineConfig(
+        capacity_blocks=1200, block_tokens=16, structure=structure, closed_loop=closed_loop
+    )
+    engine = simulate(trace, policy, cfg, TIMING)  # the compiled engine
+    fleet = simulate_fleet(trace, policy, cfg, FleetConfig(1, "random"), TIMING, check_every=7)
+    a, b = engine.as_dict(), fleet.engine.as_dict()
+    a.pop("elapsed_s"), b.pop("elapsed_s")
+    assert a == b
+    for name in ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "hit_tokens"):
+        assert np.array_equal(getattr(engine, name), getattr(fleet.engine, name)), name
+    assert fleet.replica.tolist() == [0] * len(trace)
+
+
+def _history_blocks(trace: Trace) -> list[tuple[int, int]]:
+    """(request, blocks of its prompt that its session's previous turn left cached: the
+    leading keys it shares with that turn's input and output) for every later turn."""
+    layout = trace.block_layout(16)
+    prev: dict[str, int] = {}
+    out = []
+    for r in np.lexsort((trace.turn, trace.arrival_s)).tolist():
+        sid = trace.session_id[r]
+        assert sid is not None
+        if sid in prev:
+            mine = layout.request_keys(r)[: int(layout.num_lookup_blocks[r])].tolist()
+            theirs = layout.request_keys(prev[sid]).tolist()
+            k = 0
+            while k < min(len(mine), len(theirs)) and mine[k] == theirs[k]:
+                k += 1
+            out.append((r, k))
+        prev[sid] = r
+    return out
+
+
+def test_session_routing_keeps_every_session_history() -> None:
+    """A cache far larger than any session, turns arriving after their predecessor ends:
+    under ``session`` every later turn hits at least its whole history; under
+    ``round-robin`` some do not."""
+    trace = _sessions(40)
+    cfg = EngineConfig(capacity_blocks=20_000, block_tokens=16, closed_loop=True)
+    history = _history_blocks(trace)
+    assert sum(k for _, k in history) > 0
+    for router, keeps in (("session", True), ("round-robin", False)):
+        res = simulate_fleet(trace, "lru", cfg, FleetConfig(4, router), TIMING)
+        hit_blocks = res.engine.hit_tokens // 16
+        kept = [hit_blocks[r] >= k for r, k in history]
+        assert all(kept) == keeps, router
+        if router == "session":  # and a session never leaves its replica
+            for sid in set(trace.session_id):
+                rows = [i for i, s in enumerate(trace.session_id) if s == sid]
+                assert len(set(res.replica[rows].tolist())) == 1
+
+
+def test_random_routing_dilutes_reuse_as_replicas_grow() -> None:
+    trace = _sessions(120)
+    ratios = []
+    for n in (1, 2, 4, 8):
+        cfg = EngineConfig(capacity_blocks=20_000, block_tokens=16)
+        res = simulate_fleet(trace, "lru", cfg, FleetConfig(n, "random:seed=1"), TIMING)
+        ratios.append(res.engine.metrics["token_hit_ratio"])
+    assert ratios == sorted(ratios, reverse=True) and ratios[-1] < ratios[0] - 0.05, ratios
+
+
+def _fixed_prompts(n: int, rate: float, seed: int) -> Trace:
+    """Poisson arrivals of 100-token prompts with one output token, no shared prefix."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
+    ids = np.arange(n * 6, dtype=np.uint64)
+    return Trace(
+        arrival_s=arrivals,
+        input_length=np.full(n, 100),
+        output_length=np.ones(n, np.int64),
+        session_id=[None] * n,
+        turn=np.zeros(n, np.int64),
+        task=[None] * n,
+        hash_ids=(ids, np.arange(0, n * 6 + 1, 6, dtype=np.int64)),
+        hashed_tokens=np.full(n, 100),
+        block_tokens=16,
+    )
+
+
+def _shortest_queue(arrivals: list[float], servers: int, service: float) -> list[float]:
+    """Discrete-event join-the-shortest-queue: each arrival joins the server with the
+    fewest requests in system (ties: the lowest index), FIFO, deterministic service;
+    returns each request's wait before service."""
+    in_system = [0] * servers
+    free_at = [0.0] * servers
+    ends: list[tuple[float, int]] = []  # (departure, server)
+    waits = []
+    for t in arrivals:
+        while ends and ends[0][0] <= t:  # departures at t come first (step ends first)
+            _, s = heapq.heappop(ends)
+            in_system[s] -= 1
+        s = min(range(servers), key=lambda i: (in_system[i], i))
+        start = max(t, free_at[s])
+        free_at[s] = start + service
+        in_system[s] += 1
+        heapq.heappush(ends, (free_at[s], s))
+        waits.append(start - t)
+    return waits
+
+
+@pytest.mark.parametrize("servers", [2, 4])
+def test_least_loaded_is_join_the_shortest_queue(servers: int) -> None:
+    """N replicas, one request at a time each (max_num_seqs=1), 1 s of service: the fleet's
+    waits equal the model's, request by request, at 90% load. The M/D/N queue (one queue
+    for all servers) waits less: a router commits a request to one replica's queue."""
+    timing = make_timing("power:a=0.01,b=1,c=1")  # 100 tokens -> 1 s
+    trace = _fixed_prompts(3000, 0.9 * servers, seed=servers)
+    cfg = EngineConfig(capacity_blocks=64, max_num_seqs=1)
+    res = simulate_fleet(trace, "lru", cfg, FleetConfig(servers, "least-loaded"), timing)
+    waits = res.engine.scheduled_s - res.engine.arrival_s
+    assert np.allclose(res.engine.first_token_s - res.engine.scheduled_s, 1.0)
+    want = _shortest_queue(trace.arrival_s.tolist(), servers, 1.0)
+    assert np.allclose(waits, want, atol=1e-9)
+
+
+def _fleet(n: int, trace: Trace | None = None) -> Fleet:
+    tr = trace if trace is not None else _sessions(5)
+    return Fleet(n, tr, tr.block_layout(16), Loads.empty(n))
+
+
+def test_routers_by_hand() -> None:
+    rr = make_router("round-robin")
+    rr.bind(_fleet(3))
+    assert [rr.route(r, 0.0) for r in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    ll = make_router("least-loaded")
+    fleet = _fleet(3)
+    ll.bind(fleet)
+    fleet.loads.outstanding[:] = [2, 1, 1]
+    assert ll.route(0, 0.0) == 1  # the fewest, ties to the lowest index
+    by_tokens = make_router("least-loaded:by=tokens")
+    by_tokens.bind(fleet)
+    fleet.loads.prefill_tokens[:] = [10, 300, 20]
+    assert by_tokens.route(0, 0.0) == 0
+    sess = make_router("session")
+    sess.bind(_fleet(4))
+    again = make_router("session")
+    again.bind(_fleet(4))
+    trace = sess.fleet.trace
+    assert [sess.route(r, 0.0) for r in range(len(trace))] == [
+        again.route(r, 0.0) for r in range(len(trace))
+    ]
+    by_session: dict[str | None, set[int]] = {}
+    for r, sid in enumerate(trace.session_id):
+        by_session.setdefault(sid, set()).add(sess.route(r, 0.0))
+    assert all(len(v) == 1 for v in by_session.values())
+
+
+def test_power_of_two_takes_the_less_loaded_of_its_pair() -> None:
+    fleet = _fleet(4)
+    p2 = make_router("power-of-two:seed=2")
+    p2.bind(fleet)
+    fleet.loads.outstanding[:] = [3, 0, 5, 1]
+    rng = np.random.default_rng(2)
+    for _ in range(40):
+        pair = np.sort(rng.choice(4, size=2, replace=False))
+        best = int(pair[np.argmin(fleet.loads.outstanding[pair])])
+        assert p2.route(0, 0.0) == best
+
+
+def test_errors_name_the_bad_part() -> None:
+    assert {"round-robin", "random", "session", "least-loaded", "power-of-two"} <= set(registered())
+    with pytest.raises(ConfigError, match="unknown router 'nearest'; known:"):
+        make_router("nearest")
+    with pytest.raises(ConfigError, match="has no parameter 'sed'; it takes: seed"):
+        make_router("random:sed=1")
+    with pytest.raises(ConfigError, match="by must be one of requests, tokens"):
+        make_router("least-loaded:by=bytes")
+    with pytest.raises(ConfigError, match="replicas must be an integer >= 1, got 0"):
+        FleetConfig(0).validate()
+    cfg = EngineConfig(capacity_blocks=400, block_tokens=16)
+    with pytest.raises(ConfigError, match="knows the future of the whole trace"):
+        simulate_fleet(_sessions(5), "opt", cfg, FleetConfig(2), TIMING)
+
+
+def test_command_line_runs_a_fleet(tmp_path: Path) -> None:
+    from prefixlab.workload.loaders.write import write_trace
+
+    path = tmp_path / "t.jsonl"
+    write_trace(_sessions(20), path)
+    args = ["simulate", str(path), "-p", "lru", "--block-tokens", "16"]
+    args += ["--capacity-blocks", "20000", "--timing", "power:preset=llama-3.1-8b-h100+tpot:s=0.01"]
+    out = CliRunner().invoke(app, [*args, "--replicas", "3", "--router", "session", "--json"])
+    assert out.exit_code == 0, out.output
+    (row,) = json.loads(out.output)
+    assert row["router"] == "session:seed=0" and row["replicas"] == 3
+    one = json.loads(CliRunner().invoke(app, [*args, "--json"]).output)[0]
+    assert row["num_requests"] == one["num_requests"]
+    assert row["token_hit_ratio"] <= one["token_hit_ratio"]  # sessions share system prompts
+    text = CliRunner().invoke(app, [*args, "--replicas", "3", "--router", "session"]).output
+    assert "lru: 3 replicas behind session:seed=0; requests: " in text
+    bad = CliRunner().invoke(app, [*args, "--replicas", "2", "--router", "nearest"])
+    assert bad.exit_code == 2 and "unknown router 'nearest'" in bad.output
+    assert len(bad.output.strip().splitlines()) == 1
+
+
+def _keyed_trace(prompts: list[list[int]]) -> Trace:
+    """Hash-form requests of whole 16-token blocks with these keys (plus a last token)."""
+    n = len(prompts)
+    flat = [k for p in prompts for k in p]
+    offs = np.cumsum([0] + [len(p) for p in prompts])
+    lengths = np.array([16 * len(p) + 1 for p in prompts], dtype=np.int64)
+    return Trace(
+        arrival_s=np.arange(n, dtype=np.float64),
+        input_length=lengths,
+        output_length=np.ones(n, np.int64),
+        session_id=[None] * n,
+        turn=np.zeros(n, np.int64),
+        task=[None] * n,
+        hash_ids=(np.array(flat, dtype=np.uint64), offs.astype(np.int64)),
+        hashed_tokens=lengths - 1,
+        block_tokens=16,
+    )
+
+
+def test_cache_aware_by_hand() -> None:
+    """SGLang router's rule: the longest prefix match above cache_threshold, else the
+    smallest tree; the least loaded when loads are imbalanced; LRU eviction of the trees."""
+    trace = _keyed_trace([[1, 2, 3], [1, 2, 4], [5, 6], [1, 2, 3], [7, 8, 9, 10]])
+    fleet = _fleet(2, trace)
+    ca = make_router("cache-aware:balance_abs_threshold=1")
+    ca.bind(fleet)
+
+    def send(r: int, now: float) -> int:
+        i = ca.route(r, now)
+        ca.routed(r, i, now)
+        return i
+
+    assert send(0, 0.0) == 0  # nothing matches; both trees empty: the lowest index
+    assert send(1, 1.0) == 0  # 2 of 3 blocks match on replica 0: 0.67 > 0.5
+    assert send(2, 2.0) == 1  # no match: replica 1's tree (0 keys) is smaller than 0's (4)
+    fleet.loads.outstanding[:] = [3, 1]  # 3 - 1 > 1 and 3 > 1 * 1.0001: imbalanced
+    assert send(3, 3.0) == 1  # the least loaded, although replica 0 holds its whole prompt
+    fleet.loads.outstanding[:] = [2, 1]  # 2 - 1 = 1: balanced again
+    assert send(3, 4.0) == 0
+    small = make_router("cache-aware:max_tree_size=2,eviction_interval=10")
+    small.bind(_fleet(1, trace))
+    first, third = (small.fleet.prompt_keys(r).tolist() for r in (0, 2))
+    small.routed(0, 0, 0.0)  # hash ids 1, 2, 3 at t=0
+    small.routed(2, 0, 5.0)  # hash ids 5, 6 at t=5
+    small.route(1, 9.0)  # before the first cycle (at t=10): nothing evicted
+    assert sorted(small.trees[0]) == sorted(first + third)
+    small.route(1, 10.0)
+    assert sorted(small.trees[0]) == sorted(third)  # the least recently used go
