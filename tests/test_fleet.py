@@ -279,3 +279,43 @@ def test_cache_aware_by_hand() -> None:
     assert sorted(small.trees[0]) == sorted(first + third)
     small.route(1, 10.0)
     assert sorted(small.trees[0]) == sorted(third)  # the least recently used go
+
+
+def test_kv_aware_by_hand() -> None:
+    """Dynamo's cost: overlap_score_weight x prefill blocks + decode blocks, from the
+    replicas' KV events as seen ``event_delay`` seconds late."""
+    trace = _keyed_trace([[1, 2, 3], [1, 2, 3], [5, 6], [1, 2, 3]])
+    fleet = _fleet(2, trace)
+    kv = make_router("kv-aware:event_delay=5")
+    kv.bind(fleet)
+    keys = fleet.prompt_keys(0)
+    kv.kv_event(1, keys, True, 0.0)  # replica 1 stored request 0's three blocks at t=0
+    # Not seen yet at t=3: equal costs (3 + 1/16 prefill blocks, 4 decode blocks each).
+    assert kv.costs(1, 3.0).tolist() == [49 / 16 + 4, 49 / 16 + 4]
+    assert kv.route(1, 3.0) == 0
+    # Seen at t=5: replica 1 has 3 blocks of it, 1 token left to prefill.
+    assert kv.costs(1, 5.0).tolist() == [49 / 16 + 4, 1 / 16 + 4]
+    assert kv.route(1, 5.0) == 1
+    kv.routed(1, 1, 5.0)  # it now counts on replica 1: 1 token to prefill, 3 active blocks
+    assert kv.costs(2, 6.0).tolist() == [33 / 16 + 3, 1 / 16 + 33 / 16 + 3 + 3]
+    kv.answered(1, 1, 7.0)
+    kv.finished(1, 1, 8.0)
+    assert kv.costs(2, 8.0).tolist() == [33 / 16 + 3, 33 / 16 + 3]
+    kv.kv_event(1, keys[2:], False, 8.0)  # block 3 dropped: overlap 2 once seen
+    assert kv.costs(3, 13.0).tolist() == [49 / 16 + 4, 17 / 16 + 4]
+    # Weight 0: the prompt's cache is ignored, load decides.
+    flat = make_router("kv-aware:overlap_score_weight=0")
+    flat.bind(_fleet(2, trace))
+    flat.kv_event(1, keys, True, 0.0)
+    flat.routed(2, 1, 0.0)
+    assert flat.route(0, 1.0) == 0
+
+
+def test_prompt_aware_routers_reuse_more_than_round_robin() -> None:
+    trace = _sessions(80)
+    cfg = EngineConfig(capacity_blocks=3000, block_tokens=16)
+    ratio = {}
+    for router in ("round-robin", "cache-aware", "kv-aware"):
+        res = simulate_fleet(trace, "lru", cfg, FleetConfig(4, router), TIMING)
+        ratio[router] = res.engine.metrics["token_hit_ratio"]
+    assert ratio["cache-aware"] > ratio["round-robin"] and ratio["kv-aware"] > ratio["round-robin"]

@@ -100,7 +100,7 @@ _RouterOpt = Annotated[
     str,
     typer.Option(
         help="How arrivals are routed (with --replicas): round-robin, random, session, "
-        "least-loaded, power-of-two, cache-aware (name:key=value,...)."
+        "least-loaded, power-of-two, cache-aware, kv-aware (name:key=value,...)."
     ),
 ]
 

@@ -58,6 +58,9 @@ class Router:
     """Base: override :meth:`route`; :meth:`bind` is called once before the first."""
 
     name: ClassVar[str] = "base"
+    #: True: the fleet tells :meth:`kv_event` of every block a replica stores or drops, as
+    #: vLLM's and SGLang's KV events do (``BlockStored``, ``BlockRemoved``)
+    reads_kv_events: ClassVar[bool] = False
 
     def bind(self, fleet: Fleet) -> None:
         self.fleet = fleet
@@ -68,6 +71,16 @@ class Router:
 
     def routed(self, r: int, replica: int, now: float) -> None:
         """Told after the fleet gave ``r`` to ``replica`` (the loads already count it)."""
+
+    def answered(self, r: int, replica: int, now: float) -> None:
+        """Told when ``r``'s first token came back from ``replica``."""
+
+    def finished(self, r: int, replica: int, now: float) -> None:
+        """Told when ``r`` finished on ``replica`` (the loads no longer count it)."""
+
+    def kv_event(self, replica: int, keys: I64, stored: bool, now: float) -> None:
+        """Told (when :attr:`reads_kv_events`) that ``replica`` stored (or dropped) the
+        blocks of these keys at ``now``."""
 
     def params(self) -> dict[str, Scalar]:
         return {}

@@ -2,6 +2,7 @@
 
 from prefixlab.routers import (  # noqa: F401
     cache_aware,
+    kv_aware,
     least_loaded,
     power_of_two,
     random_choice,

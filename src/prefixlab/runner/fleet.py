@@ -18,14 +18,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from prefixlab.cache.events import Observer
+from prefixlab.cache.events import Event, Observer, Removed, Stored
 from prefixlab.errors import ConfigError
 from prefixlab.metrics.replay import ReplayMetrics
 from prefixlab.model.timing import TimingModel
 from prefixlab.policies.base import Policy
 from prefixlab.routers.base import Fleet, Loads, Router, make_router
+from prefixlab.runner.engine.loop import EventLoop
 from prefixlab.runner.engine.run import Run
-from prefixlab.runner.engine.scheduler import Scheduler
+from prefixlab.runner.engine.scheduler import Batch, Scheduler
 from prefixlab.runner.engine.simulator import (
     EngineConfig,
     EngineResult,
@@ -95,10 +96,26 @@ class _Dispatch:
         if not self.answered[r]:
             self.answered[r] = True
             self.loads.prefill_tokens[replica] -= self.input[r]
+            self.router.answered(r, replica, now)
 
     def finished(self, r: int, replica: int, now: float) -> None:
         self.first_token(r, replica, now)
         self.loads.outstanding[replica] -= 1
+        self.router.finished(r, replica, now)
+
+
+class _KvFeed:
+    """A replica's cache events, as KV events to the router (stored and removed keys), at
+    the fleet clock's time."""
+
+    def __init__(self, router: Router, replica: int) -> None:
+        self.router = router
+        self.replica = replica
+        self.loop: EventLoop[tuple[int, int | Batch]] | None = None
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, Stored | Removed) and self.loop is not None:
+            self.router.kv_event(self.replica, event.keys, isinstance(event, Stored), self.loop.now)
 
 
 def simulate_fleet(
@@ -123,17 +140,20 @@ def simulate_fleet(
     fleet.validate()
     n = fleet.replicas
     pols, layout = _policies(trace, policy, config, n)
-    metrics = [ReplayMetrics(len(trace)) for _ in range(n)]
-    observers: list[list[Observer]] = [[m] for m in metrics]
-    scheds = [
-        _replica(trace, pol, config, layout, obs) for pol, obs in zip(pols, observers, strict=True)
-    ]
     router = make_router(fleet.router)
     loads = Loads.empty(n)
     router.bind(Fleet(n, trace, layout, loads))
+    metrics = [ReplayMetrics(len(trace)) for _ in range(n)]
+    feeds = [_KvFeed(router, i) for i in range(n)] if router.reads_kv_events else []
+    observers: list[list[Observer]] = [[m, *feeds[i : i + 1]] for i, m in enumerate(metrics)]
+    scheds = [
+        _replica(trace, pol, config, layout, obs) for pol, obs in zip(pols, observers, strict=True)
+    ]
     dispatch = _Dispatch(router, loads, trace.input_length)
     arrivals = (config.closed_loop, config.gated)
     run = Run(trace, scheds, timing, observers, arrivals, check_every, dispatch)
+    for feed in feeds:
+        feed.loop = run.loop
     start = time.perf_counter()
     run.go()
     engine = _assemble(trace, pols[0], config, timing, run, metrics)
