@@ -265,3 +265,40 @@ def test_a_workload_can_be_retimed_and_swept_over_its_rate() -> None:
             {},
             0,
         )
+
+
+def test_a_fleet_table_joins_the_cross_product() -> None:
+    from prefixlab.experiments.run import plan, run_cell
+
+    base: dict[str, Any] = {
+        "name": "t",
+        "policies": ["lru"],
+        "workload": {"source": "gen:sessions", "params": {"num_sessions": 30}},
+        "model": {"timing": ["power:preset=llama-3.1-8b-h100", "tpot:s=0.01"]},
+        "cache": {"capacities": [3000], "block_tokens": 16},
+        "runner": {"kind": "engine"},
+    }
+    plain = plan(parse_config(base))
+    cfg = parse_config({**base, "fleet": {"replicas": [1, 3], "routers": ["random", "kv-aware"]}})
+    cells = plan(cfg)
+    assert [c.variant for c in cells] == [
+        {"replicas": n, "router": r} for n in (1, 3) for r in ("random", "kv-aware")
+    ]
+    assert plain[0].cell_id not in {c.cell_id for c in cells}  # a fleet is another cell
+    rows = {(c.variant["replicas"], c.variant["router"]): run_cell(cfg, c).row for c in cells}
+    one = run_cell(parse_config(base), plain[0]).row
+    for router in ("random", "kv-aware"):  # one replica: the engine, whatever the router
+        assert rows[(1, router)]["token_hit_ratio"] == one["token_hit_ratio"]
+        assert rows[(1, router)]["mean_qttft_s"] == one["mean_qttft_s"]
+    assert rows[(3, "kv-aware")]["token_hit_ratio"] > rows[(3, "random")]["token_hit_ratio"]
+    for patch, words in (
+        ({"runner": {"kind": "replay"}}, "a fleet table needs runner.kind = 'engine'"),
+        ({"fleet": {"routers": ["nearest"]}}, "fleet.routers[0]: unknown router 'nearest'"),
+        ({"fleet": {"replicas": [0]}}, "fleet.replicas"),
+    ):
+        bad = {**base, "fleet": {"replicas": [2]}, **patch}
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            parse_config(bad)
+    clash = {**base, "fleet": {}, "workload": {"source": "t.jsonl", "vary": {"router": [1]}}}
+    with pytest.raises(ConfigError, match="the name of a fleet dimension"):
+        parse_config(clash)

@@ -203,6 +203,31 @@ class RunnerConfig(ConfigModel):
     """False: nothing is ever looked up (vLLM's --no-enable-prefix-caching), the baseline"""
 
 
+#: the keys a fleet table adds to each cell's variant
+FLEET_KEYS = ("replicas", "router")
+
+
+class FleetTable(ConfigModel):
+    """Replicas behind a router (the engine runner): each list joins the cross product."""
+
+    replicas: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] = [1]
+    """engine replicas, each with the cache's capacity (docs/fleet.md)"""
+    routers: StrList = ["round-robin"]
+    """router specs (round-robin, random, session, least-loaded, power-of-two, cache-aware,
+    kv-aware)"""
+
+    @model_validator(mode="after")
+    def _check(self) -> FleetTable:
+        from prefixlab.routers import make_router
+
+        for i, spec in enumerate(self.routers):
+            try:
+                make_router(spec)
+            except ConfigError as exc:
+                raise ConfigError(f"fleet.routers[{i}]: {exc}") from None
+        return self
+
+
 class ExperimentConfig(ConfigModel):
     """A prefix-cache (or hybrid-cache) study: workload x capacities x policies x seeds."""
 
@@ -215,6 +240,8 @@ class ExperimentConfig(ConfigModel):
     model: ModelConfig = Field(default_factory=ModelConfig)
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     seeds: Seeds = [0]
+    fleet: FleetTable | None = None
+    """replicas x routers (engine runner; absent: one engine)"""
     name: str = Field("experiment", min_length=1)
     """the study's name (default: the file's stem)"""
     kind: Literal["experiment"] = "experiment"
@@ -264,6 +291,12 @@ def _check_combination(cfg: ExperimentConfig) -> None:
         )
     if runner.closed_loop and runner.gated:
         raise ConfigError("runner.closed_loop and runner.gated are two arrival modes: choose one")
+    if cfg.fleet is not None:
+        if runner.kind != "engine":
+            raise ConfigError("a fleet table needs runner.kind = 'engine' (replicas serve in time)")
+        clash = [k for k in FLEET_KEYS if k in cfg.workload.vary]
+        if clash:
+            raise ConfigError(f"workload.vary.{clash[0]}: the name of a fleet dimension")
     if runner.kind == "engine" and not model.timing and not (model.name and model.gpu):
         raise ConfigError("runner.kind = 'engine' needs model.timing, or model.name and model.gpu")
     if any(isinstance(x, str) and x.endswith("A") for x in capacities) and not (

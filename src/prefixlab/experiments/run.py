@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab.errors import CapacityError, ConfigError
-from prefixlab.experiments.config import ExperimentConfig, resolve_capacity
+from prefixlab.experiments.config import FLEET_KEYS, ExperimentConfig, resolve_capacity
 from prefixlab.experiments.execute import cell_id_of
 from prefixlab.policies.base import EvictionPolicy, Policy, make_policy, registered
 from prefixlab.registry import parameters, parse_spec
@@ -169,6 +169,9 @@ def plan(cfg: ExperimentConfig) -> list[Cell]:
         dict(zip(keys, vals, strict=True))
         for vals in itertools.product(*(cfg.workload.vary[k] for k in keys))
     ]
+    if cfg.fleet is not None:  # each fleet joins the variants
+        fleets = itertools.product(cfg.fleet.replicas, cfg.fleet.routers)
+        variants = [{**v, "replicas": n, "router": r} for v in variants for n, r in fleets]
     cells = []
     for variant in variants:
         for ci, cap in enumerate(cfg.cache.capacities):
@@ -189,6 +192,7 @@ _KEEP_TRACES = 4
 def build_trace(cfg: ExperimentConfig, variant: Mapping[str, object], seed: int) -> Trace:
     """The cell's trace: a generator gets the seed (unless its params pin one); a file
     gets it as ``sample_seed`` when sampled. Kept per process for the next cells."""
+    variant = {k: v for k, v in variant.items() if k not in FLEET_KEYS}  # the workload's
     key = json.dumps([cfg.workload.model_dump(), variant, seed], sort_keys=True, default=str)
     if key in _TRACES:
         _TRACES[key] = _TRACES.pop(key)  # most recent last
@@ -337,13 +341,22 @@ def _tables(
 
 
 def _engine_metrics(
-    trace: Trace, policy: Policy | str, ec: EngineConfig, timing: TimingModel
+    trace: Trace,
+    policy: Policy | str,
+    ec: EngineConfig,
+    timing: TimingModel,
+    variant: Mapping[str, object],
 ) -> tuple[dict[str, Any], str, I64, tuple[F64, F64, F64, F64]]:
-    """Simulate the engine: its metrics (less the per-task ones and the wall time), its
-    timing's name, the hit tokens and the requests' times."""
+    """Simulate the engine, or the fleet the variant names: its metrics (less the per-task
+    ones and the wall time), its timing's name, the hit tokens and the requests' times."""
     from prefixlab.runner.engine import simulate
+    from prefixlab.runner.fleet import FleetConfig, simulate_fleet
 
-    eres = simulate(trace, policy, ec, timing)
+    if "replicas" in variant:
+        fleet = FleetConfig(int(variant["replicas"]), str(variant["router"]))  # type: ignore[call-overload]
+        eres = simulate_fleet(trace, policy, ec, fleet, timing).engine
+    else:
+        eres = simulate(trace, policy, ec, timing)
     metrics = {k: v for k, v in eres.metrics.items() if k not in ("by_task", "elapsed_s")}
     times = (eres.arrival_s, eres.scheduled_s, eres.first_token_s, eres.finish_s)
     return metrics, eres.timing, eres.hit_tokens, times
@@ -370,7 +383,7 @@ def _run_hybrid_cell(
     else:
         timing = _cell_timing(cfg)
         ec = _hybrid_engine_config(cfg, size)
-        metrics, row["timing"], hits, times = _engine_metrics(trace, spec, ec, timing)
+        metrics, row["timing"], hits, times = _engine_metrics(trace, spec, ec, timing, cell.variant)
     for key, value in metrics.items():
         if key in row and key not in _HYBRID_KEPT:
             row[key] = value
@@ -480,7 +493,9 @@ def _run_cell(cfg: ExperimentConfig, cell: Cell, detail: bool, start: float) -> 
     else:
         timing = _cell_timing(cfg)
         ec = _engine_config(cfg, blocks, bt)
-        metrics, row["timing"], hit_tokens, times = _engine_metrics(trace, policy, ec, timing)
+        metrics, row["timing"], hit_tokens, times = _engine_metrics(
+            trace, policy, ec, timing, cell.variant
+        )
     for key, value in metrics.items():
         if key in row:
             row[key] = value
