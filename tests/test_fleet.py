@@ -136,11 +136,23 @@ def _shortest_queue(arrivals: list[float], servers: int, service: float) -> list
     return waits
 
 
+def _one_queue(arrivals: list[float], servers: int, service: float) -> list[float]:
+    """Discrete-event M/D/N: one FIFO queue for all servers; each request's wait."""
+    free = [0.0] * servers
+    waits = []
+    for t in arrivals:
+        start = max(t, heapq.heappop(free))
+        heapq.heappush(free, start + service)
+        waits.append(start - t)
+    return waits
+
+
 @pytest.mark.parametrize("servers", [2, 4])
 def test_least_loaded_is_join_the_shortest_queue(servers: int) -> None:
     """N replicas, one request at a time each (max_num_seqs=1), 1 s of service: the fleet's
     waits equal the model's, request by request, at 90% load. The M/D/N queue (one queue
-    for all servers) waits less: a router commits a request to one replica's queue."""
+    for all servers) waits less on average: a router commits a request to one replica's
+    queue (measured: 1.6% more with 2 replicas, 14% with 4)."""
     timing = make_timing("power:a=0.01,b=1,c=1")  # 100 tokens -> 1 s
     trace = _fixed_prompts(3000, 0.9 * servers, seed=servers)
     cfg = EngineConfig(capacity_blocks=64, max_num_seqs=1)
@@ -149,6 +161,8 @@ def test_least_loaded_is_join_the_shortest_queue(servers: int) -> None:
     assert np.allclose(res.engine.first_token_s - res.engine.scheduled_s, 1.0)
     want = _shortest_queue(trace.arrival_s.tolist(), servers, 1.0)
     assert np.allclose(waits, want, atol=1e-9)
+    shared = float(np.mean(_one_queue(trace.arrival_s.tolist(), servers, 1.0)))
+    assert shared <= float(waits.mean()) <= 1.2 * shared
 
 
 def _fleet(n: int, trace: Trace | None = None) -> Fleet:
