@@ -47,6 +47,7 @@ def test_stats_of_generated_sessions() -> None:
     assert stats["tasks"] == {"chat": len(tr)}
     assert stats["input_length"]["max"] == float(tr.input_length.max())
     assert stats["arrival_span_s"] == pytest.approx(float(tr.arrival_s[-1] - tr.arrival_s[0]))
+    assert stats["request_rate_per_s"] == pytest.approx((len(tr) - 1) / stats["arrival_span_s"])
     assert 0.5 < stats["infinite_cache_token_hit_ratio"] < 1.0  # multi-turn: mostly reused
 
 

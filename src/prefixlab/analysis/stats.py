@@ -50,6 +50,8 @@ def trace_stats(trace: Trace, block_tokens: int | None = None) -> Row:
         "input_length": _percentiles(trace.input_length),
         "output_length": _percentiles(trace.output_length),
         "arrival_span_s": float(trace.arrival_s.max() - trace.arrival_s.min()),
+        # what --request-rate would change: (requests - 1) / span (NaN: no span)
+        "request_rate_per_s": trace.request_rate(),
         "num_distinct_blocks": layout.num_distinct_keys,
         "infinite_cache_token_hit_ratio": infinite_cache_token_hit_ratio(trace, block_tokens),
         "session_prefix_share": session_prefix_share(trace),
