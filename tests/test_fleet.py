@@ -235,6 +235,10 @@ def test_command_line_runs_a_fleet(tmp_path: Path) -> None:
     assert out.exit_code == 0, out.output
     (row,) = json.loads(out.output)
     assert row["router"] == "session:seed=0" and row["replicas"] == 3
+    per = row["per_replica"]
+    assert [p["replica"] for p in per] == [0, 1, 2]
+    assert sum(p["num_requests"] for p in per) == row["num_requests"]
+    assert max(p["num_requests"] for p in per) / row["num_requests"] == row["max_replica_share"]
     one = json.loads(CliRunner().invoke(app, [*args, "--json"]).output)[0]
     assert row["num_requests"] == one["num_requests"]
     assert row["token_hit_ratio"] <= one["token_hit_ratio"]  # sessions share system prompts

@@ -71,6 +71,7 @@ class FleetResult:
         out.update(self.engine.as_dict())
         counts = [int(row["num_requests"]) for row in self.per_replica]  # type: ignore[call-overload]
         out["max_replica_share"] = max(counts) / max(sum(counts), 1)
+        out["per_replica"] = self.per_replica  # requests, hits, evictions, TTFT of each
         return out
 
 
