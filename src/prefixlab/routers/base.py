@@ -14,7 +14,7 @@ A router registers by name (``@register("round-robin")``) and is built from a sp
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
@@ -103,6 +103,15 @@ class SeededRouter(Router):
 
     def params(self) -> dict[str, Scalar]:
         return {"seed": self.seed}
+
+
+def leading_run(keys: list[int], held: Container[int]) -> int:
+    """How many of ``keys``, from the first, are in ``held`` (a prefix match: a block key
+    names its whole prefix)."""
+    n = 0
+    while n < len(keys) and keys[n] in held:
+        n += 1
+    return n
 
 
 def least(values: I64, among: I64 | None = None) -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from prefixlab.routers.base import Fleet, Router, least, register
+from prefixlab.routers.base import Fleet, Router, leading_run, least, register
 from prefixlab.types import Scalar
 
 
@@ -75,7 +75,7 @@ class CacheAware(Router):
         if hi - lo > self.balance_abs_threshold and hi > lo * self.balance_rel_threshold:
             return least(load)
         keys = self.fleet.prompt_keys(r).tolist()
-        matched = [self._match(tree, keys) for tree in self.trees]
+        matched = [leading_run(keys, tree) for tree in self.trees]
         best = int(np.argmax(matched))  # ties to the lowest index
         if keys and matched[best] / len(keys) > self.cache_threshold:
             return best
@@ -85,15 +85,6 @@ class CacheAware(Router):
         tree = self.trees[replica]
         for depth, k in enumerate(self.fleet.prompt_keys(r).tolist()):
             tree[k] = (now, depth)
-
-    @staticmethod
-    def _match(tree: dict[int, tuple[float, int]], keys: list[int]) -> int:
-        n = 0
-        for k in keys:
-            if k not in tree:
-                break
-            n += 1
-        return n
 
     def _evict_due(self, now: float) -> None:
         """Run the eviction cycle due by ``now``, if any (cycles at every multiple of

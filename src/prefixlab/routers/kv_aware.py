@@ -24,7 +24,7 @@ from collections import Counter, deque
 
 import numpy as np
 
-from prefixlab.routers.base import Fleet, Router, check_seed, register
+from prefixlab.routers.base import Fleet, Router, check_seed, leading_run, register
 from prefixlab.types import F64, I64, Scalar
 
 
@@ -70,6 +70,7 @@ class KvAware(Router):
         #: per replica: blocks of unfinished requests' prompts (shared ones once)
         self.active: list[Counter[int]] = [Counter() for _ in range(n)]
         self._uncached: dict[int, int] = {}
+        self._last: tuple[int, F64] = (-1, np.zeros(n))
 
     def kv_event(self, replica: int, keys: I64, stored: bool, now: float) -> None:
         self.pending.append((now + self.event_delay, replica, keys.copy(), stored))
@@ -88,13 +89,7 @@ class KvAware(Router):
 
     def overlaps(self, keys: list[int]) -> list[int]:
         """Leading blocks of ``keys`` each replica holds, by the events seen."""
-        out = []
-        for held in self.cached:
-            n = 0
-            while n < len(keys) and keys[n] in held:
-                n += 1
-            out.append(n)
-        return out
+        return [leading_run(keys, held) for held in self.cached]
 
     def costs(self, r: int, now: float) -> F64:
         """Each replica's cost for request ``r`` (after the events due by ``now``)."""
@@ -103,6 +98,7 @@ class KvAware(Router):
         keys = self.fleet.prompt_keys(r).tolist()
         tokens = int(self.fleet.trace.input_length[r])
         overlap = np.array(self.overlaps(keys), dtype=np.float64)
+        self._last = (r, overlap)  # routed() reuses it: no event arrives in between
         prefill = (self.prefill_tokens + tokens - overlap * bt) / bt
         blocks = -(-tokens // bt)
         decode = np.array([len(a) for a in self.active], dtype=np.float64) + blocks
@@ -121,7 +117,9 @@ class KvAware(Router):
     def routed(self, r: int, replica: int, now: float) -> None:
         keys = self.fleet.prompt_keys(r).tolist()
         bt = self.fleet.layout.block_tokens
-        uncached = int(self.fleet.trace.input_length[r]) - self.overlaps(keys)[replica] * bt
+        last_r, overlap = self._last
+        hit = int(overlap[replica]) if last_r == r else self.overlaps(keys)[replica]
+        uncached = int(self.fleet.trace.input_length[r]) - hit * bt
         self._uncached[r] = uncached
         self.prefill_tokens[replica] += uncached
         self.active[replica].update(keys)
