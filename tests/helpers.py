@@ -1,5 +1,6 @@
-"""Helpers several test files share (compare traces; count overlapping intervals; the tiny
-models of the hybrid cache tests, described in test_hybrid.py)."""
+"""Helpers several test files share (compare traces; hash-form traces of given block keys;
+count overlapping intervals; the tiny models of the hybrid cache tests, described in
+test_hybrid.py)."""
 
 from __future__ import annotations
 
@@ -187,3 +188,24 @@ class Drive:
     def evict(self, n: int) -> list[int]:
         out: list[int] = self.policy.evict(n).tolist()
         return out
+
+
+def keyed_trace(prompts: list[list[int]], times: Sequence[float] | None = None) -> Trace:
+    """Hash-form requests of whole 16-token blocks with these keys, plus one more token,
+    one output token each (arriving a second apart unless ``times`` says)."""
+    n = len(prompts)
+    flat = [k for p in prompts for k in p]
+    offs = np.cumsum([0] + [len(p) for p in prompts])
+    lengths = np.array([16 * len(p) + 1 for p in prompts], dtype=np.int64)
+    arrivals = np.arange(n, dtype=np.float64) if times is None else np.array(times, np.float64)
+    return Trace(
+        arrival_s=arrivals,
+        input_length=lengths,
+        output_length=np.ones(n, np.int64),
+        session_id=[None] * n,
+        turn=np.zeros(n, np.int64),
+        task=[None] * n,
+        hash_ids=(np.array(flat, dtype=np.uint64), offs.astype(np.int64)),
+        hashed_tokens=lengths - 1,
+        block_tokens=16,
+    )

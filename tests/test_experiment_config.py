@@ -4,6 +4,7 @@ capacity resolution (blocks, fraction of the working set, UniCache's fraction A)
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -302,3 +303,44 @@ def test_a_fleet_table_joins_the_cross_product() -> None:
     clash = {**base, "fleet": {}, "workload": {"source": "t.jsonl", "vary": {"router": [1]}}}
     with pytest.raises(ConfigError, match="the name of a fleet dimension"):
         parse_config(clash)
+
+
+def test_fleet_tier_setups_join_the_cross_product() -> None:
+    from prefixlab.experiments.run import plan, run_cell
+
+    base: dict[str, Any] = {
+        "name": "t",
+        "policies": ["lru"],
+        "workload": {"source": "gen:sessions", "params": {"num_sessions": 30}},
+        "model": {"name": "llama-3.1-8b", "timing": ["power:preset=llama-3.1-8b-h100"]},
+        "cache": {"capacities": [1100], "block_tokens": 16},
+        "runner": {"kind": "engine"},
+        "fleet": {"replicas": [2]},
+    }
+    plain = plan(parse_config(base))
+    assert [c.variant for c in plain] == [{"replicas": 2, "router": "round-robin"}]
+    setups = [[], ["cpu:blocks=4000"], ["cpu:blocks=4000", "store:size=20GB,write=back"]]
+    cfg = parse_config({**base, "fleet": {"replicas": [2], "tiers": setups}})
+    cells = plan(cfg)
+    labels = ["none", "cpu:blocks=4000", "cpu:blocks=4000 + store:size=20GB,write=back"]
+    assert [c.variant["tiers"] for c in cells] == labels
+    rows = [run_cell(cfg, c).row for c in cells]
+    assert (
+        rows[0]["token_hit_ratio"] == run_cell(parse_config(base), plain[0]).row["token_hit_ratio"]
+    )
+    assert math.isnan(rows[0]["cpu_token_hit_ratio"])
+    assert rows[1]["cpu_token_hit_ratio"] > 0
+    assert rows[1]["token_hit_ratio"] > rows[0]["token_hit_ratio"]
+    assert rows[2]["gpu_token_hit_ratio"] + rows[2]["cpu_token_hit_ratio"] + rows[2][
+        "store_token_hit_ratio"
+    ] == pytest.approx(rows[2]["token_hit_ratio"])
+    for setups, words in (
+        ([["disk:blocks=4"]], "fleet.tiers[0]: tier 'disk'"),
+        ([[], ["cpu:blocks=4", "cpu:blocks=8"]], "fleet.tiers[1]: tiers must be given top down"),
+        ([["cpu:size=8GB"]], "needs a model"),
+    ):
+        bad = {**base, "fleet": {"tiers": setups}}
+        if "model" in words:
+            bad["model"] = {"timing": ["power:preset=llama-3.1-8b-h100"]}
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            parse_config(bad)

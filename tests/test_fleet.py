@@ -21,6 +21,7 @@ from prefixlab.runner.engine import EngineConfig, simulate
 from prefixlab.runner.fleet import FleetConfig, simulate_fleet
 from prefixlab.workload.generators import generate_sessions
 from prefixlab.workload.trace import Trace
+from tests.helpers import keyed_trace
 
 TIMING = make_timing("power:preset=llama-3.1-8b-h100+tpot:s=0.01")
 
@@ -249,29 +250,10 @@ def test_command_line_runs_a_fleet(tmp_path: Path) -> None:
     assert len(bad.output.strip().splitlines()) == 1
 
 
-def _keyed_trace(prompts: list[list[int]]) -> Trace:
-    """Hash-form requests of whole 16-token blocks with these keys (plus a last token)."""
-    n = len(prompts)
-    flat = [k for p in prompts for k in p]
-    offs = np.cumsum([0] + [len(p) for p in prompts])
-    lengths = np.array([16 * len(p) + 1 for p in prompts], dtype=np.int64)
-    return Trace(
-        arrival_s=np.arange(n, dtype=np.float64),
-        input_length=lengths,
-        output_length=np.ones(n, np.int64),
-        session_id=[None] * n,
-        turn=np.zeros(n, np.int64),
-        task=[None] * n,
-        hash_ids=(np.array(flat, dtype=np.uint64), offs.astype(np.int64)),
-        hashed_tokens=lengths - 1,
-        block_tokens=16,
-    )
-
-
 def test_cache_aware_by_hand() -> None:
     """SGLang router's rule: the longest prefix match above cache_threshold, else the
     smallest tree; the least loaded when loads are imbalanced; LRU eviction of the trees."""
-    trace = _keyed_trace([[1, 2, 3], [1, 2, 4], [5, 6], [1, 2, 3], [7, 8, 9, 10]])
+    trace = keyed_trace([[1, 2, 3], [1, 2, 4], [5, 6], [1, 2, 3], [7, 8, 9, 10]])
     fleet = _fleet(2, trace)
     ca = make_router("cache-aware:balance_abs_threshold=1")
     ca.bind(fleet)
@@ -302,7 +284,7 @@ def test_cache_aware_by_hand() -> None:
 def test_kv_aware_by_hand() -> None:
     """Dynamo's cost: overlap_score_weight x prefill blocks + decode blocks, from the
     replicas' KV events as seen ``event_delay`` seconds late."""
-    trace = _keyed_trace([[1, 2, 3], [1, 2, 3], [5, 6], [1, 2, 3]])
+    trace = keyed_trace([[1, 2, 3], [1, 2, 3], [5, 6], [1, 2, 3]])
     fleet = _fleet(2, trace)
     kv = make_router("kv-aware:event_delay=5")
     kv.bind(fleet)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import sys
 import typing
 from pathlib import Path
@@ -177,3 +178,25 @@ def parse_config_text(text: str, *, yaml: bool = False, where: str = "config") -
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{where}: bad TOML: {exc}") from None
     return data
+
+
+_BYTES = re.compile(r"^(?P<n>\d*\.?\d+)\s*(?P<unit>B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$")
+_UNITS = {
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
+}
+
+
+def parse_bytes(text: str) -> int | None:
+    """``"40GB"`` -> 40_000_000_000 (``GiB`` for powers of two); None if not a size."""
+    m = _BYTES.match(text.strip())
+    if m is None:
+        return None
+    return round(float(m.group("n")) * _UNITS[m.group("unit")])

@@ -269,7 +269,7 @@ AdmissionOpt = Annotated[
 def parse_size(text: str) -> int:
     """A size in bytes as the command line gives it: a number of bytes, or one with a unit
     (``8GB`` = 8e9, ``8GiB`` = 8 * 2**30), as experiment configs take capacities."""
-    from prefixlab.experiments.config import parse_bytes
+    from prefixlab.configfile import parse_bytes
 
     t = text.strip()
     size = int(t) if t.isdigit() else parse_bytes(t)

@@ -37,6 +37,7 @@ from prefixlab.model.fit import fit_csv
 from prefixlab.model.timing import GPU_PRESETS, TimingModel, make_timing
 from prefixlab.policies.base import Policy
 from prefixlab.runner.engine import EngineConfig, EngineResult, simulate
+from prefixlab.runner.engine.tiers import tier_of
 from prefixlab.runner.fleet import FleetConfig, FleetResult, simulate_fleet
 from prefixlab.runner.replay import capped_warning
 from prefixlab.workload.trace import Trace
@@ -96,6 +97,18 @@ _ByTaskOpt = Annotated[bool, typer.Option(help="Also print a per-task table.")]
 _ReplicasOpt = Annotated[
     int, typer.Option(help="Engine replicas behind a router, each with the capacity given.")
 ]
+_TierOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tier",
+        help="A KV tier below GPU memory (repeatable, top down): cpu or store, then "
+        "size=64GB (needs --model) or blocks=N, policy=lru, write=through|back, gbps=25, "
+        "latency_s=0, admission=all; policy.KEY=V and admission.KEY=V set their parameters.",
+    ),
+]
+_OverlapOpt = Annotated[
+    bool, typer.Option(help="Tier loads run under the prefill of the rest of the prompt.")
+]
 _RouterOpt = Annotated[
     str,
     typer.Option(
@@ -103,6 +116,19 @@ _RouterOpt = Annotated[
         "least-loaded, power-of-two, cache-aware, kv-aware (name:key=value,...)."
     ),
 ]
+
+
+#: the options ``simulate`` passes to EngineConfig as they are
+_PASSED = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "chunked_prefill",
+    "closed_loop",
+    "gated",
+    "min_recompute_tokens",
+    "admission",
+    "load_overlap",
+)
 
 
 @with_loader_options
@@ -126,6 +152,8 @@ def simulate_cmd(
     admission: AdmissionOpt = "all",
     replicas: _ReplicasOpt = 1,
     router: _RouterOpt = "round-robin",
+    tier: _TierOpt = None,
+    load_overlap: _OverlapOpt = False,
     as_json: _JsonOpt = False,
     by_task: _ByTaskOpt = False,
     quiet: QuietOpt = False,
@@ -136,19 +164,15 @@ def simulate_cmd(
         tr = load_shown(trace, fmt, load or {}, quiet)
         block_tokens, bt = _block_size(tr, structure, block_tokens)
         blocks, size = _pool_size(structure, capacity_blocks, capacity_bytes, model, bt)
+        passed = {k: v for k, v in locals().items() if k in _PASSED}
         config = EngineConfig(
             capacity_blocks=blocks,
             capacity_bytes=size,
             model=model,
             structure=structure,
             block_tokens=block_tokens,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            chunked_prefill=chunked_prefill,
-            closed_loop=closed_loop,
-            gated=gated,
-            min_recompute_tokens=min_recompute_tokens,
-            admission=admission,
+            tiers=tuple(tier_of(t, model, bt) for t in tier or ()),
+            **passed,
         )
         fleet = FleetConfig(replicas, router)
         results = _simulate_each(tr, policy, config, _timing_of(timing, model, gpu), fleet, quiet)

@@ -43,31 +43,18 @@ from pydantic import (
     model_validator,
 )
 
-from prefixlab.configfile import ConfigModel, Seeds, parse_config_text, read_config_file, validate
+from prefixlab.configfile import (
+    ConfigModel,
+    Seeds,
+    parse_bytes,
+    parse_config_text,
+    read_config_file,
+    validate,
+)
 from prefixlab.errors import ConfigError
 from prefixlab.policies.block_admission import check_structure, is_default, make_admission
 
 _CAPACITY = re.compile(r"^(?P<f>\d*\.?\d+)(?P<unit>ws|A)$")
-_BYTES = re.compile(r"^(?P<n>\d*\.?\d+)\s*(?P<unit>B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$")
-_UNITS = {
-    "B": 1,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-    "KiB": 2**10,
-    "MiB": 2**20,
-    "GiB": 2**30,
-    "TiB": 2**40,
-}
-
-
-def parse_bytes(text: str) -> int | None:
-    """``"40GB"`` -> 40_000_000_000 (``GiB`` for powers of two); None if not a size."""
-    m = _BYTES.match(text.strip())
-    if m is None:
-        return None
-    return round(float(m.group("n")) * _UNITS[m.group("unit")])
 
 
 def _capacity(v: object) -> int | str:
@@ -201,10 +188,12 @@ class RunnerConfig(ConfigModel):
     chunked_prefill: bool = True
     prefix_caching: bool = True
     """False: nothing is ever looked up (vLLM's --no-enable-prefix-caching), the baseline"""
+    load_overlap: bool = False
+    """loads from KV tiers (fleet.tiers) run under the prefill of the rest of the prompt"""
 
 
-#: the keys a fleet table adds to each cell's variant
-FLEET_KEYS = ("replicas", "router")
+#: the keys a fleet table adds to each cell's variant (``tiers`` only when it lists some)
+FLEET_KEYS = ("replicas", "router", "tiers")
 
 
 class FleetTable(ConfigModel):
@@ -215,6 +204,9 @@ class FleetTable(ConfigModel):
     routers: StrList = ["round-robin"]
     """router specs (round-robin, random, session, least-loaded, power-of-two, cache-aware,
     kv-aware)"""
+    tiers: Annotated[list[list[str]], Field(min_length=1)] = [[]]
+    """tier setups, each a list of tier specs top down as --tier takes them
+    (["cpu:size=200GB", "store:size=2TB"]); [] is GPU memory alone"""
 
     @model_validator(mode="after")
     def _check(self) -> FleetTable:
@@ -226,6 +218,25 @@ class FleetTable(ConfigModel):
             except ConfigError as exc:
                 raise ConfigError(f"fleet.routers[{i}]: {exc}") from None
         return self
+
+
+def tiers_label(specs: list[str]) -> str:
+    """A tier setup as a variant value: its specs joined by `` + `` (``none``: no tier)."""
+    return " + ".join(specs) if specs else "none"
+
+
+def _check_tiers(cfg: ExperimentConfig) -> None:
+    """Each fleet tier setup reads, with the model and block size it will run with."""
+    from prefixlab.runner.engine.tiers import check_tiers, tier_of
+
+    assert cfg.fleet is not None
+    for i, specs in enumerate(cfg.fleet.tiers):
+        try:
+            bt = cfg.cache.block_tokens or 16
+            tiers = [tier_of(spec, cfg.model.name, bt) for spec in specs]
+            check_tiers(tiers, cfg.cache.structure, cfg.model.name)
+        except ConfigError as exc:
+            raise ConfigError(f"fleet.tiers[{i}]: {exc}") from None
 
 
 class ExperimentConfig(ConfigModel):
@@ -297,6 +308,7 @@ def _check_combination(cfg: ExperimentConfig) -> None:
         clash = [k for k in FLEET_KEYS if k in cfg.workload.vary]
         if clash:
             raise ConfigError(f"workload.vary.{clash[0]}: the name of a fleet dimension")
+        _check_tiers(cfg)
     if runner.kind == "engine" and not model.timing and not (model.name and model.gpu):
         raise ConfigError("runner.kind = 'engine' needs model.timing, or model.name and model.gpu")
     if any(isinstance(x, str) and x.endswith("A") for x in capacities) and not (

@@ -10,6 +10,7 @@ same rows (wall-clock time is kept apart, in ``wall_s``).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -22,7 +23,12 @@ import numpy as np
 import numpy.typing as npt
 
 from prefixlab.errors import CapacityError, ConfigError
-from prefixlab.experiments.config import FLEET_KEYS, ExperimentConfig, resolve_capacity
+from prefixlab.experiments.config import (
+    FLEET_KEYS,
+    ExperimentConfig,
+    resolve_capacity,
+    tiers_label,
+)
 from prefixlab.experiments.execute import cell_id_of
 from prefixlab.policies.base import EvictionPolicy, Policy, make_policy, registered
 from prefixlab.registry import parameters, parse_spec
@@ -96,6 +102,15 @@ METRIC_COLUMNS = (
     "total_throughput_tokens_per_s",
     "num_preemptions",
     "num_steps",
+    # KV tiers (fleet.tiers): the hit split by level, bytes moved, the wait for loads
+    "gpu_token_hit_ratio",
+    "cpu_token_hit_ratio",
+    "store_token_hit_ratio",
+    "cpu_bytes_loaded",
+    "cpu_bytes_stored",
+    "store_bytes_loaded",
+    "store_bytes_stored",
+    "mean_load_wait_s",
 )
 COLUMNS = KEY_COLUMNS + METRIC_COLUMNS
 
@@ -137,6 +152,7 @@ _LATER_DEFAULTS = {
     "reserve_gib": 0.0,
     "gated": False,
     "admission": "all",
+    "load_overlap": False,
 }
 
 
@@ -170,8 +186,11 @@ def plan(cfg: ExperimentConfig) -> list[Cell]:
         for vals in itertools.product(*(cfg.workload.vary[k] for k in keys))
     ]
     if cfg.fleet is not None:  # each fleet joins the variants
-        fleets = itertools.product(cfg.fleet.replicas, cfg.fleet.routers)
+        fleets = list(itertools.product(cfg.fleet.replicas, cfg.fleet.routers))
         variants = [{**v, "replicas": n, "router": r} for v in variants for n, r in fleets]
+        if cfg.fleet.tiers != [[]]:  # (a fleet without tiers keeps its cells' ids)
+            setups = [tiers_label(t) for t in cfg.fleet.tiers]
+            variants = [{**v, "tiers": t} for v in variants for t in setups]
     cells = []
     for variant in variants:
         for ci, cap in enumerate(cfg.cache.capacities):
@@ -350,8 +369,13 @@ def _engine_metrics(
     """Simulate the engine, or the fleet the variant names: its metrics (less the per-task
     ones and the wall time), its timing's name, the hit tokens and the requests' times."""
     from prefixlab.runner.engine import simulate
+    from prefixlab.runner.engine.tiers import tier_of
     from prefixlab.runner.fleet import FleetConfig, simulate_fleet
 
+    if variant.get("tiers", "none") != "none":
+        bt = ec.block_tokens or 16
+        specs = str(variant["tiers"]).split(" + ")
+        ec = dataclasses.replace(ec, tiers=tuple(tier_of(t, ec.model, bt) for t in specs))
     if "replicas" in variant:
         fleet = FleetConfig(int(variant["replicas"]), str(variant["router"]))  # type: ignore[call-overload]
         eres = simulate_fleet(trace, policy, ec, fleet, timing).engine
@@ -445,6 +469,7 @@ def _engine_config(cfg: ExperimentConfig, blocks: int, bt: int) -> EngineConfig:
         min_recompute_tokens=cfg.cache.min_recompute_tokens,
         model=cfg.model.name,
         admission=cfg.cache.admission,
+        load_overlap=r.load_overlap,
     )
 
 

@@ -7,7 +7,8 @@ routed, nothing of the replicas' caches or queues. One
 :class:`~prefixlab.runner.engine.run.Run` drives them all, so with one replica the fleet
 is the engine runner, result for result (tested). Results are the engine's, over the whole
 fleet (every request once, on the replica that served it), plus the replica of each
-request and a row per replica.
+request and a row per replica. Tiers: each replica has its own CPU pool; the store, when
+there is one, is one pool that every replica reads and writes, each over its own link.
 """
 
 from __future__ import annotations
@@ -31,12 +32,15 @@ from prefixlab.runner.engine.simulator import (
     EngineConfig,
     EngineResult,
     assemble,
+    attach_tiers,
     make_scheduler,
     policy_and_layout,
     prepare_policy,
     reference_cache,
     structure_config,
+    tier_metrics,
 )
+from prefixlab.runner.engine.tiers import TierStack, make_tier
 from prefixlab.types import B1, I64, Row
 from prefixlab.workload.trace import BlockLayout, Trace
 
@@ -112,7 +116,7 @@ class _KvFeed:
     def __init__(self, router: Router, replica: int) -> None:
         self.router = router
         self.replica = replica
-        self.loop: EventLoop[tuple[int, int | Batch]] | None = None
+        self.loop: EventLoop[tuple[int, int | Batch | None]] | None = None
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, Stored | Removed) and self.loop is not None:
@@ -150,6 +154,7 @@ def simulate_fleet(
     scheds = [
         _replica(trace, pol, config, layout, obs) for pol, obs in zip(pols, observers, strict=True)
     ]
+    stacks = _tiers(scheds, config, layout, timing)
     dispatch = _Dispatch(router, loads, trace.input_length)
     arrivals = (config.closed_loop, config.gated)
     run = Run(trace, scheds, timing, observers, arrivals, check_every, dispatch)
@@ -159,6 +164,8 @@ def simulate_fleet(
     run.go()
     engine = _assemble(trace, pols[0], config, timing, run, metrics)
     engine.metrics["elapsed_s"] = time.perf_counter() - start
+    if stacks:
+        engine.metrics.update(tier_metrics(stacks, engine.hit_tokens, trace.input_length))
     per = [_replica_row(trace, run, metrics[i], i) for i in range(n)]
     return FleetResult(engine, router.spec(), n, run.replica, per)
 
@@ -191,6 +198,20 @@ def _replica(
     cache = reference_cache(trace, pol, config, rc, layout, obs)
     prepare_policy(pol, trace, layout)
     return make_scheduler(trace, layout, cache, pol, config, obs)
+
+
+def _tiers(
+    scheds: list[Scheduler], config: EngineConfig, layout: BlockLayout, timing: TimingModel
+) -> list[TierStack]:
+    """Each replica's tiers: its own CPU pool, and the one store they share."""
+    if not config.tiers:
+        return []
+    shared = {t.name: make_tier(t, layout) for t in config.tiers if t.name == "store"}
+    stacks = []
+    for sched in scheds:
+        tiers = [shared[t.name] if t.name in shared else make_tier(t, layout) for t in config.tiers]
+        stacks.append(attach_tiers(sched, config, tiers, timing))
+    return stacks
 
 
 def _assemble(

@@ -5,7 +5,9 @@ A run owns the event heap and per-request times; each replica is a
 :class:`~prefixlab.runner.engine.scheduler.Scheduler` over its own cache, told apart by its
 index. At each instant, step ends come before arrivals (``STEP`` < ``ARRIVE``); an arrival
 is given to the replica its :class:`Dispatch` picks; then every idle replica starts its
-next step. With one replica and no dispatch this is the engine runner's reference loop.
+next step. A replica with nothing to run but requests waiting for tier loads wakes when
+the first load ends. With one replica and no dispatch this is the engine runner's
+reference loop.
 """
 
 from __future__ import annotations
@@ -80,8 +82,9 @@ class Run:
         self.observers = observers
         self.check_every = check_every
         self.dispatch = dispatch
-        # a request (ARRIVE) or a Batch (STEP), each with its replica
-        self.loop: EventLoop[tuple[int, int | Batch]] = EventLoop()
+        # a request (ARRIVE), a Batch (STEP) or a wake-up (None), each with its replica
+        self.loop: EventLoop[tuple[int, int | Batch | None]] = EventLoop()
+        self.wake_s = [math.nan] * len(scheds)
         self.arrival_s = np.full(n, np.nan)
         self.scheduled_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
@@ -115,7 +118,7 @@ class Run:
                 i, payload = loop.pop()
                 if isinstance(payload, Batch):
                     self._step_done(i, payload, now)
-                else:
+                elif payload is not None:
                     self._arrive(payload, now)
             for i, busy in enumerate(self.busy):
                 if not busy:
@@ -135,6 +138,10 @@ class Run:
         sched = self.scheds[i]
         batch = sched.schedule(now)
         if batch is None:
+            wake = sched.next_ready()
+            if wake is not None and wake > now and wake != self.wake_s[i]:
+                self.wake_s[i] = wake
+                self.loop.schedule(wake, (i, None), STEP)
             return
         for r, _, _ in batch.chunks:
             if math.isnan(self.scheduled_s[r]):

@@ -10,6 +10,11 @@ leaves ``g`` generated tokens (the replay runner's holding rule at the end). Whe
 needs a block and none can be freed, the most recently admitted request is preempted: its
 blocks are released and it is recomputed later (prompt and tokens generated so far).
 
+With tiers below GPU memory (:mod:`prefixlab.runner.engine.tiers`), an admitted request
+also looks up the blocks past its GPU hit there; the ones found are loaded into its new
+blocks and count as hits, and it waits (``LOADING``) until they are in, then prefills the
+rest. Its computed blocks are offered to the write-through tiers as they are cached.
+
 Tokens of a prompt, chunked (``B`` = budget left this step)::
 
     | hits (cached) | chunk 1 (<= B) | chunk 2 ... | -> first token at the end of the step
@@ -30,12 +35,16 @@ from prefixlab.cache.radix import RadixCache, RadixHandle
 from prefixlab.errors import CapacityError
 from prefixlab.policies.base import EvictionPolicy, Policy
 from prefixlab.runner.engine.events import FirstToken, Preempted, Scheduled
+from prefixlab.types import I64
 from prefixlab.workload.trace import BlockLayout, Trace
 
 if TYPE_CHECKING:
+    from prefixlab.cache.events import MatchResult
     from prefixlab.runner.engine.hybrid import HybridEngineCache
+    from prefixlab.runner.engine.tiers import TierStack
 
-WAITING, PREFILL, DECODE, DONE = 1, 2, 3, 4
+WAITING, PREFILL, DECODE, DONE, LOADING = 1, 2, 3, 4, 5
+_NO_SRC = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(slots=True)
@@ -100,6 +109,10 @@ class Scheduler:
         self.running: list[int] = []
         self.preempted_this_step = False
         self._lookahead = policy.uses_lookahead
+        self.tiers: TierStack | None = None  # the tiers below GPU memory
+        # when a LOADING request's loads end; its leading blocks offered to the tiers
+        self.ready_s, self.offered = [0.0] * n, [0] * n
+        self.tier_src: list[tuple[int, I64]] = [(0, _NO_SRC)] * n  # GPU hit, tier per load
 
     # ------------------------------------------------------------------ helpers
     def blocks_needed(self, r: int, generated: int) -> int:
@@ -131,6 +144,8 @@ class Scheduler:
         budget = self.budget
         self.preempted_this_step = False
         self.cache.view.now = now
+        if self.tiers is not None:
+            self.tiers.now = now
         spare = getattr(self.cache, "spare_blocks", 0)
         if spare:  # SGLang: a free page per running request before each decode step
             num_decoding = sum(1 for r in self.running if self.phase[r] == DECODE)
@@ -139,6 +154,11 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             r = self.running[i]
+            if self.phase[r] == LOADING:
+                if self.ready_s[r] > now:
+                    i += 1
+                    continue
+                self.phase[r] = PREFILL
             if self.phase[r] == PREFILL:
                 n = min(self.prompt_len[r] - self.computed[r], budget)
                 if not self.chunked and n < self.prompt_len[r] - self.computed[r]:
@@ -168,8 +188,9 @@ class Scheduler:
             nl = self.num_lookup[r]
             self.cache.view.request_index = r
             m = self.cache.match(keys[:nl], self.lookup_end[r])
+            src, hit_blocks, hit_tokens = self._lower(r, m)
             prompt = self.input[r] + self.generated[r]
-            rem = prompt - m.num_hit_tokens
+            rem = prompt - hit_tokens
             if not self.chunked and rem > budget and (batch.chunks or batch.decodes):
                 break
             handle = self.cache.acquire(
@@ -177,31 +198,69 @@ class Scheduler:
             )
             if handle is None:
                 break
-            rem = prompt - m.num_hit_tokens  # the hybrid cache may drop a hit it cannot hold
+            if self.tiers is None:  # the hybrid cache may drop a hit it cannot hold
+                hit_blocks, hit_tokens = m.num_hit_blocks, m.num_hit_tokens
+            rem = prompt - hit_tokens
             self.waiting.popleft()
-            if self.first_hit_tokens[r] < 0:
-                self.first_hit_tokens[r] = m.num_hit_tokens
-                self._emit(Hit(r, m.num_hit_blocks, m.num_hit_tokens))
+            first = self.first_hit_tokens[r] < 0
+            if first:
+                self.first_hit_tokens[r] = hit_tokens
+                self._emit(Hit(r, hit_blocks, hit_tokens))
                 self._emit(
-                    Miss(
-                        r,
-                        max(0, nl - m.num_hit_blocks),
-                        max(0, self.lookup_end[r] - m.num_hit_tokens),
-                    )
+                    Miss(r, max(0, nl - hit_blocks), max(0, self.lookup_end[r] - hit_tokens))
                 )
             self.handle[r] = handle
             self.blocks[r] = self.blocks_needed(r, self.generated[r] + 1)
             self.committed[r] = m.num_hit_blocks
-            self.admit_hits[r] = m.num_hit_tokens
-            self.computed[r] = m.num_hit_tokens
+            self.admit_hits[r] = hit_tokens
+            self.computed[r] = hit_tokens
             self.prompt_len[r] = prompt
-            self.phase[r] = PREFILL
             self.running.append(r)
+            self._emit(Scheduled(r, now, hit_tokens))
+            if self.tiers is not None and self._load(r, m, src, (rem, hit_tokens), first):
+                self.phase[r] = LOADING
+                continue
+            self.phase[r] = PREFILL
             n = rem if not self.chunked else min(rem, budget)
-            batch.chunks.append((r, n, m.num_hit_tokens))
+            batch.chunks.append((r, n, hit_tokens))
             budget -= n
-            self._emit(Scheduled(r, now, m.num_hit_tokens))
         return budget
+
+    def _lower(self, r: int, m: MatchResult) -> tuple[I64, int, int]:
+        """The tier each block past the GPU hit would load from, and the hit (blocks,
+        tokens) with them."""
+        h, nl = m.num_hit_blocks, self.num_lookup[r]
+        if self.tiers is None or h >= nl:
+            return _NO_SRC, h, m.num_hit_tokens
+        src = self.tiers.peek(self.keys(r)[h:nl])
+        n = h + int(src.shape[0])
+        return src, n, self._hit_tokens(r, n) if n > h else m.num_hit_tokens
+
+    def _hit_tokens(self, r: int, num_blocks: int) -> int:
+        end: int = self.lookup_end[r] if num_blocks == self.num_lookup[r] else num_blocks * self.bt
+        return end
+
+    def _load(self, r: int, m: MatchResult, src: I64, rest: tuple[int, int], first: bool) -> bool:
+        """Read the blocks past the GPU hit from the tiers; True if r must wait for them."""
+        assert self.tiers is not None
+        h, t = m.num_hit_blocks, int(src.shape[0])
+        self.tier_src[r] = (h, src)
+        if not t:
+            return False
+        now = self.cache.view.now
+        self.ready_s[r] = self.tiers.load(r, self.keys(r)[h : h + t], src, now, rest, h)
+        if first:
+            tokens = np.bincount(src, minlength=len(self.tiers.tiers)) * self.bt
+            tokens[src[-1]] += self._hit_tokens(r, h + t) - (h + t) * self.bt
+            self.tiers.hit_tokens[:, r] = tokens
+            self.tiers.load_wait_s[r] = self.ready_s[r] - now
+        waits: bool = self.ready_s[r] > now
+        return waits
+
+    def next_ready(self) -> float | None:
+        """When the first LOADING request's blocks are in (None: none is loading)."""
+        times = [self.ready_s[r] for r in self.running if self.phase[r] == LOADING]
+        return min(times) if times else None
 
     def _ensure_blocks(self, r: int, generated: int) -> bool:
         """Grow r's blocks for its next token, preempting from the tail; False if r itself
@@ -237,6 +296,8 @@ class Scheduler:
         first: list[int] = []
         done: list[int] = []
         self.cache.view.now = end_s
+        if self.tiers is not None:
+            self.tiers.now = end_s
         for r, n, _ in batch.chunks:
             if self.phase[r] != PREFILL:
                 continue  # preempted after being scheduled
@@ -273,11 +334,23 @@ class Scheduler:
             keys = self.keys(r)[:upto]
             self.cache.commit(self.handle[r], keys, self.committed[r])
             self.committed[r] = upto
+            self._offer(r, upto)
+
+    def _offer(self, r: int, upto: int) -> None:
+        """Offer the request's blocks cached on the GPU up to ``upto`` to the tiers."""
+        if self.tiers is not None and upto > self.offered[r]:
+            now = self.cache.view.now
+            h, src = self.tier_src[r]
+            self.tiers.offer(r, self.keys(r), (self.offered[r], upto), (h, src), now)
+            self.offered[r] = upto
 
     def _finish(self, r: int) -> None:
         self.cache.view.request_index = r
         handle = self.handle[r]
         self.cache.commit(handle, self.keys(r), self.committed[r])
+        self._offer(r, int(self.keys(r).shape[0]))
+        if self.tiers is not None:
+            self.tiers.finish(r)
         self.cache.release(handle)
         self.handle[r] = None
         self.blocks[r] = 0
@@ -292,7 +365,7 @@ class Scheduler:
         for r in self.running:
             # Between steps: a prefilling request holds room for its first token; a decoding
             # one for the tokens generated so far.
-            g = self.generated[r] + (1 if self.phase[r] == PREFILL else 0)
+            g = self.generated[r] + (1 if self.phase[r] in (PREFILL, LOADING) else 0)
             if self.blocks[r] != self.blocks_needed(r, g):
                 want = self.blocks_needed(r, g)
                 raise AssertionError(f"request {r} holds {self.blocks[r]} blocks, not {want}")

@@ -28,6 +28,7 @@ import numpy as np
 from prefixlab.cache.block import BlockCache
 from prefixlab.cache.events import Observer
 from prefixlab.cache.radix import RadixCache
+from prefixlab.cache.tier import AnyTier
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.metrics.latency import by_task, latency_summary
 from prefixlab.metrics.replay import ReplayMetrics
@@ -39,6 +40,13 @@ from prefixlab.policies.hooks.lpc import CODE as LPC_CODE
 from prefixlab.runner.engine.events import Finished
 from prefixlab.runner.engine.run import Run, arrival_plan
 from prefixlab.runner.engine.scheduler import Scheduler
+from prefixlab.runner.engine.tiers import (
+    TierConfig,
+    TierStack,
+    check_tiers,
+    gpu_evictions,
+    make_tier,
+)
 from prefixlab.runner.replay import ReplayConfig, build_cache, reserved_blocks, without_lookups
 from prefixlab.types import F64, I64, Row
 from prefixlab.workload.trace import BlockLayout, Trace
@@ -93,6 +101,11 @@ class EngineConfig:
     model: str | None = None
     #: which new blocks the block or radix cache keeps (see ReplayConfig)
     admission: str = "all"
+    #: tiers below GPU memory, top down: a CPU pool per replica, a store shared by the
+    #: fleet (:mod:`prefixlab.runner.engine.tiers`); their blocks' bytes follow ``model``
+    tiers: tuple[TierConfig, ...] = ()
+    #: a request's tier loads run under the prefill of the rest of its prompt
+    load_overlap: bool = False
 
     def replay_config(self) -> ReplayConfig:
         return ReplayConfig(
@@ -118,7 +131,9 @@ class EngineConfig:
             check_structure(self.admission, self.structure)
         else:
             self.replay_config().validate()
-        for name in ("chunked_prefill", "closed_loop", "gated", "cache_while_running"):
+        check_tiers(self.tiers, self.structure, self.model)
+        names = ("chunked_prefill", "closed_loop", "gated", "cache_while_running", "load_overlap")
+        for name in names:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("max_num_seqs", "max_num_batched_tokens"):
@@ -199,7 +214,12 @@ def simulate(
         obs.append(_FinishedCounter(on_progress, len(trace)))
     rc = structure_config(trace, pol, config, layout)
     codes = timing_codes(timing)
-    if fast and codes is not None and _compiled_path(pol, rc, observers, check_every):
+    if (
+        fast
+        and codes is not None
+        and not config.tiers
+        and _compiled_path(pol, rc, observers, check_every)
+    ):
         return _simulate_compiled(trace, pol, config, rc, layout, timing, codes, on_progress)
     cache = reference_cache(trace, pol, config, rc, layout, obs)
     prepare_policy(pol, trace, layout)
@@ -298,10 +318,16 @@ def _run_reference(
 ) -> EngineResult:
     """The reference loop: the scheduler over ``cache``, driven by the event loop."""
     sched = make_scheduler(trace, layout, cache, pol, config, obs)
+    stack = None
+    if config.tiers:
+        tiers = [make_tier(t, layout) for t in config.tiers]
+        stack = attach_tiers(sched, config, tiers, timing)
     run = Run(trace, [sched], timing, [obs], (config.closed_loop, config.gated), check_every)
     start = time.perf_counter()
     run.go()
     result = _result(trace, pol, config, timing, run, hits)
+    if stack is not None:
+        result.metrics.update(tier_metrics([stack], hits.hit_tokens, trace.input_length))
     result.metrics["elapsed_s"] = time.perf_counter() - start  # how long we took, for reports
     return result
 
@@ -327,6 +353,41 @@ def make_scheduler(
         # the hybrid tree takes a sequence when it finishes (states exist only there)
         cache_while_running=config.cache_while_running and config.structure != "hybrid",
     )
+
+
+def attach_tiers(
+    sched: Scheduler, config: EngineConfig, tiers: list[AnyTier], timing: TimingModel
+) -> TierStack:
+    """Put ``tiers`` (the pools this replica reads; a store may be shared) below the
+    scheduler's GPU cache."""
+    from prefixlab.model.spec import get_model
+
+    assert config.model is not None  # validate() checked it
+    block_bytes = get_model(config.model).kv_bytes_per_block(sched.bt)
+    overlap = timing if config.load_overlap else None
+    stack = TierStack(config.tiers, tiers, block_bytes, len(sched.input), overlap)
+    sched.tiers = stack
+    sched.cache.observers.append(gpu_evictions(stack))
+    return stack
+
+
+def tier_metrics(stacks: Sequence[TierStack], hit_tokens: I64, input_length: I64) -> Row:
+    """Per tier: the share of input tokens it served, bytes loaded and stored, evictions;
+    the GPU's share; the mean wait for loads (over every request's first admission)."""
+    out: Row = {}
+    inp = int(input_length.sum())
+    lower = 0
+    first = stacks[0]
+    for j, cfg in enumerate(first.configs):
+        served = int(sum(int(s.hit_tokens[j].sum()) for s in stacks))
+        lower += served
+        out[f"{cfg.name}_token_hit_ratio"] = served / inp if inp else 0.0
+        for key in ("bytes_loaded", "bytes_stored", "evictions"):
+            out[f"{cfg.name}_{key}"] = sum(int(s.metrics()[f"{cfg.name}_{key}"]) for s in stacks)
+    out["gpu_token_hit_ratio"] = (int(hit_tokens.sum()) - lower) / inp if inp else 0.0
+    waits = np.sum([s.load_wait_s for s in stacks], axis=0)
+    out["mean_load_wait_s"] = float(waits.mean()) if waits.shape[0] else 0.0
+    return out
 
 
 def prepare_policy(pol: Policy, trace: Trace, layout: BlockLayout) -> None:
