@@ -25,6 +25,10 @@ COMMANDS: dict[str, str] = {
     "fit-timing": (
         "Fit the power-law prefill model a * BS^b * L^c to measured timings (reports R^2)."
     ),
+    "plan": (
+        "Size a fleet: the fewest replicas whose P95 TTFT (arrival to first token) meets the\n"
+        "target, for each router and tier setup, with the curves it was read from."
+    ),
     "compare": (
         "Compare policies on one workload at one or more capacities: a table, and results."
     ),

@@ -11,6 +11,7 @@ from prefixlab.cli import (
     experiments,
     experts,
     lpc,
+    plan,
     replay,
     report,
     reproduce,
@@ -25,7 +26,7 @@ app = typer.Typer(
     help="Simulate and compare cache policies for LLM serving.",
 )
 app.callback()(root)  # --version
-for group in (replay, trace, engine, experiments, report, lpc, analyze, experts, reproduce):
+for group in (replay, trace, engine, plan, experiments, report, lpc, analyze, experts, reproduce):
     group.register(app)
 guard_interrupts(app)
 

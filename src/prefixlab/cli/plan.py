@@ -1,0 +1,181 @@
+"""CLI command ``plan``: the fewest replicas that meet a P95 time-to-first-token target, per
+router and tier setup (docs/fleet.md#plan)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from prefixlab.cli.common import (
+    BlockTokensOpt,
+    CapacityBytesOpt,
+    FitTable,
+    FormatOpt,
+    QuietOpt,
+    TraceArg,
+    cell,
+    console,
+    fail,
+    load_shown,
+    print_json,
+    secs,
+    with_loader_options,
+)
+from prefixlab.cli.engine import (
+    _PASSED,
+    _block_size,
+    _CapacityBlocksOpt,
+    _GpuOpt,
+    _JsonOpt,
+    _MaxBatchedOpt,
+    _MaxNumSeqsOpt,
+    _ModelOpt,
+    _OverlapOpt,
+    _pool_size,
+    _timing_of,
+)
+from prefixlab.errors import ConfigError, PrefixlabError
+from prefixlab.experiments.sizing import Sizing, SizingPoint, TierSetup, size_fleet
+from prefixlab.runner.engine import EngineConfig
+from prefixlab.runner.engine.tiers import tier_of
+
+_SloOpt = Annotated[
+    float,
+    typer.Option(
+        "--slo-p95-ttft", help="Target: P95 time from arrival to first token, in seconds."
+    ),
+]
+_RoutersOpt = Annotated[
+    list[str] | None,
+    typer.Option("--router", help="Router spec (repeatable) [default: round-robin]."),
+]
+_SetupsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tiers",
+        help="A tier setup (repeatable): none, or --tier specs joined by ' + ' "
+        "('cpu:size=200GB + store:size=2TB') [default: none].",
+    ),
+]
+_MaxReplicasOpt = Annotated[int, typer.Option(help="Replicas at most.")]
+_CurveOpt = Annotated[
+    str | None,
+    typer.Option(help="Replica counts simulated as well, for whole curves: 1,2,4,8,16."),
+]
+_PlotOpt = Annotated[
+    Path | None, typer.Option(help="Write the P95 and hit-ratio curves to this PNG.")
+]
+_PolicyOpt = Annotated[str, typer.Option("--policy", "-p", help="Policy spec.")]
+
+
+@with_loader_options
+def plan_cmd(
+    trace: TraceArg,
+    slo: _SloOpt,
+    policy: _PolicyOpt = "lru",
+    fmt: FormatOpt = "native",
+    block_tokens: BlockTokensOpt = None,
+    model: _ModelOpt = None,
+    gpu: _GpuOpt = None,
+    timing: Annotated[list[str] | None, typer.Option(help="Timing spec (as simulate).")] = None,
+    capacity_blocks: _CapacityBlocksOpt = None,
+    capacity_bytes: CapacityBytesOpt = None,
+    max_num_seqs: _MaxNumSeqsOpt = 256,
+    max_num_batched_tokens: _MaxBatchedOpt = 8192,
+    router: _RoutersOpt = None,
+    tiers: _SetupsOpt = None,
+    load_overlap: _OverlapOpt = False,
+    max_replicas: _MaxReplicasOpt = 64,
+    curve: _CurveOpt = None,
+    plot: _PlotOpt = None,
+    as_json: _JsonOpt = False,
+    quiet: QuietOpt = False,
+    load: dict[str, Any] | None = None,
+) -> None:
+    """Size a fleet: the fewest replicas whose P95 TTFT (arrival to first token) meets the
+    target, for each router and tier setup, with the curves it was read from."""
+    try:
+        tr = load_shown(trace, fmt, load or {}, quiet)
+        block_tokens, bt = _block_size(tr, "block", block_tokens)
+        blocks, _ = _pool_size("block", capacity_blocks, capacity_bytes, model, bt)
+        passed = {k: v for k, v in locals().items() if k in _PASSED}  # the scheduler's
+        config = EngineConfig(blocks, block_tokens=block_tokens, model=model, **passed)
+        sizing = size_fleet(
+            tr,
+            policy,
+            config,
+            _timing_of(timing, model, gpu),
+            routers=router or ["round-robin"],
+            setups=[_setup(s, model, bt) for s in tiers or ["none"]],
+            slo_p95_ttft_s=slo,
+            max_replicas=max_replicas,
+            curve=_counts(curve),
+            on_point=None if quiet or as_json else _say,
+        )
+        _plot(sizing, plot, f"{policy}: P95 TTFT target {slo:g} s")
+    except PrefixlabError as exc:
+        fail(str(exc))
+        return
+    _print_plan(sizing, as_json)
+
+
+def _plot(sizing: Sizing, path: Path | None, title: str) -> None:
+    if path is not None:
+        from prefixlab.report.sizing import write_sizing_png  # matplotlib: only now
+
+        write_sizing_png(sizing, path, title)
+
+
+def _setup(text: str, model: str | None, block_tokens: int) -> TierSetup:
+    """A ``--tiers`` value: ``none`` or tier specs joined by `` + ``."""
+    specs = [t.strip() for t in text.split(" + ") if t.strip()]
+    if specs == ["none"] or not specs:
+        return "none", ()
+    return " + ".join(specs), tuple(tier_of(t, model, block_tokens) for t in specs)
+
+
+def _counts(text: str | None) -> list[int]:
+    """``--curve 1,2,4``: the counts (an error names a bad one)."""
+    out = []
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        if not part.isdigit() or int(part) < 1:
+            raise ConfigError(f"--curve: {part!r} is not a replica count (1, 2, 4, ...)")
+        out.append(int(part))
+    return out
+
+
+def _say(point: SizingPoint) -> None:
+    verdict = "meets" if point.meets else "misses"
+    console().print(
+        f"{point.router}, tiers {point.tiers}: {point.replicas} replicas, P95 TTFT "
+        f"{secs(point.p95_ttft_s)}, token hit {point.token_hit_ratio:.4f}: {verdict}",
+        highlight=False,
+    )
+
+
+def _print_plan(sizing: Sizing, as_json: bool) -> None:
+    rows = sizing.answer_rows()
+    if as_json:
+        points = [p.as_dict() for p in sizing.points]
+        print_json({"slo_p95_ttft_s": sizing.slo_p95_ttft_s, "answers": rows, "points": points})
+        return
+    target = f"P95 TTFT <= {sizing.slo_p95_ttft_s:g} s"
+    table = FitTable(title=f"replicas needed for {target} (arrival to first token)")
+    for title in ("router", "tiers", "replicas", "P95 TTFT", "token hit"):
+        table.add_column(title, justify="left" if title in ("router", "tiers") else "right")
+    for row in rows:
+        n = row["replicas"]
+        table.add_row(
+            str(row["router"]),
+            str(row["tiers"]),
+            f"{n:,}" if isinstance(n, int) else f"> {sizing.max_replicas:,}",
+            cell(row["p95_ttft_s"], secs),
+            cell(row["token_hit_ratio"], "{:.4f}".format),
+        )
+    console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan_cmd)
