@@ -1,8 +1,10 @@
 """Fleet sizing (prefixlab.experiments.sizing, ``prefixlab plan``): the search by hand, the
-answer against a scan of every replica count, the figure, the command, the errors."""
+answer against a scan of every replica count, the curve against CPU pool size against
+fleets simulated on their own, the figure, the command, the errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,10 +14,11 @@ from typer.testing import CliRunner
 
 from prefixlab.cli.main import app
 from prefixlab.errors import ConfigError
-from prefixlab.experiments.sizing import _smallest, size_fleet
+from prefixlab.experiments.sizing import _smallest, cpu_curve, size_fleet
 from prefixlab.model.timing import make_timing
 from prefixlab.report.sizing import sizing_png
 from prefixlab.runner.engine import EngineConfig
+from prefixlab.runner.engine.tiers import TierConfig
 from prefixlab.runner.fleet import FleetConfig, simulate_fleet
 from prefixlab.workload.generators import generate_sessions
 from prefixlab.workload.sources import retimed
@@ -134,3 +137,51 @@ def test_the_plan_command(tmp_path: Path) -> None:
     assert table.exit_code == 0 and "replicas needed for P95 TTFT <= 0.5 s" in table.output
     bad = CliRunner().invoke(app, [*args, "--curve", "1,x"])
     assert bad.exit_code == 2 and "'x' is not a replica count" in bad.output
+
+
+def test_the_cpu_size_curve_is_each_size_s_own_fleet() -> None:
+    """Each point of the curve against CPU pool size is the fleet with that pool, simulated
+    on its own; the points stay out of the search's."""
+    trace = _busy()
+    sizing = size_fleet(
+        trace,  # type: ignore[arg-type]
+        "lru",
+        CFG,
+        TIMING,
+        routers=["round-robin"],
+        setups=[("none", ())],
+        slo_p95_ttft_s=0.5,
+        max_replicas=8,
+    )
+    searched = list(sizing.points)
+    cpu_curve(trace, "lru", CFG, TIMING, sizing, routers=["round-robin"], cpu_gb=[0, 8], replicas=2)  # type: ignore[arg-type]
+    assert sizing.points == searched
+    assert [(p.cpu_gb, p.tiers, p.replicas) for p in sizing.cpu_points] == [
+        (0.0, "none", 2),
+        (8.0, "cpu:size=8GB", 2),
+    ]
+    blocks = 8 * 10**9 // (32 * 8 * 128 * 2 * 2 * 16)  # 8 GB of 2 MiB blocks
+    for point, tiers in zip(sizing.cpu_points, [(), (TierConfig("cpu", blocks),)], strict=True):
+        cfg = dataclasses.replace(CFG, tiers=tiers)
+        m = simulate_fleet(trace, "lru", cfg, FleetConfig(2), TIMING).engine.metrics  # type: ignore[arg-type]
+        assert (point.p95_ttft_s, point.token_hit_ratio) == (m["p95_qttft_s"], m["token_hit_ratio"])
+    assert sizing.cpu_points[1].token_hit_ratio > sizing.cpu_points[0].token_hit_ratio
+    assert sizing_png(sizing, "t")[:4] == b"\x89PNG"
+    with pytest.raises(ConfigError, match="must be >= 0 GB"):
+        cpu_curve(
+            trace, "lru", CFG, TIMING, sizing, routers=["round-robin"], cpu_gb=[-1], replicas=2
+        )  # type: ignore[arg-type]
+
+
+def test_the_plan_command_draws_the_cpu_curve(tmp_path: Path) -> None:
+    args = ["plan", "gen:sessions:num_sessions=60,seed=2,session_rate_per_s=8"]
+    args += ["--time-scale", "0.1", "--block-tokens", "16", "--capacity-blocks", "3000"]
+    args += ["--model", "llama-3.1-8b", "--timing", "power:preset=llama-3.1-8b-h100+tpot:s=0.02"]
+    args += ["--slo-p95-ttft", "0.5", "--cpu-sizes", "0,8", "--at-replicas", "2"]
+    out = CliRunner().invoke(app, [*args, "--json", "--plot", str(tmp_path / "p.png")])
+    assert out.exit_code == 0, out.output
+    curve = json.loads(out.output)["cpu_curve"]
+    assert [(p["cpu_gb"], p["replicas"]) for p in curve] == [(0.0, 2), (8.0, 2)]
+    assert (tmp_path / "p.png").stat().st_size > 1000
+    bad = CliRunner().invoke(app, [*args, "--cpu-sizes", "0,lots"])
+    assert bad.exit_code == 2 and "'lots' is not a size in GB" in bad.output

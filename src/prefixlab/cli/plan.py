@@ -37,9 +37,11 @@ from prefixlab.cli.engine import (
     _timing_of,
 )
 from prefixlab.errors import ConfigError, PrefixlabError
-from prefixlab.experiments.sizing import Sizing, SizingPoint, TierSetup, size_fleet
+from prefixlab.experiments.sizing import Sizing, SizingPoint, TierSetup, cpu_curve, size_fleet
+from prefixlab.model.timing import TimingModel
 from prefixlab.runner.engine import EngineConfig
 from prefixlab.runner.engine.tiers import tier_of
+from prefixlab.workload.trace import Trace
 
 _SloOpt = Annotated[
     float,
@@ -63,6 +65,17 @@ _MaxReplicasOpt = Annotated[int, typer.Option(help="Replicas at most.")]
 _CurveOpt = Annotated[
     str | None,
     typer.Option(help="Replica counts simulated as well, for whole curves: 1,2,4,8,16."),
+]
+_CpuSizesOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Also simulate each router with a CPU pool of each size (GB per replica, 0: "
+        "none) at --at-replicas, for the curve against CPU size: 0,50,100,200."
+    ),
+]
+_AtOpt = Annotated[
+    int | None,
+    typer.Option(help="Replicas of the CPU-size curve [default: the most any setup needs]."),
 ]
 _PlotOpt = Annotated[
     Path | None, typer.Option(help="Write the P95 and hit-ratio curves to this PNG.")
@@ -89,6 +102,8 @@ def plan_cmd(
     load_overlap: _OverlapOpt = False,
     max_replicas: _MaxReplicasOpt = 64,
     curve: _CurveOpt = None,
+    cpu_sizes: _CpuSizesOpt = None,
+    at_replicas: _AtOpt = None,
     plot: _PlotOpt = None,
     as_json: _JsonOpt = False,
     quiet: QuietOpt = False,
@@ -102,23 +117,41 @@ def plan_cmd(
         blocks, _ = _pool_size("block", capacity_blocks, capacity_bytes, model, bt)
         passed = {k: v for k, v in locals().items() if k in _PASSED}  # the scheduler's
         config = EngineConfig(blocks, block_tokens=block_tokens, model=model, **passed)
-        sizing = size_fleet(
-            tr,
-            policy,
-            config,
-            _timing_of(timing, model, gpu),
-            routers=router or ["round-robin"],
-            setups=[_setup(s, model, bt) for s in tiers or ["none"]],
-            slo_p95_ttft_s=slo,
-            max_replicas=max_replicas,
-            curve=_counts(curve),
-            on_point=None if quiet or as_json else _say,
-        )
+        runs = (tr, policy, config, _timing_of(timing, model, gpu))
+        setups = [_setup(s, model, bt) for s in tiers or ["none"]]
+        search = (slo, max_replicas, _counts(curve), _numbers(cpu_sizes or ""), at_replicas)
+        sizing = _size(runs, router or ["round-robin"], setups, search, quiet or as_json)
         _plot(sizing, plot, f"{policy}: P95 TTFT target {slo:g} s")
     except PrefixlabError as exc:
         fail(str(exc))
         return
     _print_plan(sizing, as_json)
+
+
+def _size(
+    runs: tuple[Trace, str, EngineConfig, TimingModel],
+    routers: list[str],
+    setups: list[TierSetup],
+    search: tuple[float, int, list[int], list[float], int | None],
+    quiet: bool,
+) -> Sizing:
+    """The search of every setup, then the CPU-size curve when sizes are given."""
+    slo, max_replicas, curve, cpu_sizes, at_replicas = search
+    say = None if quiet else _say
+    sizing = size_fleet(
+        *runs,
+        routers=routers,
+        setups=setups,
+        slo_p95_ttft_s=slo,
+        max_replicas=max_replicas,
+        curve=curve,
+        on_point=say,
+    )
+    if cpu_sizes:
+        needed = [n for n in sizing.answers.values() if n]
+        n = at_replicas or max(needed, default=max_replicas)
+        cpu_curve(*runs, sizing, routers=routers, cpu_gb=cpu_sizes, replicas=n, on_point=say)
+    return sizing
 
 
 def _plot(sizing: Sizing, path: Path | None, title: str) -> None:
@@ -146,6 +179,20 @@ def _counts(text: str | None) -> list[int]:
     return out
 
 
+def _numbers(text: str) -> list[float]:
+    """``--cpu-sizes 0,50,200``: sizes in GB (an error names a bad one)."""
+    out = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            gb = float(part)
+        except ValueError:
+            gb = -1.0
+        if not 0 <= gb < float("inf"):
+            raise ConfigError(f"--cpu-sizes: {part!r} is not a size in GB (0, 50, 200)")
+        out.append(gb)
+    return out
+
+
 def _say(point: SizingPoint) -> None:
     verdict = "meets" if point.meets else "misses"
     console().print(
@@ -159,7 +206,10 @@ def _print_plan(sizing: Sizing, as_json: bool) -> None:
     rows = sizing.answer_rows()
     if as_json:
         points = [p.as_dict() for p in sizing.points]
-        print_json({"slo_p95_ttft_s": sizing.slo_p95_ttft_s, "answers": rows, "points": points})
+        doc = {"slo_p95_ttft_s": sizing.slo_p95_ttft_s, "answers": rows, "points": points}
+        if sizing.cpu_points:
+            doc["cpu_curve"] = [p.as_dict() for p in sizing.cpu_points]
+        print_json(doc)
         return
     target = f"P95 TTFT <= {sizing.slo_p95_ttft_s:g} s"
     table = FitTable(title=f"replicas needed for {target} (arrival to first token)")

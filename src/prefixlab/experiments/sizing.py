@@ -43,6 +43,8 @@ class SizingPoint:
     mean_ttft_s: float  # arrival to first token
     p95_ttft_s: float  # arrival to first token
     meets: bool
+    #: the CPU pool per replica of a point of the CPU-size curve, GB (NaN: other points)
+    cpu_gb: float = math.nan
 
     def as_dict(self) -> Row:
         return dataclasses.asdict(self)
@@ -57,6 +59,8 @@ class Sizing:
     max_replicas: int
     points: list[SizingPoint] = field(default_factory=list)
     answers: dict[tuple[str, str], int | None] = field(default_factory=dict)
+    #: the CPU-size curve (:func:`cpu_curve`): each router at one replica count
+    cpu_points: list[SizingPoint] = field(default_factory=list)
 
     def answer_rows(self) -> list[Row]:
         """One row per setup: the replicas needed and the point that met the target."""
@@ -142,6 +146,42 @@ class _Search:
             if self.on_point is not None:
                 self.on_point(point)
         return self.done[n]
+
+
+def cpu_curve(
+    trace: Trace,
+    policy: str,
+    config: EngineConfig,
+    timing: TimingModel,
+    sizing: Sizing,
+    *,
+    routers: Sequence[str],
+    cpu_gb: Sequence[float],
+    replicas: int,
+    on_point: Callable[[SizingPoint], None] | None = None,
+) -> None:
+    """Each router at ``replicas`` replicas with a CPU pool of each size in ``cpu_gb``
+    (0: none) per replica (``lru``, write-through), into ``sizing.cpu_points``."""
+    from prefixlab.model.spec import capacity_blocks_for_bytes
+
+    if config.model is None:
+        raise ConfigError("a CPU-size curve needs a model (the KV bytes of a block)")
+    bt = config.block_tokens or 16
+    for router in routers:
+        for gb in cpu_gb:
+            if not (isinstance(gb, int | float) and 0 <= gb < math.inf):
+                raise ConfigError(f"a CPU pool size must be >= 0 GB, got {gb!r}")
+            tiers: tuple[TierConfig, ...] = ()
+            if gb > 0:
+                blocks = capacity_blocks_for_bytes(int(gb * 1e9), config.model, bt)
+                tiers = (TierConfig("cpu", blocks),)
+            cfg = dataclasses.replace(config, tiers=tiers)
+            label = f"cpu:size={gb:g}GB" if gb > 0 else "none"
+            point = _simulate(trace, policy, cfg, timing, (router, label, replicas), sizing)
+            sizing.points.pop()  # (a point of this curve, not of the search)
+            sizing.cpu_points.append(dataclasses.replace(point, cpu_gb=float(gb)))
+            if on_point is not None:
+                on_point(sizing.cpu_points[-1])
 
 
 def _simulate(
