@@ -3,6 +3,7 @@ router and tier setup (docs/fleet.md#plan)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -40,7 +41,7 @@ from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.experiments.sizing import Sizing, SizingPoint, TierSetup, cpu_curve, size_fleet
 from prefixlab.model.timing import TimingModel
 from prefixlab.runner.engine import EngineConfig
-from prefixlab.runner.engine.tiers import tier_of
+from prefixlab.runner.engine.tiers import setup_label, tier_setup
 from prefixlab.workload.trace import Trace
 
 _SloOpt = Annotated[
@@ -119,7 +120,13 @@ def plan_cmd(
         config = EngineConfig(blocks, block_tokens=block_tokens, model=model, **passed)
         runs = (tr, policy, config, _timing_of(timing, model, gpu))
         setups = [_setup(s, model, bt) for s in tiers or ["none"]]
-        search = (slo, max_replicas, _counts(curve), _numbers(cpu_sizes or ""), at_replicas)
+        search = (
+            slo,
+            max_replicas,
+            _counts(curve),
+            _sizes(cpu_sizes),
+            at_replicas,
+        )
         sizing = _size(runs, router or ["round-robin"], setups, search, quiet or as_json)
         _plot(sizing, plot, f"{policy}: P95 TTFT target {slo:g} s")
     except PrefixlabError as exc:
@@ -163,34 +170,37 @@ def _plot(sizing: Sizing, path: Path | None, title: str) -> None:
 
 def _setup(text: str, model: str | None, block_tokens: int) -> TierSetup:
     """A ``--tiers`` value: ``none`` or tier specs joined by `` + ``."""
+    tiers = tier_setup(text, model, block_tokens)
     specs = [t.strip() for t in text.split(" + ") if t.strip()]
-    if specs == ["none"] or not specs:
-        return "none", ()
-    return " + ".join(specs), tuple(tier_of(t, model, block_tokens) for t in specs)
+    return (setup_label(specs) if tiers else "none"), tiers
+
+
+def _numbers(text: str | None, option: str, what: str, low: float) -> list[float]:
+    """A comma-separated list of numbers >= ``low`` (an error names a bad one)."""
+    out = []
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        try:
+            value = float(part)
+        except ValueError:
+            value = math.nan
+        if not low <= value < math.inf:
+            raise ConfigError(f"{option}: {part!r} is not {what}")
+        out.append(value)
+    return out
+
+
+def _sizes(text: str | None) -> list[float]:
+    """``--cpu-sizes 0,50,200``: sizes in GB."""
+    return _numbers(text, "--cpu-sizes", "a size in GB (0, 50, 200)", 0)
 
 
 def _counts(text: str | None) -> list[int]:
-    """``--curve 1,2,4``: the counts (an error names a bad one)."""
-    out = []
-    for part in filter(None, (p.strip() for p in (text or "").split(","))):
-        if not part.isdigit() or int(part) < 1:
-            raise ConfigError(f"--curve: {part!r} is not a replica count (1, 2, 4, ...)")
-        out.append(int(part))
-    return out
-
-
-def _numbers(text: str) -> list[float]:
-    """``--cpu-sizes 0,50,200``: sizes in GB (an error names a bad one)."""
-    out = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        try:
-            gb = float(part)
-        except ValueError:
-            gb = -1.0
-        if not 0 <= gb < float("inf"):
-            raise ConfigError(f"--cpu-sizes: {part!r} is not a size in GB (0, 50, 200)")
-        out.append(gb)
-    return out
+    """``--curve 1,2,4``: the replica counts."""
+    counts = _numbers(text, "--curve", "a replica count (1, 2, 4, ...)", 1)
+    bad = [c for c in counts if c != int(c)]
+    if bad:
+        raise ConfigError(f"--curve: {bad[0]:g} is not a replica count (1, 2, 4, ...)")
+    return [int(c) for c in counts]
 
 
 def _say(point: SizingPoint) -> None:

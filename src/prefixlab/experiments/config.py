@@ -220,11 +220,6 @@ class FleetTable(ConfigModel):
         return self
 
 
-def tiers_label(specs: list[str]) -> str:
-    """A tier setup as a variant value: its specs joined by `` + `` (``none``: no tier)."""
-    return " + ".join(specs) if specs else "none"
-
-
 def _check_tiers(cfg: ExperimentConfig) -> None:
     """Each fleet tier setup reads, with the model and block size it will run with."""
     from prefixlab.runner.engine.tiers import check_tiers, tier_of

@@ -27,7 +27,6 @@ from prefixlab.experiments.config import (
     FLEET_KEYS,
     ExperimentConfig,
     resolve_capacity,
-    tiers_label,
 )
 from prefixlab.experiments.execute import cell_id_of
 from prefixlab.policies.base import EvictionPolicy, Policy, make_policy, registered
@@ -189,7 +188,9 @@ def plan(cfg: ExperimentConfig) -> list[Cell]:
         fleets = list(itertools.product(cfg.fleet.replicas, cfg.fleet.routers))
         variants = [{**v, "replicas": n, "router": r} for v in variants for n, r in fleets]
         if cfg.fleet.tiers != [[]]:  # (a fleet without tiers keeps its cells' ids)
-            setups = [tiers_label(t) for t in cfg.fleet.tiers]
+            from prefixlab.runner.engine.tiers import setup_label
+
+            setups = [setup_label(t) for t in cfg.fleet.tiers]
             variants = [{**v, "tiers": t} for v in variants for t in setups]
     cells = []
     for variant in variants:
@@ -369,13 +370,12 @@ def _engine_metrics(
     """Simulate the engine, or the fleet the variant names: its metrics (less the per-task
     ones and the wall time), its timing's name, the hit tokens and the requests' times."""
     from prefixlab.runner.engine import simulate
-    from prefixlab.runner.engine.tiers import tier_of
+    from prefixlab.runner.engine.tiers import tier_setup
     from prefixlab.runner.fleet import FleetConfig, simulate_fleet
 
-    if variant.get("tiers", "none") != "none":
-        bt = ec.block_tokens or 16
-        specs = str(variant["tiers"]).split(" + ")
-        ec = dataclasses.replace(ec, tiers=tuple(tier_of(t, ec.model, bt) for t in specs))
+    if "tiers" in variant:
+        tiers = tier_setup(str(variant["tiers"]), ec.model, ec.block_tokens or 16)
+        ec = dataclasses.replace(ec, tiers=tiers)
     if "replicas" in variant:
         fleet = FleetConfig(int(variant["replicas"]), str(variant["router"]))  # type: ignore[call-overload]
         eres = simulate_fleet(trace, policy, ec, fleet, timing).engine

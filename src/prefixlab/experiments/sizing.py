@@ -23,7 +23,7 @@ from prefixlab.errors import ConfigError
 from prefixlab.model.timing import TimingModel
 from prefixlab.policies.base import Policy
 from prefixlab.runner.engine import EngineConfig
-from prefixlab.runner.engine.tiers import TierConfig
+from prefixlab.runner.engine.tiers import TierConfig, tier_setup
 from prefixlab.runner.fleet import FleetConfig, simulate_fleet
 from prefixlab.types import Row
 from prefixlab.workload.trace import Trace
@@ -141,7 +141,8 @@ class _Search:
 
     def meets(self, n: int) -> bool:
         if n not in self.done:
-            point = _simulate(*self.args, (*self.setup, n), self.sizing)
+            point = _simulate(*self.args, (*self.setup, n), self.sizing.slo_p95_ttft_s)
+            self.sizing.points.append(point)
             self.done[n] = point.meets
             if self.on_point is not None:
                 self.on_point(point)
@@ -162,8 +163,6 @@ def cpu_curve(
 ) -> None:
     """Each router at ``replicas`` replicas with a CPU pool of each size in ``cpu_gb``
     (0: none) per replica (``lru``, write-through), into ``sizing.cpu_points``."""
-    from prefixlab.model.spec import capacity_blocks_for_bytes
-
     if config.model is None:
         raise ConfigError("a CPU-size curve needs a model (the KV bytes of a block)")
     bt = config.block_tokens or 16
@@ -171,14 +170,10 @@ def cpu_curve(
         for gb in cpu_gb:
             if not (isinstance(gb, int | float) and 0 <= gb < math.inf):
                 raise ConfigError(f"a CPU pool size must be >= 0 GB, got {gb!r}")
-            tiers: tuple[TierConfig, ...] = ()
-            if gb > 0:
-                blocks = capacity_blocks_for_bytes(int(gb * 1e9), config.model, bt)
-                tiers = (TierConfig("cpu", blocks),)
-            cfg = dataclasses.replace(config, tiers=tiers)
             label = f"cpu:size={gb:g}GB" if gb > 0 else "none"
-            point = _simulate(trace, policy, cfg, timing, (router, label, replicas), sizing)
-            sizing.points.pop()  # (a point of this curve, not of the search)
+            cfg = dataclasses.replace(config, tiers=tier_setup(label, config.model, bt))
+            where = (router, label, replicas)
+            point = _simulate(trace, policy, cfg, timing, where, sizing.slo_p95_ttft_s)
             sizing.cpu_points.append(dataclasses.replace(point, cpu_gb=float(gb)))
             if on_point is not None:
                 on_point(sizing.cpu_points[-1])
@@ -190,7 +185,7 @@ def _simulate(
     cfg: EngineConfig,
     timing: TimingModel,
     where: tuple[str, str, int],
-    sizing: Sizing,
+    slo_p95_ttft_s: float,
 ) -> SizingPoint:
     router, label, n = where
     m = simulate_fleet(trace, policy, cfg, FleetConfig(n, router), timing).engine.metrics
@@ -202,9 +197,8 @@ def _simulate(
         float(m["token_hit_ratio"]),
         float(m["mean_qttft_s"]),
         p95,
-        p95 <= sizing.slo_p95_ttft_s,
+        p95 <= slo_p95_ttft_s,
     )
-    sizing.points.append(point)
     return point
 
 

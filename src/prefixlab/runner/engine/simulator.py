@@ -382,8 +382,9 @@ def tier_metrics(stacks: Sequence[TierStack], hit_tokens: I64, input_length: I64
         served = int(sum(int(s.hit_tokens[j].sum()) for s in stacks))
         lower += served
         out[f"{cfg.name}_token_hit_ratio"] = served / inp if inp else 0.0
-        for key in ("bytes_loaded", "bytes_stored", "evictions"):
-            out[f"{cfg.name}_{key}"] = sum(int(s.metrics()[f"{cfg.name}_{key}"]) for s in stacks)
+        out[f"{cfg.name}_bytes_loaded"] = sum(s.bytes_loaded[j] for s in stacks)
+        out[f"{cfg.name}_bytes_stored"] = sum(s.bytes_stored[j] for s in stacks)
+        out[f"{cfg.name}_evictions"] = sum(s.num_evictions[j] for s in stacks)
     out["gpu_token_hit_ratio"] = (int(hit_tokens.sum()) - lower) / inp if inp else 0.0
     waits = np.sum([s.load_wait_s for s in stacks], axis=0)
     out["mean_load_wait_s"] = float(waits.mean()) if waits.shape[0] else 0.0

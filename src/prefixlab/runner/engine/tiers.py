@@ -169,6 +169,21 @@ def tier_of(spec: str, model: str | None, block_tokens: int) -> TierConfig:
     return TierConfig(name.strip(), **fields)
 
 
+def tier_setup(text: str, model: str | None, block_tokens: int) -> tuple[TierConfig, ...]:
+    """A tier setup written as one string: ``none`` (or empty), or tier specs joined by
+    `` + `` (``cpu:size=200GB + store:size=2TB``), as ``plan --tiers`` and the variant
+    column of a ``[fleet] tiers`` sweep write it."""
+    specs = [t.strip() for t in text.split(" + ") if t.strip()]
+    if specs in ([], ["none"]):
+        return ()
+    return tuple(tier_of(t, model, block_tokens) for t in specs)
+
+
+def setup_label(specs: Sequence[str]) -> str:
+    """The string :func:`tier_setup` reads back: the specs joined by `` + ``, or ``none``."""
+    return " + ".join(s.strip() for s in specs) if specs else "none"
+
+
 def check_tiers(tiers: Sequence[TierConfig], structure: str, model: str | None) -> None:
     """The tiers' order and settings, and what they need of the engine."""
     if not tiers:
@@ -295,14 +310,6 @@ class TierStack:
     def write_back(self, j: int, keys: I64) -> None:
         """The level above tier ``j`` evicted ``keys``: a write-back tier keeps them."""
         self.bytes_stored[j] += self.tiers[j].store(keys, self.now, -1) * self.block_bytes
-
-    def metrics(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for j, cfg in enumerate(self.configs):
-            out[f"{cfg.name}_bytes_loaded"] = self.bytes_loaded[j]
-            out[f"{cfg.name}_bytes_stored"] = self.bytes_stored[j]
-            out[f"{cfg.name}_evictions"] = self.num_evictions[j]
-        return out
 
 
 class _Evictions:
