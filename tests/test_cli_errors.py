@@ -23,6 +23,7 @@ MISSING_INPUT: dict[str, tuple[list[str], str]] = {
         "not found",
     ),
     "fit-timing": (["fit-timing", "/nonexistent/t.csv"], "timing CSV not found"),
+    "models": (["models", "/nonexistent/m.json"], "model file /nonexistent/m.json"),
     "plan": (
         [
             "plan",

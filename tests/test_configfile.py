@@ -48,7 +48,10 @@ def _error(data: Any) -> str:
 
 def test_unknown_nested_key_lists_the_keys_of_its_own_table() -> None:
     msg = _error({**_base(), "runner": {"max_seqs": 4}})
-    known = "closed_loop, gated, kind, load_overlap, max_num_batched_tokens, max_num_seqs, prefix_caching"
+    known = (
+        "closed_loop, gated, kind, load_overlap, max_num_batched_tokens, max_num_seqs, "
+        "prefix_caching, sliding_window_rule"
+    )
     assert msg == (
         "config key 'runner.max_seqs' unknown (did you mean 'max_num_seqs'?); "
         f"known here: chunked_prefill, {known}"

@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 from prefixlab.cli.main import app
 from prefixlab.errors import ConfigError, TraceFormatError
 from prefixlab.model.fit import PowerFit, fit_csv, fit_power_law
+from prefixlab.model.presets import MODEL_PRESETS
 from prefixlab.model.spec import (
     LAYER_TYPES,
-    MODEL_PRESETS,
     ModelSpec,
     capacity_blocks_for_bytes,
     get_model,
@@ -119,12 +119,12 @@ def test_kv_bytes_literals() -> None:
 
 
 def test_state_bytes_of_mamba2_and_jamba_by_hand() -> None:
-    # Mamba2-2.7B: 64 layers x (5120 x 128 + (5120 + 256) x 4) x 2
-    # = 64 x (655,360 + 21,504) x 2 = 64 x 676,864 x 2 = 86,638,592
-    assert MODEL_PRESETS["mamba2-2.7b"].state_bytes_per_checkpoint == 86_638_592
-    # Jamba (Mamba-1, channels and conv default to d_inner): 28 x (8192 x 16 + 8192 x 4) x 2
-    # = 28 x (131,072 + 32,768) x 2 = 28 x 163,840 x 2 = 9,175,040
-    assert MODEL_PRESETS["jamba-1.5-mini"].state_bytes_per_checkpoint == 9_175_040
+    # Mamba2-2.7B: 64 layers x (5120 x 128 + (5120 + 256) x 3) x 2 (engines keep kernel - 1
+    # conv columns) = 64 x (655,360 + 16,128) x 2 = 64 x 671,488 x 2 = 85,950,464
+    assert MODEL_PRESETS["mamba2-2.7b"].state_bytes_per_checkpoint == 85_950_464
+    # Jamba (Mamba-1, channels and conv default to d_inner): 28 x (8192 x 16 + 8192 x 3) x 2
+    # = 28 x (131,072 + 24,576) x 2 = 28 x 155,648 x 2 = 8,716,288
+    assert MODEL_PRESETS["jamba-1.5-mini"].state_bytes_per_checkpoint == 8_716_288
     # transformers carry no state
     assert MODEL_PRESETS["llama-3.1-8b"].state_bytes_per_checkpoint == 0
 
@@ -226,7 +226,17 @@ def test_causal_flops_are_additive_over_chunks_by_hand() -> None:
     assert m.total_prefill_flops(3, 0) - chunked == 32.0
 
 
-@pytest.mark.parametrize("name", ["llama-3.1-8b", "mixtral-8x7b", "marconi-hybrid-7b"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "llama-3.1-8b",
+        "mixtral-8x7b",
+        "marconi-hybrid-7b",
+        "deepseek-v3",
+        "gemma-3-27b",
+        "gpt-oss-20b",
+    ],
+)
 @pytest.mark.parametrize(("a", "b", "p"), [(1, 1, 0), (300, 700, 0), (512, 64, 1000)])
 def test_causal_flops_are_additive_over_chunks(name: str, a: int, b: int, p: int) -> None:
     # attention: 4 a p D + 2 a^2 D + 4 b (p + a) D + 2 b^2 D = 4 (a + b) p D + 2 (a + b)^2 D;
@@ -234,9 +244,12 @@ def test_causal_flops_are_additive_over_chunks(name: str, a: int, b: int, p: int
     m = MODEL_PRESETS[name]
     split = m.total_prefill_flops(a, p, True) + m.total_prefill_flops(b, p + a, True)
     assert split == pytest.approx(m.total_prefill_flops(a + b, p, True), rel=1e-12)
-    # non-causal is not additive (it double-counts): it drops 4 a b D_q per attention layer
+    # non-causal is not additive (it double-counts): it drops 4 a b D_q per full attention
+    # layer (a sliding one's count depends on where the window cuts)
+    if m.num_sliding_layers:
+        return
     split_nc = m.total_prefill_flops(a, p) + m.total_prefill_flops(b, p + a)
-    d_q = m.num_heads * m.head_dim
+    d_q = m.attention_dims()[0]
     whole_nc = m.total_prefill_flops(a + b, p)
     assert whole_nc - split_nc == pytest.approx(m.num_attention_layers * 4 * a * b * d_q)
 
@@ -286,9 +299,15 @@ def test_decode_flops_is_one_token_prefill(name: str, c: int) -> None:
     assert m.decode_flops(c) == m.total_prefill_flops(1, c)
     assert m.decode_flops(c, True) == m.total_prefill_flops(1, c, True)
     assert m.decode_flops(c) > 0
-    # one new token: causal counts 2 x 1 x 1 x D_q per attention layer instead of 4
-    d_q = m.num_heads * m.head_dim
-    assert m.decode_flops(c) - m.decode_flops(c, True) == 2 * d_q * m.num_attention_layers
+    # one new token: causal counts 2 x 1 x 1 x D_q per attention layer instead of 4 (D_q
+    # = heads x (qk + v) / 2 for MLA); a sliding layer past its window attends to the same
+    # W keys either way
+    d_q = m.attention_dims()[0]
+    layers = m.num_attention_layers
+    if c + 1 > m.sliding_window:
+        layers -= m.num_sliding_layers
+    diff = m.decode_flops(c) - m.decode_flops(c, True)
+    assert diff == pytest.approx(2 * d_q * layers, rel=1e-9)
 
 
 def test_tiny_decode_flops_by_hand() -> None:
@@ -385,9 +404,9 @@ def test_tiny_parameters_by_hand() -> None:
     assert dataclasses.replace(tiny(), tie_embeddings=True).num_parameters == 328
 
 
-def test_only_llama_3_2_presets_tie_embeddings() -> None:
+def test_tied_embedding_presets() -> None:
     tied = {name for name, m in MODEL_PRESETS.items() if m.tie_embeddings}
-    assert tied == {"llama-3.2-1b", "llama-3.2-3b"}
+    assert tied == {"llama-3.2-1b", "llama-3.2-3b", "gemma-3-12b", "gemma-3-27b"}
     assert ModelSpec("x", 4).tie_embeddings is False
 
 

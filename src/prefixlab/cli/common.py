@@ -406,7 +406,10 @@ def resolve_capacity_blocks(
     capacity_blocks: int | None, capacity_bytes: int | None, model: str | None, block_tokens: int
 ) -> int:
     if (capacity_blocks is None) == (capacity_bytes is None):
-        raise ConfigError("give exactly one of --capacity-blocks or --capacity-bytes")
+        raise ConfigError(
+            "give exactly one of --capacity-blocks or --capacity-bytes (or neither, with "
+            "--model and --gpu: the KV budget left after the weights)"
+        )
     if capacity_blocks is not None:
         return capacity_blocks
     assert capacity_bytes is not None

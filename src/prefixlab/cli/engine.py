@@ -21,6 +21,7 @@ from prefixlab.cli.common import (
     block_tokens_of,
     cell,
     console,
+    err,
     fail,
     load_shown,
     make_policies,
@@ -58,7 +59,12 @@ LATENCY_FIELDS = (
 
 
 _PolicyOpt = Annotated[list[str], typer.Option("--policy", "-p", help="Policy spec (repeatable).")]
-_ModelOpt = Annotated[str | None, typer.Option(help="Model preset (roofline, bytes).")]
+_ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Model: a preset (prefixlab models) or a config.json path (roofline, bytes)."
+    ),
+]
 _GpuOpt = Annotated[str | None, typer.Option(help=f"GPU preset: {', '.join(GPU_PRESETS)}.")]
 _TimingOpt = Annotated[
     list[str] | None,
@@ -109,6 +115,33 @@ _TierOpt = Annotated[
 _OverlapOpt = Annotated[
     bool, typer.Option(help="Tier loads run under the prefill of the rest of the prompt.")
 ]
+_TpOpt = Annotated[
+    int,
+    typer.Option(
+        "--tp",
+        "--tensor-parallel-size",
+        min=1,
+        help="Tensor-parallel GPUs per replica: the roofline runs on tp GPUs, and without "
+        "a --capacity-* the KV pool is what tp GPUs hold after the weights.",
+    ),
+]
+_GpuUtilOpt = Annotated[
+    float,
+    typer.Option(
+        min=0.01,
+        max=1.0,
+        help="Without a --capacity-*: the fraction of GPU memory for weights and KV "
+        "(vLLM's gpu_memory_utilization); the KV pool is the rest after the weights.",
+    ),
+]
+_SlidingRuleOpt = Annotated[
+    str,
+    typer.Option(
+        help="How the block cache keeps a model's sliding-window layers: window (vLLM's "
+        "hybrid KV-cache manager: their pages freed past the window, a hit needs the "
+        "window's) or full (every layer of every block, --disable-hybrid-kv-cache-manager).",
+    ),
+]
 _RouterOpt = Annotated[
     str,
     typer.Option(
@@ -129,6 +162,8 @@ _PASSED = (
     "admission",
     "load_overlap",
 )
+#: and those ``simulate`` passes as well (``plan`` fixes them)
+_CONFIGURED = (*_PASSED, "structure", "block_tokens", "model", "sliding_window_rule")
 
 
 @with_loader_options
@@ -142,7 +177,10 @@ def simulate_cmd(
     timing: _TimingOpt = None,
     capacity_blocks: _CapacityBlocksOpt = None,
     capacity_bytes: CapacityBytesOpt = None,
+    tp: _TpOpt = 1,
+    gpu_memory_utilization: _GpuUtilOpt = 0.9,
     structure: _StructureOpt = "block",
+    sliding_window_rule: _SlidingRuleOpt = "window",
     max_num_seqs: _MaxNumSeqsOpt = 256,
     max_num_batched_tokens: _MaxBatchedOpt = 8192,
     chunked_prefill: _ChunkedOpt = True,
@@ -163,19 +201,13 @@ def simulate_cmd(
     try:
         tr = load_shown(trace, fmt, load or {}, quiet)
         block_tokens, bt = _block_size(tr, structure, block_tokens)
-        blocks, size = _pool_size(structure, capacity_blocks, capacity_bytes, model, bt)
-        passed = {k: v for k, v in locals().items() if k in _PASSED}
-        config = EngineConfig(
-            capacity_blocks=blocks,
-            capacity_bytes=size,
-            model=model,
-            structure=structure,
-            block_tokens=block_tokens,
-            tiers=tuple(tier_of(t, model, bt) for t in tier or ()),
-            **passed,
-        )
-        fleet = FleetConfig(replicas, router)
-        results = _simulate_each(tr, policy, config, _timing_of(timing, model, gpu), fleet, quiet)
+        deploy = (gpu, tp, gpu_memory_utilization, quiet or as_json)
+        blocks, size = _pool_size(structure, capacity_blocks, capacity_bytes, model, bt, deploy)
+        passed = {k: v for k, v in locals().items() if k in _CONFIGURED}
+        tiers = tuple(tier_of(t, model, bt) for t in tier or ())
+        config = EngineConfig(blocks, capacity_bytes=size, tiers=tiers, **passed)
+        timed = _timing_of(timing, model, gpu, tp)
+        results = _simulate_each(tr, policy, config, timed, FleetConfig(replicas, router), quiet)
     except PrefixlabError as exc:
         fail(str(exc))
         return
@@ -190,14 +222,16 @@ def _block_size(tr: Trace, structure: str, block_tokens: int | None) -> tuple[in
     return block_tokens, block_tokens_of(tr, block_tokens)
 
 
-def _timing_of(timing: list[str] | None, model: str | None, gpu: str | None) -> TimingModel:
-    """The timing model of --timing (a roofline of --model and --gpu by default); warns
-    when it leaves prefill or decode untimed."""
+def _timing_of(
+    timing: list[str] | None, model: str | None, gpu: str | None, tp: int = 1
+) -> TimingModel:
+    """The timing model of --timing (a roofline of --model and --gpu by default, on --tp
+    GPUs); warns when it leaves prefill or decode untimed."""
     if timing is None:
         if model is None or gpu is None:
             raise ConfigError("give --timing, or --model and --gpu for a roofline")
         timing = ["roofline"]
-    tm = make_timing(timing, model, gpu)
+    tm = make_timing(timing, model, gpu, tp)
     for part, ok, hint in (
         ("prefill", tm.times_prefill, "power:..., table:path=... or roofline"),
         ("decode", tm.times_decode, "tpot:s=... or roofline"),
@@ -207,15 +241,30 @@ def _timing_of(timing: list[str] | None, model: str | None, gpu: str | None) -> 
     return tm
 
 
+#: where a replica runs: GPU, tensor-parallel degree, memory utilization, and whether the
+#: KV budget it leaves goes unprinted
+Deploy = tuple[str | None, int, float, bool]
+
+
 def _pool_size(
     structure: str,
     capacity_blocks: int | None,
     capacity_bytes: int | None,
     model: str | None,
     bt: int,
+    deploy: Deploy = (None, 1, 0.9, True),
 ) -> tuple[int, int | None]:
     """The engine's (capacity in blocks, capacity in bytes): the hybrid structure's pool
-    is bytes (its blocks a placeholder 1), the others' blocks."""
+    is bytes (its blocks a placeholder 1), the others' blocks. With neither capacity, the
+    KV budget --model leaves on --tp x --gpu (prefixlab.model.deploy)."""
+    gpu, tp, utilization, silent = deploy
+    if capacity_blocks is None and capacity_bytes is None and model and gpu:
+        from prefixlab.model.deploy import kv_budget
+
+        budget = kv_budget(model, gpu, tp, utilization)
+        if not silent:
+            err.print(budget.describe(), highlight=False)
+        capacity_bytes = budget.kv_bytes
     if structure == "hybrid":
         if capacity_bytes is None or model is None or capacity_blocks is not None:
             raise ConfigError("--structure hybrid needs --model and --capacity-bytes (not blocks)")

@@ -21,6 +21,10 @@ HELP = "Simulate and compare cache policies for LLM serving."
 COMMANDS: dict[str, str] = {
     "replay": "Replay a trace through a prefix cache under each policy and compare hit ratios.",
     "policies": "List every registered policy with its parameters and a one-line description.",
+    "models": (
+        "List the model presets (layers, weights, KV bytes per token), or show one model, with\n"
+        "the KV budget it leaves on --tp x --gpu."
+    ),
     "simulate": "Simulate serving: continuous batching, a shared KV pool, TTFT / QTTFT / TPOT.",
     "fit-timing": (
         "Fit the power-law prefill model a * BS^b * L^c to measured timings (reports R^2)."

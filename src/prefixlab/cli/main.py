@@ -11,6 +11,7 @@ from prefixlab.cli import (
     experiments,
     experts,
     lpc,
+    models,
     plan,
     replay,
     report,
@@ -26,7 +27,19 @@ app = typer.Typer(
     help="Simulate and compare cache policies for LLM serving.",
 )
 app.callback()(root)  # --version
-for group in (replay, trace, engine, plan, experiments, report, lpc, analyze, experts, reproduce):
+for group in (
+    replay,
+    models,
+    trace,
+    engine,
+    plan,
+    experiments,
+    report,
+    lpc,
+    analyze,
+    experts,
+    reproduce,
+):
     group.register(app)
 guard_interrupts(app)
 

@@ -29,6 +29,7 @@ from prefixlab.cli.engine import (
     _block_size,
     _CapacityBlocksOpt,
     _GpuOpt,
+    _GpuUtilOpt,
     _JsonOpt,
     _MaxBatchedOpt,
     _MaxNumSeqsOpt,
@@ -36,6 +37,7 @@ from prefixlab.cli.engine import (
     _OverlapOpt,
     _pool_size,
     _timing_of,
+    _TpOpt,
 )
 from prefixlab.errors import ConfigError, PrefixlabError
 from prefixlab.experiments.sizing import Sizing, SizingPoint, TierSetup, cpu_curve, size_fleet
@@ -96,6 +98,8 @@ def plan_cmd(
     timing: Annotated[list[str] | None, typer.Option(help="Timing spec (as simulate).")] = None,
     capacity_blocks: _CapacityBlocksOpt = None,
     capacity_bytes: CapacityBytesOpt = None,
+    tp: _TpOpt = 1,
+    gpu_memory_utilization: _GpuUtilOpt = 0.9,
     max_num_seqs: _MaxNumSeqsOpt = 256,
     max_num_batched_tokens: _MaxBatchedOpt = 8192,
     router: _RoutersOpt = None,
@@ -115,18 +119,13 @@ def plan_cmd(
     try:
         tr = load_shown(trace, fmt, load or {}, quiet)
         block_tokens, bt = _block_size(tr, "block", block_tokens)
-        blocks, _ = _pool_size("block", capacity_blocks, capacity_bytes, model, bt)
+        deploy = (gpu, tp, gpu_memory_utilization, quiet or as_json)
+        blocks, _ = _pool_size("block", capacity_blocks, capacity_bytes, model, bt, deploy)
         passed = {k: v for k, v in locals().items() if k in _PASSED}  # the scheduler's
         config = EngineConfig(blocks, block_tokens=block_tokens, model=model, **passed)
-        runs = (tr, policy, config, _timing_of(timing, model, gpu))
+        runs = (tr, policy, config, _timing_of(timing, model, gpu, tp))
         setups = [_setup(s, model, bt) for s in tiers or ["none"]]
-        search = (
-            slo,
-            max_replicas,
-            _counts(curve),
-            _sizes(cpu_sizes),
-            at_replicas,
-        )
+        search = (slo, max_replicas, _counts(curve), _sizes(cpu_sizes), at_replicas)
         sizing = _size(runs, router or ["round-robin"], setups, search, quiet or as_json)
         _plot(sizing, plot, f"{policy}: P95 TTFT target {slo:g} s")
     except PrefixlabError as exc:

@@ -138,6 +138,9 @@ class ModelConfig(ConfigModel):
     reserve)"""
     reserve_gib: float = Field(0.0, ge=0)
     """GiB held back from 'A' (activations)"""
+    tp: int = Field(1, ge=1)
+    """tensor-parallel degree: the roofline runs on tp GPUs, and 'A' is what tp GPUs hold
+    for KV after 1/tp of the weights each (docs/models.md)"""
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
@@ -190,6 +193,10 @@ class RunnerConfig(ConfigModel):
     """False: nothing is ever looked up (vLLM's --no-enable-prefix-caching), the baseline"""
     load_overlap: bool = False
     """loads from KV tiers (fleet.tiers) run under the prefill of the rest of the prompt"""
+    sliding_window_rule: Literal["window", "full"] = "window"
+    """how the block cache keeps a model's sliding-window layers: 'window', vLLM's hybrid
+    KV-cache manager (their pages freed past the window), or 'full', every layer of every
+    block (docs/models.md)"""
 
 
 #: the keys a fleet table adds to each cell's variant (``tiers`` only when it lists some)
@@ -337,9 +344,16 @@ def _check_model(m: ModelConfig) -> None:
                 get(value)
             except ConfigError as exc:
                 raise ConfigError(f"{key}: {exc}") from None
+    if m.name is not None and m.tp > 1:
+        from prefixlab.model.spec import check_tp
+
+        try:
+            check_tp(get_model(m.name), m.tp)
+        except ConfigError as exc:
+            raise ConfigError(f"model.tp: {exc}") from None
     if m.timing:
         try:
-            make_timing(m.timing, m.name, m.gpu)
+            make_timing(m.timing, m.name, m.gpu, m.tp)
         except ConfigError as exc:
             raise ConfigError(f"model.timing: {exc}") from None
 
@@ -397,18 +411,26 @@ def config_from_text(
 
 # ------------------------------------------------------------------ capacities
 def available_kv_bytes(
-    model: str, gpu: str, memory_utilization: float = 1.0, reserve_gib: float = 0.0
+    model: str,
+    gpu: str,
+    memory_utilization: float = 1.0,
+    reserve_gib: float = 0.0,
+    tp: int = 1,
 ) -> int:
     """UniCache's ``A`` (Sec. 6.2: "the available GPU memory A after loading model weights"):
     ``memory_utilization x memory - weights - reserve``. Table 4 (Llama-3.2-3B: A6000 35 GB,
     A100 63, H200 117) fits vLLM's ``gpu_memory_utilization = 0.9`` with 2.2-3.0 GiB
-    reserved for activations; the paper names neither."""
+    reserved for activations; the paper names neither. With tensor parallelism: what ``tp``
+    GPUs hold, in the model's KV bytes (prefixlab.model.deploy)."""
+    from prefixlab.model.deploy import free_kv_bytes_per_gpu
     from prefixlab.model.spec import get_model
     from prefixlab.model.timing import get_gpu
 
     spec, g = get_model(model), get_gpu(gpu)
-    free = memory_utilization * g.mem_bytes - spec.num_parameters * spec.dtype_bytes
-    return int(free - reserve_gib * 2**30)
+    per_gpu = free_kv_bytes_per_gpu(spec, g, tp, memory_utilization, reserve_gib)
+    if tp == 1:
+        return int(per_gpu)
+    return int(per_gpu) // spec.kv_bytes_per_token_per_rank(tp) * spec.kv_bytes_per_token
 
 
 def resolve_capacity_bytes(
@@ -417,6 +439,7 @@ def resolve_capacity_bytes(
     gpu: str | None = None,
     memory_utilization: float = 1.0,
     reserve_gib: float = 0.0,
+    tp: int = 1,
 ) -> int:
     """Bytes for a hybrid-cache capacity: bytes as given, ``"40GB"``, or ``f A``."""
     if isinstance(capacity, int):
@@ -430,7 +453,7 @@ def resolve_capacity_bytes(
 
     if gpu is None:
         raise ConfigError(f"capacity {capacity!r} needs model.gpu")
-    free = available_kv_bytes(model, gpu, memory_utilization, reserve_gib)
+    free = available_kv_bytes(model, gpu, memory_utilization, reserve_gib, tp)
     if free <= 0:
         raise ConfigError(f"capacity {capacity!r}: {model}'s weights (and the reserve) fill {gpu}")
     return int(float(m.group("f")) * free)
@@ -445,6 +468,7 @@ def resolve_capacity(
     gpu: str | None = None,
     memory_utilization: float = 1.0,
     reserve_gib: float = 0.0,
+    tp: int = 1,
 ) -> int:
     """Blocks for a capacity: blocks as given; ``f ws`` = f x the trace's distinct blocks;
     ``f A`` = f x :func:`available_kv_bytes` / KV bytes per block (UniCache's 0.5A-0.9A)."""
@@ -469,7 +493,7 @@ def resolve_capacity(
     if model is None or gpu is None:
         raise ConfigError(f"capacity {capacity!r} needs a model and a GPU")
     spec, g = get_model(model), get_gpu(gpu)
-    free = available_kv_bytes(model, gpu, memory_utilization, reserve_gib)
+    free = available_kv_bytes(model, gpu, memory_utilization, reserve_gib, tp)
     per_block = spec.kv_bytes_per_block(block_tokens)
     if free <= 0 or per_block <= 0:
         raise ConfigError(

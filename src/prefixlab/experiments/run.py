@@ -149,9 +149,11 @@ class CellResult:
 _LATER_DEFAULTS = {
     "memory_utilization": 1.0,
     "reserve_gib": 0.0,
+    "tp": 1,
     "gated": False,
     "admission": "all",
     "load_overlap": False,
+    "sliding_window_rule": "window",
 }
 
 
@@ -276,6 +278,7 @@ def capacity_blocks(cfg: ExperimentConfig, cell: Cell, trace: Trace) -> tuple[in
         gpu=m.gpu,
         memory_utilization=m.memory_utilization,
         reserve_gib=m.reserve_gib,
+        tp=m.tp,
     )
     need = int(layout.num_blocks_held.max()) if len(trace) else 0
     if blocks < need:
@@ -313,7 +316,9 @@ def _cell_bytes(cfg: ExperimentConfig, cell: Cell) -> int:
 
     m = cfg.model
     assert m.name is not None
-    return resolve_capacity_bytes(cell.capacity, m.name, m.gpu, m.memory_utilization, m.reserve_gib)
+    return resolve_capacity_bytes(
+        cell.capacity, m.name, m.gpu, m.memory_utilization, m.reserve_gib, m.tp
+    )
 
 
 def _base_row(cfg: ExperimentConfig, cell: Cell, **fields: Any) -> dict[str, Any]:
@@ -428,7 +433,8 @@ def _cell_timing(cfg: ExperimentConfig) -> TimingModel:
     """The engine runner's timing model (a roofline unless the config names one)."""
     from prefixlab.model.timing import make_timing
 
-    return make_timing(cfg.model.timing or ["roofline"], cfg.model.name, cfg.model.gpu)
+    m = cfg.model
+    return make_timing(m.timing or ["roofline"], m.name, m.gpu, m.tp)
 
 
 def _hybrid_engine_config(cfg: ExperimentConfig, size: int) -> EngineConfig:
@@ -470,6 +476,7 @@ def _engine_config(cfg: ExperimentConfig, blocks: int, bt: int) -> EngineConfig:
         model=cfg.model.name,
         admission=cfg.cache.admission,
         load_overlap=r.load_overlap,
+        sliding_window_rule=r.sliding_window_rule,
     )
 
 

@@ -39,7 +39,7 @@ import numpy as np
 from prefixlab._jit import jit
 from prefixlab.errors import ConfigError
 from prefixlab.model._csv import read_csv
-from prefixlab.model.spec import ModelSpec, get_model
+from prefixlab.model.spec import ModelSpec, check_tp, get_model
 from prefixlab.types import F64
 
 #: (new tokens, cached tokens[, tokens of this prompt's earlier chunks]) of a prefill chunk;
@@ -58,6 +58,15 @@ class GPU:
     peak_flops: float  # dense BF16 tensor FLOP/s
     mem_bandwidth: float  # bytes/s
     mem_bytes: int
+
+    def parallel(self, tp: int) -> GPU:
+        """``tp`` of these GPUs as one for a roofline: FLOP/s, bandwidth and memory times
+        tp (tensor parallelism without its all-reduce cost)."""
+        if tp == 1:
+            return self
+        return GPU(
+            f"{tp}x{self.name}", self.peak_flops * tp, self.mem_bandwidth * tp, self.mem_bytes * tp
+        )
 
 
 GPU_PRESETS = {
@@ -255,7 +264,7 @@ class Roofline(TimingModel):
         return max(compute, memory)
 
     def _weights(self, num_tokens: int = 1) -> float:
-        return float(self.model.parameters_read(num_tokens) * self.model.dtype_bytes)
+        return self.model.weight_bytes_read(num_tokens)
 
     def prefill_s(self, chunks: Sequence[Chunk]) -> float:
         if not chunks:
@@ -285,14 +294,14 @@ class Roofline(TimingModel):
         flops, kv = 0.0, 0
         for c in chunks:
             flops += self.model.total_prefill_flops(c[0], c[1], True)
-            kv += (c[0] + c[1]) * self.model.kv_bytes_per_token
+            kv += self.model.kv_bytes_read(c[0] + c[1])
         return flops, kv
 
     def _contexts(self, contexts: Sequence[int]) -> tuple[float, int]:
         flops, kv = 0.0, 0
         for c in contexts:
             flops += self.model.decode_flops(c, True)
-            kv += c * self.model.kv_bytes_per_token
+            kv += self.model.kv_bytes_read(c)
         return flops, kv
 
     def spec(self) -> str:
@@ -383,9 +392,13 @@ def _component(text: str, model: ModelSpec | None, gpu: GPU | None) -> TimingMod
 
 
 def make_timing(
-    spec: str | Sequence[str], model: str | ModelSpec | None = None, gpu: str | GPU | None = None
+    spec: str | Sequence[str],
+    model: str | ModelSpec | None = None,
+    gpu: str | GPU | None = None,
+    tp: int = 1,
 ) -> TimingModel:
-    """Build a timing model from specs (``a+b`` strings or a list of them)."""
+    """Build a timing model from specs (``a+b`` strings or a list of them); a roofline
+    runs on ``tp`` GPUs (:meth:`GPU.parallel`)."""
     texts = [spec] if isinstance(spec, str) else list(spec)
     # "+" joins components ("power:...+tpot:s=1"); a "+" inside a number (1e+3) does not.
     parts = [p.strip("+ ") for t in texts for p in re.split(r"\+(?=[A-Za-z])", t)]
@@ -394,6 +407,10 @@ def make_timing(
         raise ConfigError("no timing model given")
     m = get_model(model) if model is not None else None
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    if g is not None and tp != 1:
+        if m is not None:
+            check_tp(m, tp)
+        g = g.parallel(tp)
     comps = [_component(p.strip(), m, g) for p in parts]
     # A roofline times whatever no dedicated component does (power/table prefill, tpot).
     roof = [c for c in comps if isinstance(c, Roofline)]

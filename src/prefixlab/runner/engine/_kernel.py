@@ -94,11 +94,16 @@ WAITING, PREFILL, DECODE, DONE = 1, 2, 3, 4
 #: roofline; tcode[2] = 1 when one roofline prices the whole mixed step
 T_NONE, T_POWER, T_TABLE, T_TPOT = 0, 1, 2, 1
 T_ROOF_PREFILL, T_ROOF_DECODE = 3, 2
-#: a roofline's integers in tcode (from TC_PARAMS on) and floats in tpar (from TP_MODEL on):
+#: a roofline's integers in tcode (from TC_E on) and floats in tpar (from TP_MODEL on):
 #: see simulator.timing_codes, which writes them from the ModelSpec and GPU
-TC_PARAMS, TC_DTYPE, TC_E, TC_K, TC_EXPERT, TC_MOE_LAYERS, TC_KV, TC_STATE = range(3, 11)
+TC_E, TC_K, TC_MOE_LAYERS, TC_KV, TC_STATE, TC_SWA_KV, TC_WINDOW = range(3, 10)
 TP_MODEL = 4  # d, d_kv, d_q, intermediate, mlp matrices, moe intermediate, k, E, d_inner,
-# d_state, then the four layer counts (attention, mlp, moe, ssm), peak, mfu, bandwidth, mbu
+# d_state, then the four layer counts (attention, mlp, moe, ssm), peak, mfu, bandwidth, mbu,
+# then the weights (ModelSpec.weight_units: total, per expert, scale, divisor), the shared
+# experts' intermediate size, the SSM input projection, sliding layers and their window
+TP_WEIGHTS = TP_MODEL + 18
+TP_EXTRA = TP_MODEL + 22
+TP_SIZE = TP_MODEL + 26
 #: statuses in out[0]: finished; a request larger than the pool (out[1]); an event before
 #: the clock (out_f[0]); requests left unfinished; a policy that found no victim although
 #: pages were evictable (radix)
@@ -171,14 +176,27 @@ def roof_prefill_flops(tp: F64, new: int, cached: int) -> float:
     b = TP_MODEL
     d, d_kv, d_q = tp[b], tp[b + 1], tp[b + 2]
     square = 2 * n * n * d_q
-    attn = 2 * n * d * (2 * d_q + 2 * d_kv) + 4 * n * p * d_q + square
+    proj = 2 * n * d * (2 * d_q + 2 * d_kv)
+    attn = proj + 4 * n * p * d_q + square
     mlp = 2 * n * d * tp[b + 3] * tp[b + 4]
+    x = TP_EXTRA
+    attention = (tp[b + 10] - tp[x + 2]) * attn
+    if tp[x + 2] > 0:  # sliding-window layers (ModelSpec._flops, _window_pairs causal)
+        w, after = tp[x + 3], p + n
+        g_after = after * after / 2 if after <= w else w * after - w * w / 2
+        g_before = p * p / 2 if p <= w else w * p - w * w / 2
+        attention = attention + tp[x + 2] * (proj + 4 * d_q * (g_after - g_before))
     moe = 2 * n * d * tp[b + 5] * tp[b + 4] * tp[b + 6]
     moe += 2 * n * d * tp[b + 7]
+    if tp[x] > 0:
+        moe += 2 * n * d * tp[x] * tp[b + 4]
     di, ns = tp[b + 8], tp[b + 9]
-    ssm = 2 * n * d * 2 * di + 2 * n * di * d + 8 * n * di * ns + 5 * n * di
+    if tp[x + 1] > 0:
+        ssm = 2 * n * d * tp[x + 1] + 2 * n * di * d + 8 * n * di * ns + 5 * n * di
+    else:
+        ssm = 2 * n * d * 2 * di + 2 * n * di * d + 8 * n * di * ns + 5 * n * di
     total: float = 0.0
-    total += tp[b + 10] * attn
+    total += attention
     total += tp[b + 11] * mlp
     total += tp[b + 12] * moe
     total += tp[b + 13] * ssm
@@ -186,16 +204,24 @@ def roof_prefill_flops(tp: F64, new: int, cached: int) -> float:
 
 
 @jit()
-def roof_weights(tc: I64, num_tokens: int) -> float:
+def roof_weights(tc: I64, tp: F64, num_tokens: int) -> float:
     """``Roofline._weights``: bytes of the weights a step over num_tokens tokens reads
-    (``ModelSpec.parameters_read``: MoE experts touched in expectation)."""
-    params = tc[TC_PARAMS]
+    (``ModelSpec.weight_bytes_read``: MoE experts touched in expectation)."""
+    w = TP_WEIGHTS
     e, k = tc[TC_E], tc[TC_K]
+    total: float = tp[w] * tp[w + 2]
     if e:
         touched = e * (1.0 - (1.0 - k / e) ** float(max(num_tokens, 1)))
-        idle = (e - touched) * tc[TC_EXPERT] * tc[TC_MOE_LAYERS]
-        params = round(tc[TC_PARAMS] - idle)
-    return float(params * tc[TC_DTYPE])
+        idle = (e - touched) * tp[w + 1] * tc[TC_MOE_LAYERS]
+        total = round(tp[w] - idle) * tp[w + 2]
+    out: float = total / tp[w + 3]
+    return out
+
+
+@jit(inline=True)
+def _kv_read(tc: I64, context: int) -> int:
+    """``ModelSpec.kv_bytes_read``: sliding-window layers read only their window."""
+    return int(context * tc[TC_KV] + min(context, tc[TC_WINDOW]) * tc[TC_SWA_KV])
 
 
 @jit()
@@ -205,22 +231,22 @@ def roofline_s(tc: I64, tp: F64, cn: I64, cc: I64, nch: int, dctx: I64, ndec: in
     flops, kv, tokens = 0.0, 0, 0
     for i in range(nch):
         flops += roof_prefill_flops(tp, cn[i], cc[i])
-        kv += (cn[i] + cc[i]) * tc[TC_KV]
+        kv += _kv_read(tc, cn[i] + cc[i])
         tokens += cn[i]
     dflops, dkv = 0.0, 0
     for i in range(ndec):
         dflops += roof_prefill_flops(tp, 1, dctx[i])
-        dkv += dctx[i] * tc[TC_KV]
+        dkv += _kv_read(tc, dctx[i])
     if not nch and not ndec:
         return 0.0
     if not nch:  # decode_s
-        return _roof_time(tp, dflops, roof_weights(tc, ndec) + dkv + ndec * tc[TC_STATE])
+        return _roof_time(tp, dflops, roof_weights(tc, tp, ndec) + dkv + ndec * tc[TC_STATE])
     if ndec:  # step_s: one sum of each, then together
         flops += dflops
         kv += dkv
         kv += ndec * tc[TC_STATE]
         tokens += ndec
-    return _roof_time(tp, flops, roof_weights(tc, tokens) + kv)
+    return _roof_time(tp, flops, roof_weights(tc, tp, tokens) + kv)
 
 
 @jit(nrt=False)

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from prefixlab.cache.events import MatchResult
     from prefixlab.runner.engine.hybrid import HybridEngineCache
     from prefixlab.runner.engine.tiers import TierStack
+    from prefixlab.runner.engine.windowed import WindowedBlockCache
 
 WAITING, PREFILL, DECODE, DONE, LOADING = 1, 2, 3, 4, 5
 _NO_SRC = np.zeros(0, dtype=np.int64)
@@ -67,7 +68,7 @@ class Scheduler:
         self,
         trace: Trace,
         layout: BlockLayout,
-        cache: BlockCache | RadixCache | HybridEngineCache,
+        cache: BlockCache | RadixCache | HybridEngineCache | WindowedBlockCache,
         policy: Policy,
         *,
         max_num_seqs: int,
@@ -107,12 +108,12 @@ class Scheduler:
         self.num_preemptions = [0] * n
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
-        self.preempted_this_step = False
-        self._lookahead = policy.uses_lookahead
+        self.preempted_this_step, self._lookahead = False, policy.uses_lookahead
         self.tiers: TierStack | None = None  # the tiers below GPU memory
         # when a LOADING request's loads end; its leading blocks offered to the tiers
         self.ready_s, self.offered = [0.0] * n, [0] * n
         self.tier_src: list[tuple[int, I64]] = [(0, _NO_SRC)] * n  # GPU hit, tier per load
+        self.slides = hasattr(cache, "slide")  # it frees pages past a window (windowed.py)
 
     # ------------------------------------------------------------------ helpers
     def blocks_needed(self, r: int, generated: int) -> int:
@@ -159,6 +160,8 @@ class Scheduler:
                     i += 1
                     continue
                 self.phase[r] = PREFILL
+            if self.slides:
+                self._slide(r)
             if self.phase[r] == PREFILL:
                 n = min(self.prompt_len[r] - self.computed[r], budget)
                 if not self.chunked and n < self.prompt_len[r] - self.computed[r]:
@@ -225,6 +228,15 @@ class Scheduler:
             batch.chunks.append((r, n, hit_tokens))
             budget -= n
         return budget
+
+    def _slide(self, r: int) -> None:
+        """Before r's next step, as vLLM's ``remove_skipped_blocks`` at its allocation:
+        the tokens whose KV exists (a decode computes the last generated token's)."""
+        if self.phase[r] == PREFILL:
+            done = self.computed[r]
+        else:
+            done = self.input[r] + self.generated[r] - 1
+        self.cache.slide(self.handle[r], done, self.keys(r))
 
     def _lower(self, r: int, m: MatchResult) -> tuple[I64, int, int]:
         """The tier each block past the GPU hit would load from, and the hit (blocks,

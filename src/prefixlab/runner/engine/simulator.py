@@ -32,6 +32,7 @@ from prefixlab.cache.tier import AnyTier
 from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.metrics.latency import by_task, latency_summary
 from prefixlab.metrics.replay import ReplayMetrics
+from prefixlab.model.spec import ModelSpec
 from prefixlab.model.timing import Roofline, TimingModel
 from prefixlab.policies.array_policy import ArrayPolicy
 from prefixlab.policies.base import EvictionPolicy, Policy, make_policy
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from prefixlab.runner._fast_hybrid import HybridArrays
     from prefixlab.runner._fast_radix import RadixArgs, Tree
     from prefixlab.runner.engine.hybrid import HybridEngineCache
+    from prefixlab.runner.engine.windowed import WindowedBlockCache
 
     #: the arguments of ``_kernel.engine_kernel``, in order
     EngineArgs = tuple[
@@ -106,6 +108,11 @@ class EngineConfig:
     tiers: tuple[TierConfig, ...] = ()
     #: a request's tier loads run under the prefill of the rest of its prompt
     load_overlap: bool = False
+    #: how the block structure caches a model with sliding-window layers: "window", vLLM's
+    #: hybrid KV-cache manager (those layers' pages freed past the window, a hit needs the
+    #: window's pages; runner/engine/windowed.py), or "full", every layer of every block
+    #: (vLLM's --disable-hybrid-kv-cache-manager)
+    sliding_window_rule: str = "window"
 
     def replay_config(self) -> ReplayConfig:
         return ReplayConfig(
@@ -147,6 +154,10 @@ class EngineConfig:
             raise ConfigError(f"spare_blocks must be an integer >= 0, got {s!r}")
         if s and self.structure != "radix":
             raise ConfigError("spare_blocks applies to the radix structure (SGLang's allocator)")
+        if self.sliding_window_rule not in ("window", "full"):
+            raise ConfigError(
+                f"sliding_window_rule is 'window' or 'full', got {self.sliding_window_rule!r}"
+            )
 
 
 @dataclass(slots=True)
@@ -218,6 +229,7 @@ def simulate(
         fast
         and codes is not None
         and not config.tiers
+        and windowed_model(config) is None
         and _compiled_path(pol, rc, observers, check_every)
     ):
         return _simulate_compiled(trace, pol, config, rc, layout, timing, codes, on_progress)
@@ -286,7 +298,7 @@ def reference_cache(
     rc: ReplayConfig | None,
     layout: BlockLayout,
     obs: list[Observer],
-) -> BlockCache | RadixCache | HybridEngineCache:
+) -> BlockCache | RadixCache | HybridEngineCache | WindowedBlockCache:
     """The reference loop's cache (``rc`` None: the hybrid structure's)."""
     if rc is None:
         from prefixlab.model.spec import get_model
@@ -299,10 +311,51 @@ def reference_cache(
             config.capacity_bytes, get_model(config.model), pol, trace, layout.block_tokens
         )
     assert isinstance(pol, EvictionPolicy)  # structure_config checked it
+    model = windowed_model(config)
+    if model is not None:
+        from prefixlab.runner.engine.windowed import WindowedBlockCache
+
+        check_windowed(pol, config)
+        bt = layout.block_tokens
+        return WindowedBlockCache(rc.capacity_blocks, pol, layout.num_distinct_keys, model, bt, obs)
     cache = build_cache(rc, pol, layout, obs)
     if isinstance(cache, RadixCache):
         cache.spare_blocks = config.spare_blocks
     return cache
+
+
+def windowed_model(config: EngineConfig) -> ModelSpec | None:
+    """The model whose sliding-window layers the block cache keeps by vLLM's hybrid
+    manager (``sliding_window_rule = "window"``), or None."""
+    if (
+        config.structure != "block"
+        or config.model is None
+        or config.sliding_window_rule != "window"
+        or not config.prefix_caching
+    ):
+        return None
+    from prefixlab.model.spec import get_model
+
+    model = get_model(config.model)
+    return model if model.num_sliding_layers else None
+
+
+def check_windowed(pol: EvictionPolicy, config: EngineConfig) -> None:
+    """What the sliding-window rule does not model yet, refused with the way around it."""
+    why = ""
+    if pol.needs_future or pol.needs_trace:
+        why = f"policy '{pol.spec()}' reads the trace's keys, which the window's pages lack"
+    elif not is_default(config.admission):
+        why = f"admission '{config.admission}' would count each group's pages as blocks"
+    elif config.tiers:
+        why = "tiers below GPU memory are not modelled with it"
+    elif config.max_free_blocks is not None:
+        why = "max_free_blocks is not modelled with it"
+    if why:
+        raise ConfigError(
+            f"the sliding-window cache rule (vLLM's hybrid KV-cache manager): {why}; "
+            "use sliding_window_rule = 'full' (--sliding-window-rule full)"
+        )
 
 
 def _run_reference(
@@ -311,7 +364,7 @@ def _run_reference(
     config: EngineConfig,
     timing: TimingModel,
     layout: BlockLayout,
-    cache: BlockCache | RadixCache | HybridEngineCache,
+    cache: BlockCache | RadixCache | HybridEngineCache | WindowedBlockCache,
     obs: list[Observer],
     hits: ReplayMetrics,
     check_every: int,
@@ -335,7 +388,7 @@ def _run_reference(
 def make_scheduler(
     trace: Trace,
     layout: BlockLayout,
-    cache: BlockCache | RadixCache | HybridEngineCache,
+    cache: BlockCache | RadixCache | HybridEngineCache | WindowedBlockCache,
     pol: Policy,
     config: EngineConfig,
     obs: list[Observer],
@@ -537,8 +590,8 @@ def timing_codes(timing: TimingModel) -> tuple[I64, F64, F64, F64] | None:
         pre, dec = None, timing
     else:
         return None
-    tcode = np.zeros(K.TC_STATE + 1, np.int64)
-    tpar = np.zeros(K.TP_MODEL + 18, np.float64)
+    tcode = np.zeros(K.TC_WINDOW + 1, np.int64)
+    tpar = np.zeros(K.TP_SIZE, np.float64)
     tt, ts = np.zeros(1), np.zeros(1)
     roof = None
     if type(pre) is PowerLaw:
@@ -573,18 +626,18 @@ def _roofline_codes(roof: Roofline, tcode: I64, tpar: F64) -> None:
 
     m, g = roof.model, roof.gpu
     d = float(m.hidden_size)
-    tcode[K.TC_PARAMS] = m.num_parameters
-    tcode[K.TC_DTYPE] = m.dtype_bytes
+    d_q, d_kv = m.attention_dims()
     tcode[K.TC_E] = m.num_experts
     tcode[K.TC_K] = m.experts_per_token
-    tcode[K.TC_EXPERT] = m.mlp_matrices * m.hidden_size * m.moe_intermediate_size
     tcode[K.TC_MOE_LAYERS] = m.num_moe_layers
-    tcode[K.TC_KV] = m.kv_bytes_per_token
+    tcode[K.TC_KV] = (m.num_attention_layers - m.num_sliding_layers) * m.kv_bytes_per_layer_token
     tcode[K.TC_STATE] = m.state_bytes_per_checkpoint
-    tpar[K.TP_MODEL :] = (
+    tcode[K.TC_SWA_KV] = m.num_sliding_layers * m.kv_bytes_per_layer_token
+    tcode[K.TC_WINDOW] = m.sliding_window
+    tpar[K.TP_MODEL : K.TP_SIZE] = (
         d,
-        float(m.num_kv_heads * m.head_dim),
-        float(m.num_heads * m.head_dim) or d,
+        d_kv,
+        d_q,
         m.intermediate_size,
         m.mlp_matrices,
         m.moe_intermediate_size,
@@ -600,6 +653,11 @@ def _roofline_codes(roof: Roofline, tcode: I64, tpar: F64) -> None:
         roof.mfu,
         g.mem_bandwidth,
         roof.mbu,
+        *m.weight_units(),
+        m.shared_expert_intermediate_size,
+        m.ssm_in_proj_dim,
+        m.num_sliding_layers,
+        m.sliding_window,
     )
 
 
