@@ -93,9 +93,10 @@ def test_recurrent_state_bytes_by_hand() -> None:
     # (2 x 16 x 128 + 32 x 128) = 8192 channels x (4 - 1) columns, bf16:
     # (524,288 + 24,576) x 2 = 1,097,728 bytes; 36 layers: 39,518,208
     assert MODEL_PRESETS["qwen3-next-80b-a3b"].state_bytes_per_checkpoint == 39_518_208
-    # Nemotron-H 8B, per Mamba-2 layer: 128 heads x 64 x 128 state + (8192 + 2 x 8 x 128)
-    # = 10,240 conv channels x 3: (1,048,576 + 30,720) x 2 = 2,158,592; 24 layers: 51,806,208
-    assert MODEL_PRESETS["nemotron-h-8b"].state_bytes_per_checkpoint == 51_806_208
+    # Nemotron-H 8B, per Mamba-2 layer: 128 heads x 64 x 128 state in float32 (vLLM's
+    # default for it) + (8192 + 2 x 8 x 128) = 10,240 conv channels x 3 in bf16:
+    # 1,048,576 x 4 + 30,720 x 2 = 4,255,744; 24 layers: 102,137,856
+    assert MODEL_PRESETS["nemotron-h-8b"].state_bytes_per_checkpoint == 102_137_856
 
 
 @pytest.mark.parametrize(
@@ -145,6 +146,11 @@ def test_mla_flops_by_hand() -> None:
     # each cached token adds one pair per new token per layer
     extra = m.prefill_flops(1, 100)["attention"] - f["attention"]
     assert extra == pytest.approx(61 * 100 * 81_920, rel=1e-9)
+    # decode attends over the latents (vLLM's absorbed form): 2 h (512 + 64) + 2 h 512 =
+    # 278,528 a pair, the projections as in prefill; 101 keys for one token after 100
+    others = m.total_prefill_flops(1, 100) - m.prefill_flops(1, 100)["attention"]
+    decode_attention = m.decode_flops(100) - others
+    assert decode_attention == pytest.approx(61 * (2 * proj + 101 * 278_528), rel=1e-9)
 
 
 def _sliding(window: int) -> ModelSpec:
@@ -199,11 +205,24 @@ def test_kv_per_rank_under_tensor_parallelism() -> None:
     assert ds.kv_bytes_per_token_per_rank(8) == ds.kv_bytes_per_token
 
 
-@pytest.mark.parametrize("name", sorted(MODEL_PRESETS))
-def test_kernel_roofline_matches_the_reference_to_the_bit(name: str) -> None:
+def test_kv_read_under_tensor_parallelism() -> None:
+    # every GPU reads the whole MLA latent; GQA heads split until one a GPU
+    ds = MODEL_PRESETS["deepseek-v3"]
+    assert ds.kv_bytes_read(1000, 8) == 8 * ds.kv_bytes_read(1000)
+    llama = MODEL_PRESETS["llama-3.1-8b"]
+    assert llama.kv_bytes_read(1000, 8) == llama.kv_bytes_read(1000)
+    assert llama.kv_bytes_read(1000, 16) == 2 * llama.kv_bytes_read(1000)
+
+
+@pytest.mark.parametrize(
+    ("name", "tp"),
+    [*((n, 1) for n in sorted(MODEL_PRESETS)), ("deepseek-v3", 8), ("llama-3.1-8b", 16)],
+)
+def test_kernel_roofline_matches_the_reference_to_the_bit(name: str, tp: int) -> None:
     """The compiled engine's roofline (runner/engine/_kernel.py) against Roofline.step_s
-    for every preset: MLA, sliding windows, shared experts, quantized weights."""
-    t = make_timing("roofline", model=name, gpu="h100")
+    for every preset: MLA, sliding windows, shared experts, quantized weights, and the KV
+    tensor-parallel GPUs read."""
+    t = make_timing("roofline", model=name, gpu="h100", tp=tp)
     codes = sim.timing_codes(t)
     assert codes is not None
     tcode, tpar, tt, ts = codes
@@ -364,7 +383,9 @@ def test_tensor_parallel_roofline_is_tp_gpus() -> None:
     by_hand = Roofline(
         MODEL_PRESETS["llama-3.1-8b"],
         GPU("2xh100", 2 * h100.peak_flops, 2 * h100.mem_bandwidth, 2 * h100.mem_bytes),
+        tp=2,
     )
+    assert t2.spec() == "roofline:mfu=0.5,mbu=0.7,tp=2"
     chunks = [(1000, 0, 0)]
     assert t2.step_s(chunks, [500]) == by_hand.step_s(chunks, [500])
     t1 = make_timing("roofline", "llama-3.1-8b", "h100")

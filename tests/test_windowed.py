@@ -155,6 +155,31 @@ def test_a_hit_pins_only_its_window(tmp_path: Path) -> None:
     cache.check([])
 
 
+def test_sliding_pages_stop_at_the_cap(tmp_path: Path) -> None:
+    """With 8 tokens a step, a sliding group holds at most ceil((5 - 1 + 8) / 4) + 1 = 4
+    pages (vLLM's admission cap); they move forward as the request slides."""
+    from prefixlab.model.spec import get_model
+
+    model = get_model(_model(tmp_path, 2, 1, 5))
+    cache = WindowedBlockCache(12, make_policy("vllm", "block"), 16, model, 4, (), 8)
+    assert (cache.pages, cache.cap) == (24, 4)
+    assert cache.capacity_blocks == 20  # 20 full pages + 4 sliding ones
+    keys = np.arange(10, dtype=np.int64)
+    handle = cache.acquire(cache.match(keys), 10, keys)
+    assert handle is not None
+    assert (handle.lo, handle.hi, int(np.count_nonzero(cache.view.ref))) == (0, 4, 14)
+    cache.commit(handle, keys[:2], 0)
+    cache.slide(handle, 8, keys)  # blocks before (8 - 5 + 1) // 4 = 1 go; 4 is taken
+    assert (handle.lo, handle.hi, int(np.count_nonzero(cache.view.ref))) == (1, 5, 14)
+    assert _cached(cache, [0, 1], 1) == "11"  # cached before they were released
+    assert int(cache.view.depth[handle.sliding[0][1]]) == 1  # depth counts from block 0
+    cache.check([handle])
+    assert cache.grow(handle, 1) is handle  # the eleventh block: a full page only
+    assert (handle.hi, int(np.count_nonzero(cache.view.ref))) == (5, 15)
+    cache.release(handle)
+    cache.check([])
+
+
 def test_acquire_is_all_or_nothing(tmp_path: Path) -> None:
     cache = _pool(tmp_path, 4)  # 8 pages
     held = cache.acquire(cache.match(np.array([0, 1], dtype=np.int64)), 3, None)  # 6 pages
@@ -167,11 +192,19 @@ def test_acquire_is_all_or_nothing(tmp_path: Path) -> None:
     cache.check([held])
 
 
-@pytest.mark.parametrize("capacity", [1200, 5000])
-def test_engine_invariants_under_the_window_rule(tmp_path: Path, capacity: int) -> None:
+@pytest.mark.parametrize(("capacity", "budget"), [(1200, 8192), (1200, 512), (5000, 8192)])
+def test_engine_invariants_under_the_window_rule(
+    tmp_path: Path, capacity: int, budget: int
+) -> None:
     model = _model(tmp_path, 6, 4, 64)
     trace = GENERATORS["sessions"].fn(num_sessions=30, seed=2)
-    cfg = EngineConfig(capacity_blocks=capacity, block_tokens=16, model=model, max_num_seqs=8)
+    cfg = EngineConfig(
+        capacity_blocks=capacity,
+        block_tokens=16,
+        model=model,
+        max_num_seqs=8,
+        max_num_batched_tokens=budget,
+    )
     # the pool's invariants and every page held exactly by its requests, step by step
     res = simulate(trace, "lru", cfg, TIMING, check_every=1 if capacity < 2000 else 10)
     full = simulate(

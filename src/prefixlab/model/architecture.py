@@ -71,8 +71,8 @@ class ModelSpec:
     ssm_conv_kernel: int = 4
     vocab_size: int = 32_000
     tie_embeddings: bool = False  # the output layer reuses the input embeddings
-    dtype_bytes: int = 2  # of activations and the KV cache (and of weights, by default)
-    state_dtype_bytes: int = 2
+    dtype_bytes: int = 2  # of activations, the KV cache and conv states (and weights)
+    state_dtype_bytes: int = 2  # of the recurrent (SSM) state
     # multi-head latent attention (DeepSeek-V3, Kimi K2): kv_lora_rank > 0 makes every
     # attention layer MLA, caching one latent of kv_lora_rank + qk_rope_head_dim per token
     q_lora_rank: int = 0
@@ -140,9 +140,19 @@ class ModelSpec:
         cached block holds when the engine keeps all layers of it (see docs/models.md)."""
         return self.num_attention_layers * self.kv_bytes_per_layer_token
 
-    def kv_bytes_read(self, context_tokens: int) -> int:
-        """KV bytes attention reads over a context: a sliding layer only the last window."""
-        per = self.kv_bytes_per_layer_token
+    def kv_bytes_per_layer_token_read(self, tp: int = 1) -> int:
+        """One layer's KV of one token as ``tp`` GPUs read it together: each its share of
+        the KV heads, at least one head; an MLA latent, each all of it."""
+        if tp <= 1:
+            return self.kv_bytes_per_layer_token
+        if self.kv_lora_rank:
+            return tp * self.kv_bytes_per_layer_token
+        return tp * 2 * max(1, self.num_kv_heads // tp) * self.head_dim * self.dtype_bytes
+
+    def kv_bytes_read(self, context_tokens: int, tp: int = 1) -> int:
+        """KV bytes attention reads over a context (on ``tp`` GPUs, replicas counted): a
+        sliding layer only the last window."""
+        per = self.kv_bytes_per_layer_token_read(tp)
         full = (self.num_attention_layers - self.num_sliding_layers) * per
         window = min(context_tokens, self.sliding_window)
         return context_tokens * full + window * self.num_sliding_layers * per
@@ -164,8 +174,9 @@ class ModelSpec:
         """Bytes of one recurrent-state checkpoint: every SSM layer's state and conv state."""
         channels = self.ssm_state_channels or self.ssm_d_inner
         conv_dim = self.ssm_conv_dim or self.ssm_d_inner
-        per_layer = channels * self.ssm_d_state + conv_dim * self.ssm_conv_kernel
-        return self.num_ssm_layers * per_layer * self.state_dtype_bytes
+        state = channels * self.ssm_d_state * self.state_dtype_bytes
+        conv = conv_dim * self.ssm_conv_kernel * self.dtype_bytes
+        return self.num_ssm_layers * (state + conv)
 
     def sequence_bytes(self, num_tokens: int, checkpoint_every: int | None = None) -> int:
         """KV of a sequence plus its state checkpoints (one every ``checkpoint_every`` tokens,
@@ -190,18 +201,24 @@ class ModelSpec:
         kv_up = self.kv_lora_rank * h * (self.qk_nope_head_dim + self.v_head_dim)
         return q + kv_down + kv_up + h * self.v_head_dim * d
 
-    def attention_dims(self) -> tuple[float, float]:
+    def attention_dims(self, decode: bool = False) -> tuple[float, float]:
         """(D_q, D_kv) of the FLOPs formula, which prices an attention layer's projections
-        ``2 L D (2 D_q + 2 D_kv)`` and each (query, key) pair ``4 D_q``. For MLA (heads
-        attend over up-projected keys of qk_nope + qk_rope dims and values of v_head_dim)
-        D_q = heads (qk + v) / 2, and D_kv is what makes the projections its weights."""
+        ``2 L D (2 D_q + 2 D_kv)`` and each (query, key) pair ``4 D_q``. For MLA, D_kv is
+        what makes the projections its weights, and D_q depends on the path: prefill's
+        heads attend over up-projected keys of qk_nope + qk_rope dims and values of
+        v_head_dim, D_q = heads (qk + v) / 2; decode's (vLLM's absorbed form) over the
+        latents, keys of kv_lora + qk_rope and values of kv_lora dims, D_q = heads
+        (2 kv_lora + qk_rope) / 2 (the absorbed up-projections cost what the prefill's do)."""
         d = float(self.hidden_size)
         if not self.kv_lora_rank:
             return float(self.num_heads * self.head_dim) or d, float(
                 self.num_kv_heads * self.head_dim
             )
-        qk = self.qk_nope_head_dim + self.qk_rope_head_dim
-        d_q = self.num_heads * (qk + self.v_head_dim) / 2
+        if decode:
+            d_q = self.num_heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim) / 2
+        else:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            d_q = self.num_heads * (qk + self.v_head_dim) / 2
         return d_q, self._attention_weights() / (2 * d) - d_q
 
     @property
@@ -334,10 +351,10 @@ class ModelSpec:
         )
         return out
 
-    def _flops(self, n: Floats, p: Floats, causal: bool) -> dict[str, Floats]:
+    def _flops(self, n: Floats, p: Floats, causal: bool, decode: bool = False) -> dict[str, Floats]:
         """The per-layer-type formula on floats or arrays (every term has a factor n)."""
         d = float(self.hidden_size)
-        d_q, d_kv = self.attention_dims()
+        d_q, d_kv = self.attention_dims(decode)
         proj = 2 * n * d * (2 * d_q + 2 * d_kv)
         square = 2 * n * n * d_q if causal else 4 * n * n * d_q
         attn = proj + 4 * n * p * d_q + square
@@ -384,8 +401,12 @@ class ModelSpec:
         return total
 
     def decode_flops(self, context_tokens: int, causal: bool = False) -> float:
-        """FLOPs of one decode step of one sequence with ``context_tokens`` before it."""
-        return self.total_prefill_flops(1, context_tokens, causal)
+        """FLOPs of one decode step of one sequence with ``context_tokens`` before it: a
+        one-token prefill, but for MLA's absorbed attention (:meth:`attention_dims`)."""
+        total = 0.0
+        for v in self._flops(1.0, float(context_tokens), causal, decode=True).values():
+            total += float(v)
+        return total
 
     def flop_efficiency(self, num_tokens: int, num_parent_tokens: int = 0) -> float:
         """Marconi's FLOP efficiency of a cache entry: FLOPs its hit saves per byte it holds.
@@ -405,17 +426,24 @@ class ModelSpec:
         return saved / held if held else float("inf")
 
 
+def _half_square(x: float, w: float) -> float:
+    return x * x / 2 if x <= w else w * x - w * w / 2
+
+
 def _window_pairs(n: Floats, p: Floats, w: float, causal: bool) -> Floats:
     """(query, key) pairs of a sliding-window layer for n new tokens after p, counted as
     the full layers' are: causal, the new square halved (G(p + n) - G(p) with G(x) = x^2/2
     up to the window, then w x - w^2/2, so additive over chunks); else n x min(p + n, w)."""
+    if not isinstance(n, np.ndarray) and not isinstance(p, np.ndarray):  # no numpy scalars
+        if not causal:
+            return n * min(p + n, w)
+        return _half_square(p + n, w) - _half_square(p, w)
     if not causal:
-        return n * np.minimum(p + n, w)  # type: ignore[no-any-return]
+        return n * np.minimum(p + n, w)
     after, before = p + n, p
     g_after = np.where(after <= w, after * after / 2, w * after - w * w / 2)
     g_before = np.where(before <= w, before * before / 2, w * before - w * w / 2)
-    diff = g_after - g_before
-    return diff if isinstance(n, np.ndarray) else float(diff)
+    return g_after - g_before
 
 
 def check_tp(model: ModelSpec, tp: int) -> None:

@@ -87,18 +87,19 @@ def from_hf_config(config: Mapping[str, object], name: str) -> ModelSpec:
     ``text_config``); ``name`` names it, and the file in errors."""
     cfg = _Config(config, name)
     layers = _layers(cfg)
+    dtype = cfg.dtype_bytes()
     spec = {
         "name": name,
         "hidden_size": cfg.integer("hidden_size"),
         "vocab_size": cfg.integer("vocab_size", 32_000),
         "tie_embeddings": cfg.flag("tie_word_embeddings", False),
-        "dtype_bytes": cfg.dtype_bytes(),
+        "dtype_bytes": dtype,
+        "state_dtype_bytes": _ssm_state_bytes(cfg, dtype),
         **_attention(cfg, layers),
         **_ffn(cfg, layers),
         **_recurrent(cfg, layers),
         **_quantization(cfg),
     }
-    spec["state_dtype_bytes"] = spec["dtype_bytes"]
     return ModelSpec(**spec)  # type: ignore[arg-type]
 
 
@@ -317,6 +318,18 @@ def _recurrent(cfg: _Config, layers: Layers) -> dict[str, int]:
         "ssm_d_state": cfg.integer("mamba_d_state"),
         "ssm_conv_kernel": cfg.integer("mamba_d_conv", 4) - 1,
     }
+
+
+def _ssm_state_bytes(cfg: _Config, dtype_bytes: int) -> int:
+    """The recurrent state's bytes per value: vLLM keeps Nemotron-H's in float32 unless
+    the config's ``mamba_ssm_cache_dtype`` says otherwise (NemotronHForCausalLMConfig);
+    other models, at the model dtype."""
+    if cfg.text("model_type") != "nemotron_h":
+        return dtype_bytes
+    dtype = cfg.text("mamba_ssm_cache_dtype", "float32")
+    if dtype not in _DTYPE_BYTES:
+        raise ConfigError(f"{cfg.name}: field 'mamba_ssm_cache_dtype': unknown dtype {dtype!r}")
+    return _DTYPE_BYTES[dtype]
 
 
 def _quantization(cfg: _Config) -> dict[str, float]:

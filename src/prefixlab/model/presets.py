@@ -112,7 +112,3 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
 
 #: other names users write for a preset
 MODEL_ALIASES = {"marconi-7b-hybrid": "marconi-hybrid-7b", "marconi-7b": "marconi-hybrid-7b"}
-
-
-#: other names users write for a preset
-MODEL_ALIASES = {"marconi-7b-hybrid": "marconi-hybrid-7b", "marconi-7b": "marconi-hybrid-7b"}

@@ -28,6 +28,7 @@ the mixed batch as a whole.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -255,6 +256,8 @@ class Roofline(TimingModel):
     gpu: GPU
     mfu: float = 0.5
     mbu: float = 0.7
+    #: the tensor-parallel GPUs ``gpu`` stands for: KV they all read is counted per GPU
+    tp: int = 1
     times_prefill = True
     times_decode = True
 
@@ -294,18 +297,19 @@ class Roofline(TimingModel):
         flops, kv = 0.0, 0
         for c in chunks:
             flops += self.model.total_prefill_flops(c[0], c[1], True)
-            kv += self.model.kv_bytes_read(c[0] + c[1])
+            kv += self.model.kv_bytes_read(c[0] + c[1], self.tp)
         return flops, kv
 
     def _contexts(self, contexts: Sequence[int]) -> tuple[float, int]:
         flops, kv = 0.0, 0
         for c in contexts:
             flops += self.model.decode_flops(c, True)
-            kv += self.model.kv_bytes_read(c)
+            kv += self.model.kv_bytes_read(c, self.tp)
         return flops, kv
 
     def spec(self) -> str:
-        return f"roofline:mfu={self.mfu},mbu={self.mbu}"
+        tp = f",tp={self.tp}" if self.tp > 1 else ""
+        return f"roofline:mfu={self.mfu},mbu={self.mbu}{tp}"
 
 
 class Composite(TimingModel):
@@ -412,6 +416,8 @@ def make_timing(
             check_tp(m, tp)
         g = g.parallel(tp)
     comps = [_component(p.strip(), m, g) for p in parts]
+    if tp > 1:  # a roofline on tp GPUs reads the KV each of them holds
+        comps = [dataclasses.replace(c, tp=tp) if isinstance(c, Roofline) else c for c in comps]
     # A roofline times whatever no dedicated component does (power/table prefill, tpot).
     roof = [c for c in comps if isinstance(c, Roofline)]
     prefill = [c for c in comps if isinstance(c, (PowerLaw, TableTiming))]

@@ -100,10 +100,11 @@ TC_E, TC_K, TC_MOE_LAYERS, TC_KV, TC_STATE, TC_SWA_KV, TC_WINDOW = range(3, 10)
 TP_MODEL = 4  # d, d_kv, d_q, intermediate, mlp matrices, moe intermediate, k, E, d_inner,
 # d_state, then the four layer counts (attention, mlp, moe, ssm), peak, mfu, bandwidth, mbu,
 # then the weights (ModelSpec.weight_units: total, per expert, scale, divisor), the shared
-# experts' intermediate size, the SSM input projection, sliding layers and their window
+# experts' intermediate size, the SSM input projection, sliding layers and their window,
+# and decode's D_q and D_kv
 TP_WEIGHTS = TP_MODEL + 18
 TP_EXTRA = TP_MODEL + 22
-TP_SIZE = TP_MODEL + 26
+TP_SIZE = TP_MODEL + 28
 #: statuses in out[0]: finished; a request larger than the pool (out[1]); an event before
 #: the clock (out_f[0]); requests left unfinished; a policy that found no victim although
 #: pages were evictable (radix)
@@ -167,14 +168,17 @@ def _compact_locks(
 
 
 @jit(nrt=False)
-def roof_prefill_flops(tp: F64, new: int, cached: int) -> float:
-    """``ModelSpec.total_prefill_flops(new, cached, causal=True)``: the same formula, the
-    same operations in the same order (so the same bits)."""
+def roof_prefill_flops(tp: F64, new: int, cached: int, decode: bool = False) -> float:
+    """``ModelSpec.total_prefill_flops(new, cached, causal=True)`` (``decode``: its
+    ``decode_flops(cached, True)``): the same formula, the same operations in the same
+    order (so the same bits)."""
     if new <= 0:
         return 0.0
     n, p = float(new), float(cached)
     b = TP_MODEL
     d, d_kv, d_q = tp[b], tp[b + 1], tp[b + 2]
+    if decode:  # MLA's absorbed attention has its own D_q and D_kv
+        d_q, d_kv = tp[TP_EXTRA + 4], tp[TP_EXTRA + 5]
     square = 2 * n * n * d_q
     proj = 2 * n * d * (2 * d_q + 2 * d_kv)
     attn = proj + 4 * n * p * d_q + square
@@ -235,7 +239,7 @@ def roofline_s(tc: I64, tp: F64, cn: I64, cc: I64, nch: int, dctx: I64, ndec: in
         tokens += cn[i]
     dflops, dkv = 0.0, 0
     for i in range(ndec):
-        dflops += roof_prefill_flops(tp, 1, dctx[i])
+        dflops += roof_prefill_flops(tp, 1, dctx[i], True)
         dkv += _kv_read(tc, dctx[i])
     if not nch and not ndec:
         return 0.0

@@ -316,8 +316,9 @@ def reference_cache(
         from prefixlab.runner.engine.windowed import WindowedBlockCache
 
         check_windowed(pol, config)
-        bt = layout.block_tokens
-        return WindowedBlockCache(rc.capacity_blocks, pol, layout.num_distinct_keys, model, bt, obs)
+        sizes = (layout.num_distinct_keys, layout.block_tokens, config.max_num_batched_tokens)
+        keys, bt, budget = sizes
+        return WindowedBlockCache(rc.capacity_blocks, pol, keys, model, bt, obs, budget)
     cache = build_cache(rc, pol, layout, obs)
     if isinstance(cache, RadixCache):
         cache.spare_blocks = config.spare_blocks
@@ -630,9 +631,10 @@ def _roofline_codes(roof: Roofline, tcode: I64, tpar: F64) -> None:
     tcode[K.TC_E] = m.num_experts
     tcode[K.TC_K] = m.experts_per_token
     tcode[K.TC_MOE_LAYERS] = m.num_moe_layers
-    tcode[K.TC_KV] = (m.num_attention_layers - m.num_sliding_layers) * m.kv_bytes_per_layer_token
+    per = m.kv_bytes_per_layer_token_read(roof.tp)
+    tcode[K.TC_KV] = (m.num_attention_layers - m.num_sliding_layers) * per
     tcode[K.TC_STATE] = m.state_bytes_per_checkpoint
-    tcode[K.TC_SWA_KV] = m.num_sliding_layers * m.kv_bytes_per_layer_token
+    tcode[K.TC_SWA_KV] = m.num_sliding_layers * per
     tcode[K.TC_WINDOW] = m.sliding_window
     tpar[K.TP_MODEL : K.TP_SIZE] = (
         d,
@@ -658,6 +660,7 @@ def _roofline_codes(roof: Roofline, tcode: I64, tpar: F64) -> None:
         m.ssm_in_proj_dim,
         m.num_sliding_layers,
         m.sliding_window,
+        *m.attention_dims(decode=True),
     )
 
 

@@ -12,7 +12,11 @@ pages:
 - a full-attention group keeps a page for every block of a request; a sliding-window
   group frees the pages that fall out of the window as the request runs
   (``remove_skipped_blocks``: blocks before ``(computed - window + 1) // block_size``),
-  and a request that hits needs none before its window;
+  and a request that hits needs none before its window. vLLM allocates chunk by chunk,
+  so a sliding group holds at most the window and one step's tokens
+  (``max_admission_blocks_per_request``); here, as the engine takes a request's full
+  pages at admission, its sliding pages are taken up to that cap past the window's
+  start and moved forward as it slides;
 - a prefix hit needs the full groups' pages of the whole prefix and the sliding groups'
   pages of the last ``ceil((window - 1) / block_size)`` blocks before the hit point (the
   rightmost such run within the full hit; a run from the first block also counts);
@@ -79,13 +83,15 @@ def pages_for(capacity_blocks: int, model: ModelSpec, groups: WindowGroups) -> i
 
 @dataclass(slots=True)
 class WindowedHandle:
-    """A running request's pages: ``full[g]`` for every block; ``sliding[g]`` for blocks
-    ``start`` on, of which those before ``lo`` are released."""
+    """A running request's pages: ``full[g]`` for each of its ``blocks``; ``sliding[g]``
+    for blocks ``start .. hi``, of which those before ``lo`` are released."""
 
     full: list[I64]
     sliding: list[I64]
     start: int
     lo: int
+    hi: int
+    blocks: int
     committed: int  # the sliding groups' blocks cached (they are cached up to here)
 
 
@@ -126,6 +132,7 @@ class WindowedBlockCache:
         model: ModelSpec,
         block_tokens: int,
         observers: Sequence[Observer] = (),
+        max_num_batched_tokens: int = 8192,
     ) -> None:
         self.g = window_groups(model, block_tokens)
         self.pages = pages_for(capacity_blocks, model, self.g)
@@ -141,8 +148,23 @@ class WindowedBlockCache:
         self.view = self.pool.view
         self.bt = block_tokens
         self.window = model.sliding_window
-        #: the most blocks one request can hold (every group's page of every block)
-        self.capacity_blocks = self.pages // self.g.groups
+        #: sliding pages a request holds at most: vLLM's per-request admission cap, the
+        #: window's tokens and one step's, in blocks, and one for a window that starts
+        #: inside a block (SlidingWindowSpec.max_admission_blocks_per_request)
+        self.cap = -(-(model.sliding_window - 1 + max_num_batched_tokens) // block_tokens) + 1
+        #: the most blocks one request can hold
+        self.capacity_blocks = self._most_blocks()
+
+    def _most_blocks(self) -> int:
+        """The largest b with full groups x b + sliding groups x min(b, cap) <= pages."""
+        f, s, cap = self.g.full_groups, self.g.sliding_groups, self.cap
+        if not f:
+            return 1 << 62 if s * cap <= self.pages else self.pages // s
+        within = self.pages // (f + s)
+        return within if within < cap else (self.pages - s * cap) // f
+
+    def _sliding_end(self, lo: int, blocks: int) -> int:
+        return min(blocks, lo + self.cap)
 
     def _key(self, keys: I64, group: int) -> I64:
         return keys + group * self.num_keys if group else keys
@@ -164,13 +186,14 @@ class WindowedBlockCache:
 
     # ------------------------------------------------------------------ lifecycle
     def acquire(self, m: WindowedMatch, num_blocks: int, keys: I64) -> WindowedHandle | None:
-        """Pin the hit's pages and take new ones for blocks ``hit .. num_blocks`` in every
-        group, full groups first (``keys``: the request's keys past the hit; the hit's own
-        are read back from the pool)."""
+        """Pin the hit's pages, then take new ones: the full groups' for blocks ``hit ..
+        num_blocks``, the sliding groups' up to the cap past the window's start (``keys``:
+        the request's keys past the hit; the hit's own are read back from the pool)."""
         hit, start = m.num_hit_blocks, m.start
+        hi = self._sliding_end(start, num_blocks)
         held = self._hit_pages(m)
         free_hits = sum(int(np.count_nonzero(self.view.ref[p] == 0)) for p in held)
-        need = self.g.groups * (num_blocks - hit)
+        need = self.g.full_groups * (num_blocks - hit) + self.g.sliding_groups * (hi - hit)
         if need > self.pool.num_available() - free_hits:
             return None
         # vLLM touches every group's hit before it takes a new page for any group
@@ -182,11 +205,12 @@ class WindowedBlockCache:
             assert got is not None  # no new page yet
             out[g] = got
         for g in self._order():
-            got = self.pool.grow(out[g], num_blocks - hit)
+            more = num_blocks - hit if g < self.g.full_groups else hi - hit
+            got = self.pool.grow(out[g], more)
             assert got is not None  # room checked above for every group at once
             out[g] = got
         f = self.g.full_groups
-        return WindowedHandle(out[:f], out[f:], start, start, hit)
+        return WindowedHandle(out[:f], out[f:], start, start, hi, num_blocks, hit)
 
     def _order(self) -> list[int]:
         """Groups in vLLM's order: the sliding-window ones, then the full ones."""
@@ -203,14 +227,25 @@ class WindowedBlockCache:
         return out
 
     def grow(self, handle: WindowedHandle, num_blocks: int) -> WindowedHandle | None:
-        if self.g.groups * num_blocks > self.pool.num_available():
+        """``num_blocks`` more blocks: a page each in the full groups, and in the sliding
+        groups as far as the cap allows."""
+        hi = self._sliding_end(handle.lo, handle.blocks + num_blocks)
+        need = self.g.full_groups * num_blocks + self.g.sliding_groups * (hi - handle.hi)
+        if need > self.pool.num_available():
             return None
-        for group in (handle.sliding, handle.full):  # vLLM's group order
-            for i, pages in enumerate(group):
-                grown = self.pool.grow(pages, num_blocks)
-                assert grown is not None
-                group[i] = grown
+        self._extend(handle.sliding, hi - handle.hi)
+        self._extend(handle.full, num_blocks)
+        handle.blocks += num_blocks
+        handle.hi = hi
         return handle
+
+    def _extend(self, group: list[I64], more: int) -> None:
+        if more <= 0:
+            return
+        for i, pages in enumerate(group):
+            grown = self.pool.grow(pages, more)
+            assert grown is not None  # room checked by the caller
+            group[i] = grown
 
     def commit(self, handle: WindowedHandle, keys: I64, start: int) -> int:
         """Cache the request's blocks up to ``len(keys)``: the full groups' from ``start``,
@@ -222,20 +257,22 @@ class WindowedBlockCache:
         return n
 
     def _commit_sliding(self, handle: WindowedHandle, keys: I64, upto: int) -> None:
-        begin = max(handle.committed, handle.lo)
+        begin, upto = max(handle.committed, handle.lo), min(upto, handle.hi)
         if upto <= begin:
             return
         lo, at = handle.lo, handle.lo - handle.start
         for i, pages in enumerate(handle.sliding):
             g = self.g.full_groups + i
             self.pool.commit(pages[at:], self._key(keys[lo:upto], g), begin - lo)
+            # the pool counts depth from the first page it was given
+            self.view.depth[pages[begin - handle.start : upto - handle.start]] += lo
         handle.committed = upto
 
     def slide(self, handle: WindowedHandle, computed_tokens: int, keys: I64) -> None:
         """vLLM's ``remove_skipped_blocks``: cache, then release, the sliding groups' pages
-        of blocks before ``(computed - window + 1) // block_size``."""
-        end = handle.start + int(handle.sliding[0].shape[0]) if handle.sliding else 0
-        new_lo = min(max((computed_tokens - self.window + 1) // self.bt, 0), end)
+        of blocks before ``(computed - window + 1) // block_size``; then take pages for
+        the blocks the cap now reaches."""
+        new_lo = min(max((computed_tokens - self.window + 1) // self.bt, 0), handle.hi)
         if new_lo <= handle.lo:
             return
         self._commit_sliding(handle, keys, min(new_lo, int(keys.shape[0])))
@@ -243,6 +280,13 @@ class WindowedBlockCache:
         for pages in handle.sliding:
             self.pool.release(pages[a:b])
         handle.lo = new_lo
+        want = self._sliding_end(new_lo, handle.blocks) - handle.hi
+        # the pages released make room, unless another running request shares them: then
+        # the rest is taken when there is room (a grow, or a later step)
+        more = min(want, self.pool.num_available() // max(1, self.g.sliding_groups))
+        if more > 0:
+            self._extend(handle.sliding, more)
+            handle.hi += more
 
     def release(self, handle: WindowedHandle | None) -> None:
         """Unpin every page still held, group by group, each tail first (vLLM's free)."""
@@ -253,7 +297,7 @@ class WindowedBlockCache:
             self.pool.release(pages[at:])
         for pages in handle.full:
             self.pool.release(pages)
-        handle.lo = handle.start + (int(handle.sliding[0].shape[0]) if handle.sliding else 0)
+        handle.lo = handle.hi
 
     # ------------------------------------------------------------------ checks
     def check(self, handles: Sequence[object] = ()) -> None:
