@@ -143,13 +143,20 @@ def test_mla_flops_by_hand() -> None:
     # costing 2 h (qk + v) = 2 x 128 x 320 = 81,920
     f = m.prefill_flops(1)
     assert f["attention"] == pytest.approx(61 * (2 * proj + 81_920), rel=1e-12)
-    # each cached token adds one pair per new token per layer
+    # each cached token adds one pair per new token per layer, and its latent's
+    # up-projection to keys and values: 2 x 512 x 128 x (128 + 128) = 33,554,432
+    assert m.mla_context_flops == 33_554_432
     extra = m.prefill_flops(1, 100)["attention"] - f["attention"]
-    assert extra == pytest.approx(61 * 100 * 81_920, rel=1e-9)
+    assert extra == pytest.approx(61 * 100 * (81_920 + 33_554_432), rel=1e-9)
+    # (none of it when nothing new is prefilled, in arrays too)
+    none = m.prefill_flops_array(np.array([0.0, 1.0]), np.array([100.0, 100.0]))
+    assert none["attention"][0] == 0.0 and none["attention"][1] == pytest.approx(
+        m.prefill_flops(1, 100)["attention"]
+    )
     # decode attends over the latents (vLLM's absorbed form): 2 h (512 + 64) + 2 h 512 =
     # 278,528 a pair, the projections as in prefill; 101 keys for one token after 100
     others = m.total_prefill_flops(1, 100) - m.prefill_flops(1, 100)["attention"]
-    decode_attention = m.decode_flops(100) - others
+    decode_attention = m.decode_flops(100) - others  # (no up-projection of the context)
     assert decode_attention == pytest.approx(61 * (2 * proj + 101 * 278_528), rel=1e-9)
 
 

@@ -222,6 +222,16 @@ class ModelSpec:
         return d_q, self._attention_weights() / (2 * d) - d_q
 
     @property
+    def mla_context_flops(self) -> float:
+        """FLOPs an MLA layer's prefill spends per cached token: the up-projection of its
+        latent to keys and values, ``2 kv_lora heads (nope + v)``, which vLLM repeats for
+        every chunk it prefills after a cached context (0 without MLA)."""
+        if not self.kv_lora_rank:
+            return 0.0
+        head = self.qk_nope_head_dim + self.v_head_dim
+        return float(2 * self.kv_lora_rank * self.num_heads * head)
+
+    @property
     def num_parameters(self) -> int:
         """Weights: all experts, the input embeddings, and the output layer unless tied."""
         d = self.hidden_size
@@ -352,12 +362,17 @@ class ModelSpec:
         return out
 
     def _flops(self, n: Floats, p: Floats, causal: bool, decode: bool = False) -> dict[str, Floats]:
-        """The per-layer-type formula on floats or arrays (every term has a factor n)."""
+        """The per-layer-type formula on floats or arrays (every term has a factor n, but
+        MLA prefill's up-projection of the p cached latents)."""
         d = float(self.hidden_size)
         d_q, d_kv = self.attention_dims(decode)
         proj = 2 * n * d * (2 * d_q + 2 * d_kv)
         square = 2 * n * n * d_q if causal else 4 * n * n * d_q
         attn = proj + 4 * n * p * d_q + square
+        up = 0.0 if decode else self.mla_context_flops
+        if up:
+            context = up * p
+            attn = attn + (context * (n > 0) if isinstance(n, np.ndarray) else context)
         attention = (self.num_attention_layers - self.num_sliding_layers) * attn
         if self.num_sliding_layers:
             pairs = _window_pairs(n, p, float(self.sliding_window), causal)

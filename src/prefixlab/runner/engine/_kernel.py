@@ -101,10 +101,10 @@ TP_MODEL = 4  # d, d_kv, d_q, intermediate, mlp matrices, moe intermediate, k, E
 # d_state, then the four layer counts (attention, mlp, moe, ssm), peak, mfu, bandwidth, mbu,
 # then the weights (ModelSpec.weight_units: total, per expert, scale, divisor), the shared
 # experts' intermediate size, the SSM input projection, sliding layers and their window,
-# and decode's D_q and D_kv
+# decode's D_q and D_kv, and MLA's FLOPs per cached token in prefill
 TP_WEIGHTS = TP_MODEL + 18
 TP_EXTRA = TP_MODEL + 22
-TP_SIZE = TP_MODEL + 28
+TP_SIZE = TP_MODEL + 29
 #: statuses in out[0]: finished; a request larger than the pool (out[1]); an event before
 #: the clock (out_f[0]); requests left unfinished; a policy that found no victim although
 #: pages were evictable (radix)
@@ -182,6 +182,8 @@ def roof_prefill_flops(tp: F64, new: int, cached: int, decode: bool = False) -> 
     square = 2 * n * n * d_q
     proj = 2 * n * d * (2 * d_q + 2 * d_kv)
     attn = proj + 4 * n * p * d_q + square
+    if not decode and tp[TP_EXTRA + 6] > 0:  # MLA prefill up-projects the cached latents
+        attn = attn + tp[TP_EXTRA + 6] * p
     mlp = 2 * n * d * tp[b + 3] * tp[b + 4]
     x = TP_EXTRA
     attention = (tp[b + 10] - tp[x + 2]) * attn

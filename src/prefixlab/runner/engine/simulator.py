@@ -661,6 +661,7 @@ def _roofline_codes(roof: Roofline, tcode: I64, tpar: F64) -> None:
         m.num_sliding_layers,
         m.sliding_window,
         *m.attention_dims(decode=True),
+        m.mla_context_flops,
     )
 
 
