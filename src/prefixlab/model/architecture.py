@@ -140,14 +140,18 @@ class ModelSpec:
         cached block holds when the engine keeps all layers of it (see docs/models.md)."""
         return self.num_attention_layers * self.kv_bytes_per_layer_token
 
-    def kv_bytes_per_layer_token_read(self, tp: int = 1) -> int:
-        """One layer's KV of one token as ``tp`` GPUs read it together: each its share of
-        the KV heads, at least one head; an MLA latent, each all of it."""
-        if tp <= 1:
+    def kv_bytes_per_layer_token_per_rank(self, tp: int = 1) -> int:
+        """One layer's KV of one token on one of ``tp`` GPUs: its share of the KV heads,
+        at least one (vLLM replicates them when tp exceeds their number); an MLA latent
+        whole (replicated on every GPU)."""
+        if self.kv_lora_rank or tp <= 1:
             return self.kv_bytes_per_layer_token
-        if self.kv_lora_rank:
-            return tp * self.kv_bytes_per_layer_token
-        return tp * 2 * max(1, self.num_kv_heads // tp) * self.head_dim * self.dtype_bytes
+        return 2 * max(1, self.num_kv_heads // tp) * self.head_dim * self.dtype_bytes
+
+    def kv_bytes_per_layer_token_read(self, tp: int = 1) -> int:
+        """One layer's KV of one token as ``tp`` GPUs read it together, replicas counted."""
+        per_rank = self.kv_bytes_per_layer_token_per_rank(tp)
+        return tp * per_rank if tp > 1 else per_rank
 
     def kv_bytes_read(self, context_tokens: int, tp: int = 1) -> int:
         """KV bytes attention reads over a context (on ``tp`` GPUs, replicas counted): a
@@ -158,13 +162,8 @@ class ModelSpec:
         return context_tokens * full + window * self.num_sliding_layers * per
 
     def kv_bytes_per_token_per_rank(self, tp: int) -> int:
-        """One GPU's share of a token's KV under tensor parallelism of degree ``tp``: KV
-        heads are split across the ranks (each keeps at least one, as vLLM replicates
-        them when tp exceeds their number); an MLA latent is replicated on every rank."""
-        if self.kv_lora_rank or tp <= 1:
-            return self.kv_bytes_per_token
-        heads = max(1, self.num_kv_heads // tp)
-        return self.num_attention_layers * 2 * heads * self.head_dim * self.dtype_bytes
+        """One GPU's share of a token's KV under tensor parallelism of degree ``tp``."""
+        return self.num_attention_layers * self.kv_bytes_per_layer_token_per_rank(tp)
 
     def kv_bytes_per_block(self, block_tokens: int) -> int:
         return self.kv_bytes_per_token * block_tokens
