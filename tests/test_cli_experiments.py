@@ -285,9 +285,9 @@ def test_engine_cdf_has_101_monotone_quantiles(engine_run: tuple[Path, str]) -> 
         assert len(points) == 101
         assert [p["quantile"] for p in points] == [round(i / 100, 6) for i in range(101)]
         ttft = np.array([p["ttft_s"] for p in points])
-        qttft = np.array([p["qttft_s"] for p in points])
-        assert (np.diff(ttft) >= 0).all()
-        assert (qttft >= ttft).all()  # queueing only adds: arrival <= scheduled
+        prefill = np.array([p["prefill_s"] for p in points])
+        assert (np.diff(ttft) >= 0).all() and (np.diff(prefill) >= 0).all()
+        assert (ttft >= prefill).all()  # queueing only adds: arrival <= scheduled
         assert points[95]["ttft_s"] == pytest.approx(row["p95_ttft_s"], rel=1e-9)
         assert points[50]["ttft_s"] == pytest.approx(row["p50_ttft_s"], rel=1e-9)
 
@@ -306,6 +306,10 @@ def test_engine_detail_requests_add_up_to_the_row(engine_run: tuple[Path, str]) 
         assert sum(q["input_length"] for q in mine) == row["num_input_tokens"]
         mean_ttft = float(np.mean([q["ttft_s"] for q in mine]))
         assert mean_ttft == pytest.approx(row["mean_ttft_s"], rel=1e-12)
+        for q in mine:  # TTFT counts from arrival; prefill from the first schedule
+            assert q["ttft_s"] == pytest.approx(q["first_token_s"] - q["arrival_s"], abs=1e-12)
+            assert q["prefill_s"] == pytest.approx(q["first_token_s"] - q["scheduled_s"], abs=1e-12)
+            assert q["queue_s"] == pytest.approx(q["scheduled_s"] - q["arrival_s"], abs=1e-12)
 
 
 # ------------------------------------------------------------------ one-line errors

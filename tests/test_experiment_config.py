@@ -290,7 +290,7 @@ def test_a_fleet_table_joins_the_cross_product() -> None:
     one = run_cell(parse_config(base), plain[0]).row
     for router in ("random", "kv-aware"):  # one replica: the engine, whatever the router
         assert rows[(1, router)]["token_hit_ratio"] == one["token_hit_ratio"]
-        assert rows[(1, router)]["mean_qttft_s"] == one["mean_qttft_s"]
+        assert rows[(1, router)]["mean_ttft_s"] == one["mean_ttft_s"]
     assert rows[(3, "kv-aware")]["token_hit_ratio"] > rows[(3, "random")]["token_hit_ratio"]
     for patch, words in (
         ({"runner": {"kind": "replay"}}, "a fleet table needs runner.kind = 'engine'"),

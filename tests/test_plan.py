@@ -77,7 +77,7 @@ def test_the_answer_is_the_first_count_that_meets_the_target() -> None:
         assert sizing.answers[(router, "none")] == first
         assert first > 1 and scan[first - 1] > slo
         again = simulate_fleet(trace, "lru", CFG, FleetConfig(first, router), TIMING)  # type: ignore[arg-type]
-        assert again.engine.metrics["p95_qttft_s"] == scan[first]
+        assert again.engine.metrics["p95_ttft_s"] == scan[first]
     assert sizing_png(sizing, "t")[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -164,7 +164,7 @@ def test_the_cpu_size_curve_is_each_size_s_own_fleet() -> None:
     for point, tiers in zip(sizing.cpu_points, [(), (TierConfig("cpu", blocks),)], strict=True):
         cfg = dataclasses.replace(CFG, tiers=tiers)
         m = simulate_fleet(trace, "lru", cfg, FleetConfig(2), TIMING).engine.metrics  # type: ignore[arg-type]
-        assert (point.p95_ttft_s, point.token_hit_ratio) == (m["p95_qttft_s"], m["token_hit_ratio"])
+        assert (point.p95_ttft_s, point.token_hit_ratio) == (m["p95_ttft_s"], m["token_hit_ratio"])
     assert sizing.cpu_points[1].token_hit_ratio > sizing.cpu_points[0].token_hit_ratio
     assert sizing_png(sizing, "t")[:4] == b"\x89PNG"
     with pytest.raises(ConfigError, match="must be >= 0 GB"):

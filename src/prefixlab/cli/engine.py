@@ -46,12 +46,13 @@ from prefixlab.workload.trace import Trace
 #: the fields ``--json`` adds to the replay fields (the issue's contract), in order
 LATENCY_FIELDS = (
     "mean_ttft_s",
-    "mean_qttft_s",
     "p50_ttft_s",
     "p95_ttft_s",
     "p99_ttft_s",
-    "p50_qttft_s",
-    "p95_qttft_s",
+    "mean_prefill_s",
+    "p50_prefill_s",
+    "p95_prefill_s",
+    "mean_queue_s",
     "mean_tpot_s",
     "throughput_tokens_per_s",
     "makespan_s",
@@ -197,7 +198,7 @@ def simulate_cmd(
     quiet: QuietOpt = False,
     load: dict[str, Any] | None = None,
 ) -> None:
-    """Simulate serving: continuous batching, a shared KV pool, TTFT / QTTFT / TPOT."""
+    """Simulate serving: continuous batching, a shared KV pool, TTFT / TPOT."""
     try:
         tr = load_shown(trace, fmt, load or {}, quiet)
         block_tokens, bt = _block_size(tr, structure, block_tokens)
@@ -343,12 +344,12 @@ def _table(rows: list[dict[str, Any]]) -> Table:
         ("policy", "policy", str),
         ("token_hit_ratio", "token hit", "{:.4f}".format),
         ("mean_ttft_s", "TTFT mean", secs),
+        ("p50_ttft_s", "TTFT P50", secs),
         ("p95_ttft_s", "TTFT P95", secs),
-        ("mean_qttft_s", "QTTFT mean", secs),
-        ("p95_qttft_s", "QTTFT P95", secs),
+        ("p99_ttft_s", "TTFT P99", secs),
+        ("mean_prefill_s", "prefill mean", secs),
         ("mean_tpot_s", "TPOT mean", secs),
         ("throughput_tokens_per_s", "out tok/s", "{:,.0f}".format),
-        ("makespan_s", "makespan", secs),
         ("num_preemptions", "preempt", "{:,}".format),
     ]
     table = FitTable(title="serving simulation (seconds)")
@@ -361,11 +362,12 @@ def _table(rows: list[dict[str, Any]]) -> Table:
 
 def _task_table(row: dict[str, Any]) -> Table:
     table = FitTable(title=f"{row['policy']}: by task (seconds)")
-    for title in ("task", "requests", "token hit", "TTFT mean", "TTFT P95", "QTTFT mean"):
+    titles = ("task", "requests", "token hit", "TTFT mean", "TTFT P95", "prefill mean")
+    for title in titles:
         table.add_column(title, justify="left" if title == "task" else "right")
     for task, m in row["by_task"].items():
         hit = cell(m["token_hit_ratio"], "{:.4f}".format)
-        lat = (secs(m["mean_ttft_s"]), secs(m["p95_ttft_s"]), secs(m["mean_qttft_s"]))
+        lat = (secs(m["mean_ttft_s"]), secs(m["p95_ttft_s"]), secs(m["mean_prefill_s"]))
         table.add_row(task, f"{m['num_requests']:,}", hit, *lat)
     return table
 

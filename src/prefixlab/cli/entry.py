@@ -25,7 +25,7 @@ COMMANDS: dict[str, str] = {
         "List the model presets (layers, weights, KV bytes per token), or show one model, with\n"
         "the KV budget it leaves on --tp x --gpu."
     ),
-    "simulate": "Simulate serving: continuous batching, a shared KV pool, TTFT / QTTFT / TPOT.",
+    "simulate": "Simulate serving: continuous batching, a shared KV pool, TTFT / TPOT.",
     "fit-timing": (
         "Fit the power-law prefill model a * BS^b * L^c to measured timings (reports R^2)."
     ),

@@ -374,8 +374,11 @@ SHORT_HEADERS = {
     "block_hit_ratio": "block hit",
     "flops_saved_ratio": "FLOPs saved",
     "mean_ttft_s": "TTFT mean s",
+    "p50_ttft_s": "TTFT P50 s",
     "p95_ttft_s": "TTFT P95 s",
-    "mean_qttft_s": "QTTFT mean s",
+    "p99_ttft_s": "TTFT P99 s",
+    "mean_prefill_s": "prefill mean s",
+    "p95_prefill_s": "prefill P95 s",
     "num_requests": "requests",
 }
 
@@ -404,6 +407,7 @@ def _default_columns(table: str, names: list[str]) -> list[str]:
             "flops_saved_ratio",
             "mean_ttft_s",
             "p95_ttft_s",
+            "mean_prefill_s",
         ],
         "breakdown": [
             "capacity",
@@ -415,7 +419,7 @@ def _default_columns(table: str, names: list[str]) -> list[str]:
             "token_hit_ratio",
             "p95_ttft_s",
         ],
-        "cdf": ["capacity", "policy", "seed", "quantile", "ttft_s", "qttft_s"],
+        "cdf": ["capacity", "policy", "seed", "quantile", "ttft_s", "prefill_s"],
     }.get(table, names[:10])
     return [c for c in wanted if c in names]
 

@@ -44,9 +44,11 @@ I64 = npt.NDArray[np.int64]
 
 #: input-length bins of the breakdown table (tokens; the last is open-ended)
 LENGTH_BINS = (0, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
-#: quantiles of the stored TTFT / QTTFT CDF (engine runner)
+#: quantiles of the stored TTFT and prefill-time CDF (engine runner)
 CDF_POINTS = 101
 LAYER_TYPES = ("attention", "mlp", "moe", "ssm")
+#: statistics of the arrival-to-first-token (TTFT) and prefill-only times in a result row
+LATENCY_STATS = ("mean", "p5", "p50", "p95", "p99")
 
 #: the result row's columns, in order (tidy: one row per cell)
 KEY_COLUMNS = (
@@ -82,15 +84,10 @@ METRIC_COLUMNS = (
     "flops_saved_ratio",
     *(f"flops_saved_{t}" for t in LAYER_TYPES),
     "timing",
-    "mean_ttft_s",
-    "p5_ttft_s",
-    "p50_ttft_s",
-    "p95_ttft_s",
-    "p99_ttft_s",
-    "mean_qttft_s",
-    "p50_qttft_s",
-    "p95_qttft_s",
-    "p99_qttft_s",
+    *(f"{s}_ttft_s" for s in LATENCY_STATS),
+    *(f"{s}_prefill_s" for s in LATENCY_STATS),
+    "mean_queue_s",
+    "p95_queue_s",
     "mean_tpot_s",
     "p50_tpot_s",
     "p95_tpot_s",
@@ -570,7 +567,7 @@ def _breakdown(
     """Token hit ratio (and TTFT with the engine) per task label and per input-length bin."""
     keys = {k: row[k] for k in KEY_COLUMNS}
     inputs = trace.input_length
-    ttft = times[2] - times[1] if times is not None else None
+    lat = None if times is None else {"ttft": times[2] - times[0], "prefill": times[2] - times[1]}
     groups: list[tuple[str, list[str]]] = [
         ("task", [t if t is not None else "-" for t in trace.task]),
         ("length_bin", [length_bin(int(x)) for x in inputs.tolist()]),
@@ -594,12 +591,11 @@ def _breakdown(
                 "num_input_tokens": num_in,
                 "num_hit_tokens": num_hit,
                 "token_hit_ratio": num_hit / num_in if num_in else 0.0,
-                "mean_ttft_s": math.nan,
-                "p95_ttft_s": math.nan,
             }
-            if ttft is not None:
-                rec["mean_ttft_s"] = float(ttft[sel].mean())
-                rec["p95_ttft_s"] = float(np.percentile(ttft[sel], 95))
+            for name in ("ttft", "prefill"):
+                v = lat[name][sel] if lat is not None else None
+                rec[f"mean_{name}_s"] = float(v.mean()) if v is not None else math.nan
+                rec[f"p95_{name}_s"] = float(np.percentile(v, 95)) if v is not None else math.nan
             out.append(rec)
     return out
 
@@ -608,11 +604,11 @@ def _cdf(row: dict[str, Any], times: tuple[F64, F64, F64, F64]) -> list[dict[str
     keys = {k: row[k] for k in KEY_COLUMNS}
     arrival, scheduled, first, _ = times
     qs = np.linspace(0.0, 1.0, CDF_POINTS)
-    ttft = np.quantile(first - scheduled, qs)
-    qttft = np.quantile(first - arrival, qs)
+    ttft = np.quantile(first - arrival, qs)
+    prefill = np.quantile(first - scheduled, qs)
     return [
-        {**keys, "quantile": round(float(q), 6), "ttft_s": float(a), "qttft_s": float(b)}
-        for q, a, b in zip(qs, ttft, qttft, strict=True)
+        {**keys, "quantile": round(float(q), 6), "ttft_s": float(a), "prefill_s": float(b)}
+        for q, a, b in zip(qs, ttft, prefill, strict=True)
     ]
 
 
@@ -634,8 +630,9 @@ def _requests(
         out["scheduled_s"] = scheduled.tolist()
         out["first_token_s"] = first.tolist()
         out["finish_s"] = finish.tolist()
-        out["ttft_s"] = (first - scheduled).tolist()
-        out["qttft_s"] = (first - arrival).tolist()
+        out["ttft_s"] = (first - arrival).tolist()
+        out["prefill_s"] = (first - scheduled).tolist()
+        out["queue_s"] = (scheduled - arrival).tolist()
     return out
 
 

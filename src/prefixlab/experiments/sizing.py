@@ -189,13 +189,13 @@ def _simulate(
 ) -> SizingPoint:
     router, label, n = where
     m = simulate_fleet(trace, policy, cfg, FleetConfig(n, router), timing).engine.metrics
-    p95 = float(m["p95_qttft_s"])
+    p95 = float(m["p95_ttft_s"])
     point = SizingPoint(
         router,
         label,
         n,
         float(m["token_hit_ratio"]),
-        float(m["mean_qttft_s"]),
+        float(m["mean_ttft_s"]),
         p95,
         p95 <= slo_p95_ttft_s,
     )

@@ -8,13 +8,14 @@
       cells/ID.json          one finished cell (written last, atomically: the resume marker)
       cells/ID.requests.parquet   per-request detail of that cell (--detail)
       results.parquet|csv    one row per (cell, policy, seed), columns run.COLUMNS
-      breakdown.parquet|csv  hit ratio (and TTFT) per task and per input-length bin
-      cdf.parquet|csv        TTFT / QTTFT quantiles per cell (engine runner)
+      breakdown.parquet|csv  hit ratio (and TTFT, prefill time) per task and input-length bin
+      cdf.parquet|csv        TTFT and prefill-time quantiles per cell (engine runner)
       requests.parquet       every cell's per-request detail (--detail)
       timings.csv            wall-clock seconds and worker of each cell (not a result)
 
 A cell file holds exact floats (JSON round-trips a float's repr), so the tables are the same
 bit for bit whichever backend ran the cells. Rows are ordered by the plan, not by finish.
+Results written before the TTFT rename read under today's names (:mod:`.schema`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast, get_origin, get
 from prefixlab.configfile import ConfigModel
 from prefixlab.errors import ConfigError
 from prefixlab.experiments.run import COLUMNS, Cell, CellResult
+from prefixlab.experiments.schema import select_list, upgrade_row, upgrade_table
 from prefixlab.io import atomic_write, write_table
 from prefixlab.types import JSON, Row
 
@@ -197,7 +199,12 @@ class ResultsStore(CellStore):
         self.write_cell(result.cell_id, doc)
 
     def load_cell(self, cell_id: str) -> CellDoc:
-        return self.read_cell(cell_id, CellDoc)
+        """A finished cell, under today's latency names whenever it was written."""
+        doc = self.read_cell(cell_id, CellDoc)
+        doc["row"] = upgrade_row(doc["row"])
+        doc["breakdown"] = [upgrade_row(r) for r in doc["breakdown"]]
+        doc["cdf"] = [upgrade_row(r) for r in doc["cdf"]]
+        return doc
 
     def consolidate(self, cells: Iterable[Cell]) -> dict[str, Path]:
         """Write the tidy tables from the cell files, in plan order."""
@@ -224,12 +231,12 @@ class ResultsStore(CellStore):
             )
             req = self.cells_dir / f"{cell.cell_id}.requests.parquet"
             if req.is_file():
-                t = pq.read_table(req)
+                t = upgrade_table(pq.read_table(req))
                 keys = {k: doc["row"][k] for k in ("cell_id", "policy", "capacity", "seed")}
                 for name, value in keys.items():
                     t = t.append_column(name, pa.array([value] * t.num_rows))
                 detail.append(t)
-        tables = {"results": rows, "breakdown": breakdown, "cdf": cdf}
+        tables = {"results": rows, "breakdown": _aligned(breakdown), "cdf": _aligned(cdf)}
         written = self.write_tables(tables, timings)
         req_path = self.folder / "requests.parquet"
         if detail:
@@ -238,6 +245,13 @@ class ResultsStore(CellStore):
         else:
             req_path.unlink(missing_ok=True)
         return written
+
+
+def _aligned(rows: list[Row]) -> list[Row]:
+    """``rows`` with the union of their keys, in first-seen order (cells stored before a
+    column existed lack it; a table's columns otherwise come from its first row alone)."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    return [{k: r.get(k) for k in keys} for r in rows]
 
 
 def find_results(path: str | Path) -> Path:
@@ -261,7 +275,7 @@ def read_table(path: str | Path, name: str = "results") -> pa.Table:
     if not file.is_file():
         hint = " (run with --detail)" if name == "requests" else ""
         raise ConfigError(f"{folder}: no {name} table{hint}")
-    return pq.read_table(file)
+    return upgrade_table(pq.read_table(file))
 
 
 def read_json(folder: Path, name: str) -> dict[str, Any]:  # Any: a JSON document of any shape
@@ -284,8 +298,11 @@ def query(results: Path | str, sql: str) -> tuple[list[tuple[object, ...]], list
         for name in TABLES:
             path = folder / f"{name}.parquet"
             if path.is_file():
+                import pyarrow.parquet as pq
+
                 quoted = str(path).replace("'", "''")
-                con.execute(f"create view {name} as select * from read_parquet('{quoted}')")
+                cols = select_list(pq.read_schema(path).names)
+                con.execute(f"create view {name} as select {cols} from read_parquet('{quoted}')")
         try:
             cur = con.execute(sql)
         except duckdb.Error as exc:
@@ -295,6 +312,9 @@ def query(results: Path | str, sql: str) -> tuple[list[tuple[object, ...]], list
                 first += (
                     f" (this folder has no {', '.join(missing)} table; requests needs --detail)"
                 )
+            if "qttft" in sql.lower():
+                first += " (QTTFT is ttft_s now: arrival to first token; prefill_s starts at the"
+                first += " first schedule)"
             raise ConfigError(f"query failed: {first}") from None
         names = [d[0] for d in cur.description] if cur.description else []
         return cur.fetchall(), names

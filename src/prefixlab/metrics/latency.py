@@ -1,7 +1,9 @@
 """Latency metrics of the engine runner (DESIGN §5), from per-request times.
 
-* TTFT: prefill start (first scheduled) -> first token;
-* QTTFT: arrival -> first token (queueing included);
+* TTFT: arrival -> first token, queueing included (vLLM's ``time_to_first_token``; the
+  QTTFT of UniCache's tables);
+* prefill: first scheduled -> first token, preemptions included (vLLM's ``prefill_time``);
+* queue: arrival -> first scheduled (vLLM's ``queued_time``);
 * TPOT: (finish - first token) / (output tokens - 1), requests with >= 2 output tokens;
 * end-to-end: arrival -> finish;
 * throughput: output tokens / makespan (``total_throughput_tokens_per_s`` counts input
@@ -45,14 +47,13 @@ def latency_summary(
     sel = np.ones(arrival_s.shape[0], dtype=bool) if rows is None else rows
     a, s, f, e = arrival_s[sel], scheduled_s[sel], first_token_s[sel], finish_s[sel]
     out_tok = output_tokens[sel]
-    ttft = f - s
-    qttft = f - a
     multi = out_tok >= 2
     tpot = np.full(a.shape[0], np.nan)
     tpot[multi] = (e[multi] - f[multi]) / (out_tok[multi] - 1)
     out: dict[str, float] = {}
-    out.update(describe(ttft, "ttft_s"))
-    out.update(describe(qttft, "qttft_s"))
+    out.update(describe(f - a, "ttft_s"))
+    out.update(describe(f - s, "prefill_s"))
+    out.update(describe(s - a, "queue_s"))
     out.update(describe(tpot, "tpot_s"))
     out.update(describe(e - a, "e2e_s"))
     makespan = float(e.max() - a.min()) if a.shape[0] else 0.0

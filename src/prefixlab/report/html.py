@@ -49,7 +49,10 @@ _COLUMNS = (
     _Column("request_hit_ratio", "Request hit", lambda x: f"{x:.1%}", True),
     _Column("flops_saved_ratio", "FLOPs saved", lambda x: f"{x:.1%}", True),
     _Column("mean_ttft_s", "Mean TTFT (ms)", lambda x: f"{x * 1e3:,.1f}", False),
+    _Column("p50_ttft_s", "P50 TTFT (ms)", lambda x: f"{x * 1e3:,.1f}", False),
     _Column("p95_ttft_s", "P95 TTFT (ms)", lambda x: f"{x * 1e3:,.1f}", False),
+    _Column("p99_ttft_s", "P99 TTFT (ms)", lambda x: f"{x * 1e3:,.1f}", False),
+    _Column("mean_prefill_s", "Mean prefill (ms)", lambda x: f"{x * 1e3:,.1f}", False),
     _Column("throughput_tokens_per_s", "Throughput (tok/s)", lambda x: f"{x:,.1f}", True),
 )
 

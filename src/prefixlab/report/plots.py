@@ -420,8 +420,8 @@ def _ttft_cdf(res: Results) -> FigureSpec | None:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("requests at or below")
     caption = (
-        f"Distribution of TTFT (first token minus scheduling), one line per policy, "
-        f"seed {seed} only."
+        f"Distribution of TTFT (arrival to first token, queueing included), one line per "
+        f"policy, seed {seed} only."
     )
     if len(chosen) < len(cells):
         caption += f" {len(chosen)} of {len(cells)} cache sizes, evenly chosen."
@@ -442,7 +442,10 @@ def _p95_ttft(res: Results) -> FigureSpec | None:
     _bars(axes[0], groups, series)
     axes[0].set_ylabel("P95 TTFT (s)")
     axes[0].grid(axis="y", alpha=0.3)
-    caption = f"95th-percentile TTFT per cache size, one bar per policy ({_seeds_note(res)})."
+    caption = (
+        "95th-percentile TTFT (arrival to first token) per cache size, one bar per policy "
+        f"({_seeds_note(res)})."
+    )
     title = "P95 TTFT by cache size"
     return FigureSpec("p95_ttft", title, caption, finish_figure(fig, axes, title))
 

@@ -253,6 +253,6 @@ def _replica_row(trace: Trace, run: Run, m: ReplayMetrics, i: int) -> Row:
         "replica": i,
         "num_requests": int(rows.sum()),
         "token_hit_ratio": float(m.hit_tokens[rows].sum()) / inp if inp else 0.0,
-        "mean_qttft_s": float(wait.mean()) if wait.shape[0] else float("nan"),
+        "mean_ttft_s": float(wait.mean()) if wait.shape[0] else float("nan"),
         "num_evictions": m.num_evictions,
     }
