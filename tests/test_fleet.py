@@ -14,12 +14,15 @@ import pytest
 from typer.testing import CliRunner
 
 from prefixlab.cli.main import app
-from prefixlab.errors import ConfigError
+from prefixlab.errors import CapacityError, ConfigError
 from prefixlab.model.timing import make_timing
+from prefixlab.policies.base import make_policy
 from prefixlab.routers import Fleet, Loads, make_router, registered
 from prefixlab.runner.engine import EngineConfig, simulate
-from prefixlab.runner.fleet import FleetConfig, simulate_fleet
-from prefixlab.workload.generators import generate_sessions
+from prefixlab.runner.engine.tiers import tier_of
+from prefixlab.runner.fleet import FleetConfig, FleetResult, simulate_fleet
+from prefixlab.runner.fleet_split import split_applies
+from prefixlab.workload.generators import GENERATORS, generate_sessions
 from prefixlab.workload.trace import Trace
 from tests.helpers import keyed_trace
 
@@ -319,3 +322,100 @@ def test_prompt_aware_routers_reuse_more_than_round_robin() -> None:
         res = simulate_fleet(trace, "lru", cfg, FleetConfig(4, router), TIMING)
         ratio[router] = res.engine.metrics["token_hit_ratio"]
     assert ratio["cache-aware"] > ratio["round-robin"] and ratio["kv-aware"] > ratio["round-robin"]
+
+
+# ------------------------------------------------------------------ routed ahead, compiled
+SPLIT_CASES = [
+    ("round-robin", "block", "lru", {}),
+    ("round-robin", "radix", "lru", {}),
+    ("random:seed=2", "block", "s3fifo", {}),
+    ("random:seed=2", "block", "opt-online", {}),
+    ("session", "block", "arc", {"closed_loop": True}),
+    ("session", "radix", "lru", {"gated": True}),
+    ("session", "block", "unicache", {}),
+]
+
+
+def _same_fleets(a: FleetResult, b: FleetResult) -> None:
+    da, db = a.as_dict(), b.as_dict()
+    da.pop("elapsed_s"), db.pop("elapsed_s")
+    assert da == db
+    for name in ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "hit_tokens"):
+        assert np.array_equal(getattr(a.engine, name), getattr(b.engine, name)), name
+    assert np.array_equal(a.engine.num_preemptions, b.engine.num_preemptions)
+    assert np.array_equal(a.replica, b.replica)
+
+
+@pytest.mark.parametrize(("router", "structure", "policy", "loop"), SPLIT_CASES)
+def test_routed_ahead_on_the_compiled_engine_is_the_reference_fleet(
+    router: str, structure: str, policy: str, loop: dict[str, bool]
+) -> None:
+    """A router that reads nothing of the replicas routes ahead and each replica runs apart
+    on the compiled engine: every request's times, hits and replica, every figure and
+    every replica's row are the reference loop's (a pool small enough to evict and
+    preempt)."""
+    trace = generate_sessions(num_sessions=60, seed=3, session_rate_per_s=4.0)
+    cfg = EngineConfig(capacity_blocks=600, block_tokens=16, structure=structure, **loop)
+    fleet = FleetConfig(3, router)
+    layout = trace.block_layout(16)
+    pol, bound = make_policy(policy, structure), make_router(router)
+    bound.bind(Fleet(3, trace, layout, Loads.empty(3)))
+    assert split_applies(trace, pol, cfg, layout, bound, TIMING)
+    fast = simulate_fleet(trace, policy, cfg, fleet, TIMING)
+    ref = simulate_fleet(trace, policy, cfg, fleet, TIMING, fast=False)
+    _same_fleets(fast, ref)
+    assert ref.engine.metrics["num_evictions"] > 0
+    assert len(set(fast.replica.tolist())) == 3
+
+
+def test_routed_ahead_hybrid_is_the_reference_fleet() -> None:
+    trace = GENERATORS["mix"].fn(trace=3, num_requests=120)
+    cfg = EngineConfig(
+        capacity_blocks=1,
+        structure="hybrid",
+        capacity_bytes=3 * 10**9,
+        model="marconi-hybrid-7b",
+    )
+    fleet = FleetConfig(2, "random")
+    fast = simulate_fleet(trace, "marconi:alpha=1", cfg, fleet, TIMING)
+    _same_fleets(fast, simulate_fleet(trace, "marconi:alpha=1", cfg, fleet, TIMING, fast=False))
+
+
+@pytest.mark.parametrize(
+    ("router", "loop", "tiers"),
+    [
+        ("least-loaded", {}, ()),  # reads the loads
+        ("kv-aware", {}, ()),  # reads KV events
+        ("round-robin", {"closed_loop": True}, ()),  # the order waits on the answers
+        ("session", {}, ("cpu:blocks=500",)),  # tiers: the reference loop's
+    ],
+)
+def test_routers_that_read_the_replicas_route_as_the_run_goes(
+    router: str, loop: dict[str, bool], tiers: tuple[str, ...]
+) -> None:
+    trace = _sessions(10)
+    cfg = EngineConfig(
+        capacity_blocks=600,
+        block_tokens=16,
+        tiers=tuple(tier_of(t, None, 16) for t in tiers),
+        **loop,
+    )
+    layout = trace.block_layout(16)
+    bound = make_router(router)
+    bound.bind(Fleet(2, trace, layout, Loads.empty(2)))
+    assert not split_applies(trace, make_policy("lru", "block"), cfg, layout, bound, TIMING)
+
+
+def test_routed_ahead_refuses_the_earliest_request_too_big_as_the_reference() -> None:
+    """Requests too big for the pool on two replicas: the error names the one that
+    arrived first, as the reference loop (one clock for all) raises it."""
+    trace = _sessions(30)
+    big = sorted(range(len(trace)), key=lambda r: -int(trace.input_length[r]))[:6]
+    cap = -(-int(min(trace.input_length[big] + trace.output_length[big])) // 16) - 1
+    cfg = EngineConfig(capacity_blocks=cap, block_tokens=16)
+    messages = []
+    for fast in (True, False):
+        with pytest.raises(CapacityError) as exc:
+            simulate_fleet(trace, "lru", cfg, FleetConfig(3, "round-robin"), TIMING, fast=fast)
+        messages.append(str(exc.value))
+    assert messages[0] == messages[1]

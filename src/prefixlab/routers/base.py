@@ -61,6 +61,11 @@ class Router:
     #: True: the fleet tells :meth:`kv_event` of every block a replica stores or drops, as
     #: vLLM's and SGLang's KV events do (``BlockStored``, ``BlockRemoved``)
     reads_kv_events: ClassVar[bool] = False
+    #: what the router's choices depend on: "replicas" (loads, answers or KV events: it
+    #: routes as the simulation goes), "order" (the requests and the order they arrive in)
+    #: or "request" (each request alone). The fleet routes the last two ahead and runs
+    #: the replicas apart, compiled (:mod:`prefixlab.runner.fleet_split`).
+    depends_on: ClassVar[str] = "replicas"
 
     def bind(self, fleet: Fleet) -> None:
         self.fleet = fleet

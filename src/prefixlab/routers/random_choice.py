@@ -9,5 +9,7 @@ from prefixlab.routers.base import SeededRouter, register
 class RandomChoice(SeededRouter):
     """A replica drawn uniformly at random (seeded)."""
 
+    depends_on = "order"
+
     def route(self, r: int, now: float) -> int:
         return int(self.rng.integers(self.fleet.replicas))

@@ -9,6 +9,8 @@ from prefixlab.routers.base import Router, register
 class RoundRobin(Router):
     """Replicas in turn, from replica 0."""
 
+    depends_on = "order"
+
     def __init__(self) -> None:
         self._next = 0
 

@@ -12,6 +12,8 @@ from prefixlab.routers.base import SeededRouter, register, stable_hash
 class Session(SeededRouter):
     """Sticky by session id: the replica a hash of the id picks."""
 
+    depends_on = "request"
+
     def route(self, r: int, now: float) -> int:
         sid = self.fleet.trace.session_id[r]
         key = sid if sid is not None else f"#request{r}"

@@ -9,6 +9,10 @@ is the engine runner, result for result (tested). Results are the engine's, over
 fleet (every request once, on the replica that served it), plus the replica of each
 request and a row per replica. Tiers: each replica has its own CPU pool; the store, when
 there is one, is one pool that every replica reads and writes, each over its own link.
+
+A router that reads nothing of the replicas (``round-robin``, ``random``, ``session``)
+routes ahead instead, and each replica runs apart on the compiled engine
+(:mod:`prefixlab.runner.fleet_split`), with the same results.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from prefixlab.runner.engine.simulator import (
     tier_metrics,
 )
 from prefixlab.runner.engine.tiers import TierStack, make_tier
+from prefixlab.runner.fleet_split import replica_row, simulate_split, split_applies
 from prefixlab.types import B1, I64, Row
 from prefixlab.workload.trace import BlockLayout, Trace
 
@@ -130,6 +135,7 @@ def simulate_fleet(
     fleet: FleetConfig,
     timing: TimingModel,
     check_every: int = 0,
+    fast: bool = True,
 ) -> FleetResult:
     """Serve ``trace`` with ``fleet.replicas`` engines of ``config`` behind ``fleet.router``.
 
@@ -140,6 +146,8 @@ def simulate_fleet(
         fleet: replicas and router.
         timing: one replica's timing model (the replicas are alike).
         check_every: check every replica's invariants every this many steps.
+        fast: route ahead and run each replica compiled when that applies
+            (:mod:`prefixlab.runner.fleet_split`: the same results as the reference).
     """
     config.validate()
     fleet.validate()
@@ -148,6 +156,24 @@ def simulate_fleet(
     router = make_router(fleet.router)
     loads = Loads.empty(n)
     router.bind(Fleet(n, trace, layout, loads))
+    if fast and not check_every and split_applies(trace, pols[0], config, layout, router, timing):
+        engine, replica, rows = simulate_split(trace, pols, config, layout, router, timing)
+        return FleetResult(engine, router.spec(), n, replica, rows)
+    return _reference(trace, pols, config, layout, router, loads, timing, check_every)
+
+
+def _reference(
+    trace: Trace,
+    pols: list[Policy],
+    config: EngineConfig,
+    layout: BlockLayout,
+    router: Router,
+    loads: Loads,
+    timing: TimingModel,
+    check_every: int,
+) -> FleetResult:
+    """The fleet on the engine's reference loop: one clock, routing as the run goes."""
+    n = len(pols)
     metrics = [ReplayMetrics(len(trace)) for _ in range(n)]
     feeds = [_KvFeed(router, i) for i in range(n)] if router.reads_kv_events else []
     observers: list[list[Observer]] = [[m, *feeds[i : i + 1]] for i, m in enumerate(metrics)]
@@ -166,7 +192,11 @@ def simulate_fleet(
     engine.metrics["elapsed_s"] = time.perf_counter() - start
     if stacks:
         engine.metrics.update(tier_metrics(stacks, engine.hit_tokens, trace.input_length))
-    per = [_replica_row(trace, run, metrics[i], i) for i in range(n)]
+    wait = run.first_token_s - run.arrival_s
+    per = [
+        replica_row(trace, run.replica == i, m.hit_tokens, wait, m.num_evictions, i)
+        for i, m in enumerate(metrics)
+    ]
     return FleetResult(engine, router.spec(), n, run.replica, per)
 
 
@@ -242,17 +272,3 @@ def _assemble(
     return assemble(
         trace, pol, config, timing, hits, times, preempt, run.num_steps, history if tuned else None
     )
-
-
-def _replica_row(trace: Trace, run: Run, m: ReplayMetrics, i: int) -> Row:
-    """Requests served, token hit ratio and mean arrival-to-first-token of one replica."""
-    rows = run.replica == i
-    inp = int(trace.input_length[rows].sum())
-    wait = run.first_token_s[rows] - run.arrival_s[rows]
-    return {
-        "replica": i,
-        "num_requests": int(rows.sum()),
-        "token_hit_ratio": float(m.hit_tokens[rows].sum()) / inp if inp else 0.0,
-        "mean_ttft_s": float(wait.mean()) if wait.shape[0] else float("nan"),
-        "num_evictions": m.num_evictions,
-    }

@@ -230,7 +230,7 @@ def simulate(
         and codes is not None
         and not config.tiers
         and windowed_model(config) is None
-        and _compiled_path(pol, rc, observers, check_every)
+        and compiled_path(pol, rc, observers, check_every)
     ):
         return _simulate_compiled(trace, pol, config, rc, layout, timing, codes, on_progress)
     cache = reference_cache(trace, pol, config, rc, layout, obs)
@@ -281,7 +281,7 @@ def structure_config(
     return dataclasses.replace(rc, capacity_blocks=rc.capacity_blocks - reserved)
 
 
-def _compiled_path(
+def compiled_path(
     pol: Policy, rc: ReplayConfig | None, observers: Sequence[Observer], check_every: int
 ) -> bool:
     """Whether the compiled engine runs ``pol`` (``rc`` None: on the hybrid structure)."""
@@ -735,23 +735,45 @@ def _simulate_compiled(
     codes: tuple[I64, F64, F64, F64],
     on_progress: Callable[[int, int], None] | None = None,
 ) -> EngineResult:
-    """The simulation on the compiled engine (same results as the reference loop). With
-    ``on_progress`` the kernel (which releases the GIL) runs on a thread while this one
-    reports the finished requests it counts in out[4]."""
+    """The simulation on the compiled engine (same results as the reference loop)."""
+    o = KernelOut.empty(len(trace))
+    arrivals = first_arrivals(trace, config)
+    start = time.perf_counter()
+    history = run_compiled(trace, pol, config, rc, layout, codes, arrivals, o, on_progress)
+    elapsed = time.perf_counter() - start
+    hits = o.metrics(len(trace))
+    result = assemble(trace, pol, config, timing, hits, o.times, o.preempt, int(o.out[2]), history)
+    result.metrics["elapsed_s"] = elapsed
+    return result
+
+
+def run_compiled(
+    trace: Trace,
+    pol: Policy,
+    config: EngineConfig,
+    rc: ReplayConfig | None,
+    layout: BlockLayout,
+    codes: tuple[I64, F64, F64, F64],
+    arrivals: tuple[I64, F64, I64],
+    o: KernelOut,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> list[tuple[int, float]] | None:
+    """Serve ``arrivals`` (:func:`first_arrivals`'s, or a part of them) on the compiled
+    engine, writing each request's times and hits into ``o`` (a request not among them is
+    left alone); tuned Marconi's alpha history, else None. With ``on_progress`` the kernel
+    (which releases the GIL) runs on a thread while this one reports the finished
+    requests it counts in out[4]."""
     from prefixlab.runner import _fast
     from prefixlab.runner.engine import _kernel as K
 
     n = len(trace)
     _fast.warm_up()
     prepare_policy(pol, trace, layout)
-    arrivals = _first_arrivals(trace, config)
     history: list[tuple[int, float]] = []
     s = _compiled_structure(trace, pol, config, rc, layout, history)
     inp = trace.input_length.astype(np.int64)
     outp = trace.output_length.astype(np.int64)
-    o = _KernelOut.empty(n)
     args = _kernel_args(trace, pol, config, layout, s, inp, outp, arrivals, codes, o)
-    start = time.perf_counter()
     try:
         if on_progress is None:
             s.prep.ist, s.prep.fst = K.engine_kernel(*args)
@@ -764,17 +786,11 @@ def _simulate_compiled(
             TUNERS.pop(s.tid, None)
     if isinstance(pol, ArrayPolicy):  # the policy object ends with its state, as on the reference
         pol.state = (s.prep.ist, s.prep.fst)
-    elapsed = time.perf_counter() - start
     _check_status(pol, s, o, inp, outp, layout.block_tokens)
-    tuned = history if s.hybrid is not None and hasattr(pol, "current_alpha") else None
-    result = assemble(
-        trace, pol, config, timing, o.metrics(n), o.times, o.preempt, int(o.out[2]), tuned
-    )
-    result.metrics["elapsed_s"] = elapsed
-    return result
+    return history if s.hybrid is not None and hasattr(pol, "current_alpha") else None
 
 
-def _first_arrivals(trace: Trace, config: EngineConfig) -> tuple[I64, F64, I64]:
+def first_arrivals(trace: Trace, config: EngineConfig) -> tuple[I64, F64, I64]:
     """:func:`arrival_plan` for the compiled engine, which refuses an arrival before 0."""
     arrivals = arrival_plan(trace, config.closed_loop or config.gated)
     early = np.flatnonzero(arrivals[1] < 0.0)
@@ -848,7 +864,7 @@ def _compiled_structure(
 
 
 @dataclass(slots=True)
-class _KernelOut:
+class KernelOut:
     """What the compiled engine writes: per-request times (arrival, scheduled, first
     token, finish), hits, misses and preemptions, and its status (``out``, ``out_f``)."""
 
@@ -861,7 +877,7 @@ class _KernelOut:
     out_f: F64
 
     @classmethod
-    def empty(cls, n: int) -> _KernelOut:
+    def empty(cls, n: int) -> KernelOut:
         times = (np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan))
         return cls(
             times,
@@ -905,7 +921,7 @@ def _kernel_args(
     outp: I64,
     arrivals: tuple[I64, F64, I64],
     codes: tuple[I64, F64, F64, F64],
-    o: _KernelOut,
+    o: KernelOut,
 ) -> EngineArgs:
     """``engine_kernel``'s arguments (``arrivals``: :func:`arrival_plan`'s)."""
     bt = layout.block_tokens
@@ -932,7 +948,7 @@ def _kernel_args(
     return (*block, *lookups, *sizes, *arrivals, think, arrival, *codes, *o.arrays(), *structure)
 
 
-def _check_status(pol: Policy, s: _Structure, o: _KernelOut, inp: I64, outp: I64, bt: int) -> None:
+def _check_status(pol: Policy, s: _Structure, o: KernelOut, inp: I64, outp: I64, bt: int) -> None:
     """Raise what the reference would when the kernel stopped short (``out[0]``)."""
     from prefixlab.runner.engine import _kernel as K
 
