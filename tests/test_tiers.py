@@ -93,6 +93,47 @@ def test_loads_queue_on_the_link() -> None:
     assert res.metrics["cpu_bytes_loaded"] == 4 * BLOCK_BYTES
 
 
+def test_a_block_is_readable_only_once_its_write_lands() -> None:
+    """A slow link (1 MB/s): request 0's three blocks are written when its prefill caches
+    them and land 3 x 2 MiB / 1 MB/s later. Request 2 (request 0's prompt), evicted from
+    the GPU by request 1, finds them in the CPU tier: arriving before they land, its load
+    waits for them (vLLM's HIT_PENDING, the request deferred); after, it loads at once."""
+    cpu = TierConfig("cpu", 100, bandwidth_gbps=0.001, latency_s=0.0)
+    copy = 3 * BLOCK_BYTES / 1e6
+    assert copy == pytest.approx(6.291456)
+    cold = TIMING.step_s([(49, 0, 0)], [])
+    landed = cold + copy  # request 0's prefill ends at `cold`: its blocks are cached then
+    last = TIMING.step_s([(1, 48, 0)], [])  # the last token, after 48 loaded
+    for early, wait, waits in ((0.5, 0.5 + copy + last, 1), (-0.5, copy + last, 0)):
+        trace = keyed_trace([[1, 2, 3], [4, 5, 6], [1, 2, 3]], [0.0, 1.0, landed - early])
+        res = simulate(trace, "lru", _config(cpu), TIMING, check_every=1)
+        assert res.first_token_s[0] == pytest.approx(cold, abs=1e-12)
+        assert _wait(res)[2] == pytest.approx(wait, abs=1e-9), early
+        assert res.metrics["cpu_token_hit_ratio"] == pytest.approx(48 / 147)
+        assert res.metrics["cpu_in_flight_waits"] == waits
+
+
+def test_writes_queue_on_their_own_direction_of_the_link() -> None:
+    """Two stores on one link: the second lands when the first has and its own copy is
+    done; a load on the other direction waits only for the blocks it reads to land."""
+    stack = TierStack([TierConfig("cpu", 100, bandwidth_gbps=1.0)], [_lru_tier(100)], 10**9, 4)
+    keys = np.array([1, 2, 3], dtype=np.int64)
+    stack.offer(0, keys, (0, 2), (0, np.zeros(0, np.int64)), 0.0)  # 2 GB: lands at 2 s
+    stack.offer(1, keys, (2, 3), (0, np.zeros(0, np.int64)), 0.5)  # 1 GB more: at 3 s
+    assert stack.tiers[0].pending == {1: 2.0, 2: 2.0, 3: 3.0}
+    stack.now = 1.0
+    assert stack.peek(keys).tolist() == [0, 0, 0]  # in flight, yet found
+    # blocks 1 and 2 land at 2 s, then 2 GB back at 1 GB/s; block 3 would wait until 3 s
+    assert stack.load(2, keys[:2], np.zeros(2, np.int64), 1.0, (0, 0)) == 4.0
+    assert stack.in_flight_waits == [1]
+    assert stack.load(3, keys[:1], np.zeros(1, np.int64), 5.0, (0, 0)) == 6.0
+    assert stack.in_flight_waits == [1]
+
+
+def _lru_tier(blocks: int) -> Tier:
+    return Tier("cpu", blocks, make_eviction_policy("lru", "block"), 16, block_tokens=16)
+
+
 def test_write_back_keeps_only_what_the_gpu_evicts() -> None:
     cpu = TierConfig("cpu", 100, write="back", bandwidth_gbps=2.0, latency_s=0.0)
     res = simulate(EVICTED, "lru", _config(cpu), TIMING, check_every=1)

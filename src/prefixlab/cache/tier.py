@@ -63,6 +63,9 @@ class Tier:
         self.blocks_written = 0
         #: whether a replica already watches its evictions (a shared store has several)
         self.watched = False
+        #: keys whose write is still in flight, and when it lands (a tier's readers skip
+        #: them until then; the engine's tier stack keeps it)
+        self.pending: dict[int, float] = {}
 
     @property
     def capacity_blocks(self) -> int:
@@ -167,6 +170,9 @@ class VllmLruTier:
         self.blocks_read = 0
         self.blocks_written = 0
         self.watched = False
+        #: keys whose write is still in flight, and when it lands (a tier's readers skip
+        #: them until then; the engine's tier stack keeps it)
+        self.pending: dict[int, float] = {}
 
     # --------------------------------------------------------------- lookups
     def holds(self, keys: I64) -> np.ndarray:

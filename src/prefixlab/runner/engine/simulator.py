@@ -426,8 +426,9 @@ def attach_tiers(
 
 
 def tier_metrics(stacks: Sequence[TierStack], hit_tokens: I64, input_length: I64) -> Row:
-    """Per tier: the share of input tokens it served, bytes loaded and stored, evictions;
-    the GPU's share; the mean wait for loads (over every request's first admission)."""
+    """Per tier: the share of input tokens it served, bytes loaded and stored, evictions,
+    loads that waited for a write in flight; the GPU's share; the mean wait for loads (over
+    every request's first admission)."""
     out: Row = {}
     inp = int(input_length.sum())
     lower = 0
@@ -439,6 +440,7 @@ def tier_metrics(stacks: Sequence[TierStack], hit_tokens: I64, input_length: I64
         out[f"{cfg.name}_bytes_loaded"] = sum(s.bytes_loaded[j] for s in stacks)
         out[f"{cfg.name}_bytes_stored"] = sum(s.bytes_stored[j] for s in stacks)
         out[f"{cfg.name}_evictions"] = sum(s.num_evictions[j] for s in stacks)
+        out[f"{cfg.name}_in_flight_waits"] = sum(s.in_flight_waits[j] for s in stacks)
     out["gpu_token_hit_ratio"] = (int(hit_tokens.sum()) - lower) / inp if inp else 0.0
     waits = np.sum([s.load_wait_s for s in stacks], axis=0)
     out["mean_load_wait_s"] = float(waits.mean()) if waits.shape[0] else 0.0

@@ -26,8 +26,13 @@ How blocks get into a tier (``write``):
 - ``back``: a block is written when the level above evicts it (the GPU pool for the CPU
   tier; the CPU tier, or the GPU pool when there is none, for the store).
 
-Writes cost link time on the other direction and do not delay requests; they are reported
-as bytes. A block is readable in its tier at once (the copy is not modelled as pending).
+A write takes link time in the other direction (the link is full duplex): each tier's
+write link to the replica is a queue too, and a block is readable in its tier only once
+its copy has landed (``bytes / bandwidth + latency`` after the link is free). A lookup
+that finds a block in flight counts it, and the load waits for the copy to land (vLLM's
+offloading manager answers ``HIT_PENDING`` and the connector defers the request until the
+store completes). Writes never delay the request that made them (its GPU blocks are not
+held for the copy: the GPU-side cost is not modelled).
 """
 
 from __future__ import annotations
@@ -235,6 +240,9 @@ class TierStack:
         self.timing = timing
         k = len(self.tiers)
         self.link_free = [0.0] * k
+        self.write_free = [0.0] * k  # the write direction of each link
+        #: per tier: loads that waited for a write still in flight
+        self.in_flight_waits = [0] * k
         self.bytes_loaded = [0] * k
         self.bytes_stored = [0] * k
         self.num_evictions = [0] * k
@@ -257,6 +265,16 @@ class TierStack:
         src: I64 = np.argmax(held[:, :n], axis=0).astype(np.int64)
         return src
 
+    def _landing(self, tier: AnyTier, keys: I64, now: float) -> float:
+        """When the last of ``keys`` still being written to ``tier`` lands (``now``: none)."""
+        pending = tier.pending
+        if not pending:
+            return now
+        if len(pending) > 1024:  # forget the writes that landed
+            for key in [k for k, t in pending.items() if t <= now]:
+                del pending[key]
+        return max((pending.get(k, now) for k in keys.tolist()), default=now)
+
     def load(
         self, r: int, keys: I64, src: I64, now: float, rest: tuple[int, int], first: int = 0
     ) -> float:
@@ -274,7 +292,9 @@ class TierStack:
             size = int(mine.shape[0]) * self.block_bytes
             self.bytes_loaded[j] += size
             cfg = self.configs[j]
-            begin = max(now, self.link_free[j])
+            landing = self._landing(t, mine, now)  # a block still in flight: wait for it
+            self.in_flight_waits[j] += landing > now
+            begin = max(now, self.link_free[j], landing)
             self.link_free[j] = begin + size / cfg.bytes_per_s + cfg.latency
             ready = max(ready, self.link_free[j])
         if self.timing is not None and ready > now:
@@ -294,13 +314,13 @@ class TierStack:
             return
         pos = np.arange(start, end)
         inside = pos < h + src.shape[0]
-        for j, t in enumerate(self.tiers):
+        for j in range(len(self.tiers)):
             if self.configs[j].write != "through":
                 continue
             offered = np.ones(pos.shape[0], dtype=bool)
             offered[inside] = src[pos[inside] - h] > j
             at = pos[offered]
-            self.bytes_stored[j] += t.store(keys[at], now, r, at) * self.block_bytes
+            self._write(j, keys[at], now, r, at)
 
     def finish(self, r: int) -> None:
         """Request ``r`` finished: tiers that commit recency then (vLLM's) do it now."""
@@ -309,7 +329,24 @@ class TierStack:
 
     def write_back(self, j: int, keys: I64) -> None:
         """The level above tier ``j`` evicted ``keys``: a write-back tier keeps them."""
-        self.bytes_stored[j] += self.tiers[j].store(keys, self.now, -1) * self.block_bytes
+        self._write(j, keys, self.now, -1, None)
+
+    def _write(self, j: int, keys: I64, now: float, r: int, pos: I64 | None) -> None:
+        """Offer ``keys`` to tier ``j``; those it keeps are copied over the write link,
+        readable when the copy lands."""
+        t = self.tiers[j]
+        new = keys[~t.holds(keys)]
+        written = t.store(keys, now, r, pos)
+        if not written:
+            return
+        size = written * self.block_bytes
+        self.bytes_stored[j] += size
+        cfg = self.configs[j]
+        begin = max(now, self.write_free[j])
+        self.write_free[j] = end = begin + size / cfg.bytes_per_s + cfg.latency
+        if end > now:
+            kept = new[t.holds(new)]
+            t.pending.update(zip(kept.tolist(), [end] * int(kept.shape[0]), strict=True))
 
 
 class _Evictions:
