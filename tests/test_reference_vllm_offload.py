@@ -71,6 +71,21 @@ def test_offered_keys_are_protected_and_a_store_that_cannot_fit_is_dropped() -> 
     assert sorted(tier.rank) == [1, 2]
 
 
+def test_a_block_whose_write_is_in_flight_is_not_evicted() -> None:
+    """vLLM holds a chunk being stored at ref_cnt -1: only a ready one can go."""
+    tier = VllmLruTier("cpu", 2)
+    evicted = _evictions(tier)
+    assert tier.store(_a(1, 2), 0.0, 0, _a(0, 1)) == 2
+    tier.finish(0)
+    tier.pending[2] = 5.0  # block 2 (the least recent) still being written
+    assert tier.store(_a(3), 1.0, 1, _a(0)) == 1
+    assert evicted == [[1]]
+    tier.pending[3] = 9.0
+    assert tier.store(_a(4), 2.0, 2, _a(0)) == 0  # 2 and 3 in flight: dropped whole
+    assert tier.store(_a(4), 6.0, 2, _a(0)) == 1  # 2 landed at 5 s
+    assert evicted == [[1], [2]]
+
+
 def test_store_threshold_counts_offers() -> None:
     tier = VllmLruTier("cpu", 4, store_threshold=2, max_tracker_size=2)
     assert tier.store(_a(1, 2), 0.0, 0, _a(0, 1)) == 0  # first offers: counted only

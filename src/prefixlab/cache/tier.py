@@ -238,7 +238,7 @@ class VllmLruTier:
             )
         if not new:
             return 0
-        victims = self._evict(len(self.rank) + len(new) - self.capacity_blocks, set(ks))
+        victims = self._evict(len(self.rank) + len(new) - self.capacity_blocks, set(ks), now)
         if victims is None:
             return 0
         where = dict(zip(ks, positions, strict=True))
@@ -282,7 +282,9 @@ class VllmLruTier:
                 unprotected -= 1
             counts[k] = 1
 
-    def _evict(self, n: int, protected: set[int]) -> list[int] | None:
+    def _evict(self, n: int, protected: set[int], now: float) -> list[int] | None:
+        """``n`` victims, least recent first, never a protected key nor one whose write is
+        in flight (vLLM: a store in flight holds its chunk at ref_cnt -1, not evictable)."""
         if n <= 0:
             return []
         chosen: list[tuple[tuple[int, int], int]] = []
@@ -293,7 +295,7 @@ class VllmLruTier:
             rank, k = entry
             if self.rank.get(k) != rank or k in picked:
                 continue
-            if k in protected:
+            if k in protected or self.pending.get(k, now) > now:
                 deferred.append(entry)
                 continue
             chosen.append(entry)
