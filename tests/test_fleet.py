@@ -376,9 +376,11 @@ def test_routed_ahead_hybrid_is_the_reference_fleet() -> None:
         capacity_bytes=3 * 10**9,
         model="marconi-hybrid-7b",
     )
-    fleet = FleetConfig(2, "random")
-    fast = simulate_fleet(trace, "marconi:alpha=1", cfg, fleet, TIMING)
-    _same_fleets(fast, simulate_fleet(trace, "marconi:alpha=1", cfg, fleet, TIMING, fast=False))
+    for n, policy in ((2, "marconi:alpha=1"), (1, "marconi")):  # tuned: its alphas too
+        fleet = FleetConfig(n, "random")
+        fast = simulate_fleet(trace, policy, cfg, fleet, TIMING)
+        _same_fleets(fast, simulate_fleet(trace, policy, cfg, fleet, TIMING, fast=False))
+    assert "alpha_history" in fast.engine.metrics
 
 
 @pytest.mark.parametrize(

@@ -107,17 +107,20 @@ def simulate_split(
     o = KernelOut.empty(len(trace))
     outs = [dataclasses.replace(o, out=np.zeros(5, np.int64), out_f=np.zeros(2)) for _ in pols]
 
+    history: list[list[tuple[int, float]] | None] = [None] * len(pols)
+
     def serve(i: int) -> None:
         mine = replica[first] == i
         plan = (first[mine], times[mine], next_turn)
         rc = structure_config(trace, pols[i], config, layout)
-        run_compiled(trace, pols[i], config, rc, layout, codes, plan, outs[i])
+        history[i] = run_compiled(trace, pols[i], config, rc, layout, codes, plan, outs[i])
 
     _run_all(serve, outs, trace)
     steps = sum(int(x.out[2]) for x in outs)
     hits = o.metrics(len(trace))
     hits.num_evictions = sum(int(x.out[3]) for x in outs)
-    engine = assemble(trace, pols[0], config, timing, hits, o.times, o.preempt, steps, None)
+    tuned = history[0] if len(pols) == 1 else None  # tuned Marconi's alphas: one replica's
+    engine = assemble(trace, pols[0], config, timing, hits, o.times, o.preempt, steps, tuned)
     engine.metrics["elapsed_s"] = time.perf_counter() - start
     wait = engine.first_token_s - engine.arrival_s
     rows = [
