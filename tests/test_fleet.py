@@ -415,9 +415,13 @@ def test_routed_ahead_refuses_the_earliest_request_too_big_as_the_reference() ->
     big = sorted(range(len(trace)), key=lambda r: -int(trace.input_length[r]))[:6]
     cap = -(-int(min(trace.input_length[big] + trace.output_length[big])) // 16) - 1
     cfg = EngineConfig(capacity_blocks=cap, block_tokens=16)
-    messages = []
-    for fast in (True, False):
-        with pytest.raises(CapacityError) as exc:
-            simulate_fleet(trace, "lru", cfg, FleetConfig(3, "round-robin"), TIMING, fast=fast)
-        messages.append(str(exc.value))
-    assert messages[0] == messages[1]
+    # and two at one instant (requests 2 and 3, on replicas 2 and 0): the first scheduled
+    tied = keyed_trace([[1], [2], [3, 4, 5, 6], [7, 8, 9, 10]], [0.0, 0.0, 1.0, 1.0])
+    for tr, c in ((trace, cfg), (tied, EngineConfig(capacity_blocks=3, block_tokens=16))):
+        messages = []
+        for fast in (True, False):
+            with pytest.raises(CapacityError) as exc:
+                simulate_fleet(tr, "lru", c, FleetConfig(3, "round-robin"), TIMING, fast=fast)
+            messages.append(str(exc.value))
+        assert messages[0] == messages[1]
+    assert messages[0].startswith("request 2 ")

@@ -86,6 +86,12 @@ def test_a_block_whose_write_is_in_flight_is_not_evicted() -> None:
     assert evicted == [[1], [2]]
 
 
+def test_a_key_offered_twice_in_one_store_is_written_once() -> None:
+    tier = VllmLruTier("cpu", 4)
+    assert tier.store(_a(5, 5, 6), 0.0, -1) == 2
+    assert tier.blocks_written == 2 and sorted(tier.rank) == [5, 6]
+
+
 def test_store_threshold_counts_offers() -> None:
     tier = VllmLruTier("cpu", 4, store_threshold=2, max_tracker_size=2)
     assert tier.store(_a(1, 2), 0.0, 0, _a(0, 1)) == 0  # first offers: counted only

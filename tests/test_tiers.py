@@ -130,6 +130,32 @@ def test_writes_queue_on_their_own_direction_of_the_link() -> None:
     assert stack.in_flight_waits == [1]
 
 
+def test_a_load_waiting_for_a_write_leaves_the_link_to_others() -> None:
+    """Block 9 lands at 1 s, blocks 1-3 at 4 s (1 GB blocks, 1 GB/s). At 2 s request A
+    needs block 1: it is deferred to 4 s and loads until 5 s. Request B, loading block 9
+    at 2 s, takes the idle link at once (done at 3 s), not after A. With the overlap, A's
+    own prefill (longer than its load) hides the load but never the wait for the landing."""
+    cfg = TierConfig("cpu", 100, bandwidth_gbps=1.0)
+    power = make_timing("power:preset=llama-3.1-8b-h100")
+    rest_a, rest_b = (100_000, 0), (1, 0)
+    assert power.step_s([(*rest_a, 0)], []) > 1.0
+    for timing in (None, power):
+        stack = TierStack([cfg], [_lru_tier(100)], 10**9, 4, timing)
+        stack.offer(0, np.array([9], np.int64), (0, 1), (0, np.zeros(0, np.int64)), 0.0)
+        stack.offer(1, np.array([1, 2, 3], np.int64), (0, 3), (0, np.zeros(0, np.int64)), 1.0)
+        assert stack.tiers[0].pending == {9: 1.0, 1: 4.0, 2: 4.0, 3: 4.0}
+        stack.now = 2.0
+        one = np.zeros(1, np.int64)
+        a = stack.load(0, np.array([1], np.int64), one, 2.0, rest_a)
+        b = stack.load(1, np.array([9], np.int64), one, 2.0, rest_b)
+        hidden_b = 0.0 if timing is None else power.step_s([(*rest_b, 0)], [])
+        assert (a, b) == (
+            pytest.approx(5.0 if timing is None else 4.0),
+            pytest.approx(3.0 - hidden_b),
+        )
+        assert stack.link_busy[0] == [(2.0, 3.0), (4.0, 5.0)]
+
+
 def _lru_tier(blocks: int) -> Tier:
     return Tier("cpu", blocks, make_eviction_policy("lru", "block"), 16, block_tokens=16)
 
@@ -296,11 +322,11 @@ def test_each_block_loads_from_the_highest_tier_that_holds_it() -> None:
     stack = TierStack([cpu, store], tiers, BLOCK_BYTES, 1)
     src = stack.peek(keys)
     assert src.tolist() == [0, 1, 1]
-    stack.link_free[1] = 5.0  # the store's link is busy until 5 s
+    stack.link_busy[1] = [(0.0, 5.0)]  # the store's link is busy until 5 s
     ready = stack.load(0, keys[:3], src, 1.0, (17, 48))
     assert ready == pytest.approx(5.0 + 2 * BLOCK_BYTES / 12.5e9 + 0.01)
     assert stack.bytes_loaded == [BLOCK_BYTES, 2 * BLOCK_BYTES]
-    assert stack.link_free[0] == pytest.approx(1.0 + BLOCK_BYTES / 4e9)
+    assert stack.link_busy[0] == [(1.0, pytest.approx(1.0 + BLOCK_BYTES / 4e9))]
     # write-through: block 2 and 3 came from below the CPU pool, which keeps them now
     stack.offer(0, keys, (0, 4), (0, src), 6.0)
     assert tiers[0].cache.cached_keys() == set(keys.tolist())

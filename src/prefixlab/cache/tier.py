@@ -224,6 +224,10 @@ class VllmLruTier:
         if not ks:
             return 0
         positions = pos.tolist() if pos is not None else list(range(len(ks)))
+        if len(set(ks)) < len(ks):  # a GPU eviction may drop two holders of one key
+            first = dict(zip(reversed(ks), reversed(positions), strict=True))
+            ks = list(dict.fromkeys(ks))
+            positions = [first[k] for k in ks]
         if self.store_threshold >= 2:
             self._count(ks)
         new = [k for k in ks if k not in self.rank]

@@ -64,7 +64,8 @@ class Router:
     #: what the router's choices depend on: "replicas" (loads, answers or KV events: it
     #: routes as the simulation goes), "order" (the requests and the order they arrive in)
     #: or "request" (each request alone). The fleet routes the last two ahead and runs
-    #: the replicas apart, compiled (:mod:`prefixlab.runner.fleet_split`).
+    #: the replicas apart, compiled (:mod:`prefixlab.runner.fleet_split`). A subclass
+    #: inherits it: one that reads the loads must set it back to "replicas".
     depends_on: ClassVar[str] = "replicas"
 
     def bind(self, fleet: Fleet) -> None:

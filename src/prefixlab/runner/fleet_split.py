@@ -132,16 +132,18 @@ def simulate_split(
 
 def _run_all(serve: Callable[[int], None], outs: list[KernelOut], trace: Trace) -> None:
     """``serve(i)`` for every replica, on threads. Of the replicas refused for a request
-    too big for the pool, the error of the earliest arrival: the one the reference loop,
-    which serves them all on one clock, raises."""
+    too big for the pool, the error of the earliest arrival (ties: the lower request
+    index, the reference's order for open-loop arrivals at one instant): the one the
+    reference loop, which serves them all on one clock, raises."""
     workers = max(1, min(len(outs), os.cpu_count() or 1))
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         futures = [pool.submit(serve, i) for i in range(len(outs))]
-    errors: list[tuple[float, int, CapacityError]] = []
+    errors: list[tuple[float, int, CapacityError]] = []  # (arrival, request, error)
     for i, f in enumerate(futures):
         exc = f.exception()
-        if isinstance(exc, CapacityError):  # the kernel left the request in out[1]
-            errors.append((float(trace.arrival_s[int(outs[i].out[1])]), i, exc))
+        if isinstance(exc, CapacityError):  # the kernel left the request in out[1] and
+            r = int(outs[i].out[1])  # its arrival (a closed loop's, not the trace's) in times
+            errors.append((float(outs[i].times[0][r]), r, exc))
         elif exc is not None:
             raise exc
     if errors:

@@ -31,8 +31,10 @@ write link to the replica is a queue too, and a block is readable in its tier on
 its copy has landed (``bytes / bandwidth + latency`` after the link is free). A lookup
 that finds a block in flight counts it, and the load waits for the copy to land (vLLM's
 offloading manager answers ``HIT_PENDING`` and the connector defers the request until the
-store completes). Writes never delay the request that made them (its GPU blocks are not
-held for the copy: the GPU-side cost is not modelled).
+store completes); its transfer is booked from the landing on, at the first gap of the
+link that fits, so others' loads use the link meanwhile. Writes never delay the request
+that made them (its GPU blocks are not held for the copy: the GPU-side cost is not
+modelled).
 """
 
 from __future__ import annotations
@@ -239,8 +241,9 @@ class TierStack:
         #: overlap loads with the prefill of the rest (priced by this model); None: not
         self.timing = timing
         k = len(self.tiers)
-        self.link_free = [0.0] * k
-        self.write_free = [0.0] * k  # the write direction of each link
+        #: per link, the read direction's booked transfers (start, end), in order
+        self.link_busy: list[list[tuple[float, float]]] = [[] for _ in range(k)]
+        self.write_free = [0.0] * k  # the write direction of each link (first come, first served)
         #: per tier: loads that waited for a write still in flight
         self.in_flight_waits = [0] * k
         self.bytes_loaded = [0] * k
@@ -273,7 +276,7 @@ class TierStack:
         if len(pending) > 1024:  # forget the writes that landed
             for key in [k for k, t in pending.items() if t <= now]:
                 del pending[key]
-        return max((pending.get(k, now) for k in keys.tolist()), default=now)
+        return max(now, max((pending.get(k, now) for k in keys.tolist()), default=now))
 
     def load(
         self, r: int, keys: I64, src: I64, now: float, rest: tuple[int, int], first: int = 0
@@ -281,7 +284,7 @@ class TierStack:
         """Read ``keys`` (blocks ``first``... of the request), each from tier ``src``;
         returns when they are all on the GPU. ``rest``: (tokens to prefill, tokens cached
         before them), for the overlap."""
-        ready = now
+        ready = landed = now
         pos = np.arange(first, first + keys.shape[0], dtype=np.int64)
         for j, t in enumerate(self.tiers):
             mask = src == j
@@ -292,14 +295,16 @@ class TierStack:
             size = int(mine.shape[0]) * self.block_bytes
             self.bytes_loaded[j] += size
             cfg = self.configs[j]
-            landing = self._landing(t, mine, now)  # a block still in flight: wait for it
+            # a block still in flight: the request is deferred until it lands, and only
+            # then takes the link (the loads of others may use it meanwhile)
+            landing = self._landing(t, mine, now)
             self.in_flight_waits[j] += landing > now
-            begin = max(now, self.link_free[j], landing)
-            self.link_free[j] = begin + size / cfg.bytes_per_s + cfg.latency
-            ready = max(ready, self.link_free[j])
+            landed = max(landed, landing)
+            end = book(self.link_busy[j], now, landing, size / cfg.bytes_per_s + cfg.latency)
+            ready = max(ready, end)
         if self.timing is not None and ready > now:
             hidden = self.timing.step_s([(rest[0], rest[1], 0)], [])
-            ready = max(now, ready - hidden)
+            ready = max(landed, ready - hidden)
         return ready
 
     def offer(
@@ -347,6 +352,21 @@ class TierStack:
         if end > now:
             kept = new[t.holds(new)]
             t.pending.update(zip(kept.tolist(), [end] * int(kept.shape[0]), strict=True))
+
+
+def book(busy: list[tuple[float, float]], now: float, earliest: float, duration: float) -> float:
+    """Book ``duration`` on a link at the first gap from ``earliest`` on (``busy``: its
+    booked transfers, in order; those over by ``now`` are dropped); returns its end."""
+    while busy and busy[0][1] <= now:
+        busy.pop(0)
+    t = earliest
+    for i, (start, end) in enumerate(busy):
+        if t + duration <= start:
+            busy.insert(i, (t, t + duration))
+            return t + duration
+        t = max(t, end)
+    busy.append((t, t + duration))
+    return t + duration
 
 
 class _Evictions:
