@@ -11,9 +11,10 @@ replica count so each replica sees about the same load. In the same run:
 
 * ``engine``: ``simulate`` with one replica, the compiled engine (the baseline);
 * ``engine (reference)``: ``simulate(..., fast=False)``, the Python loop;
-* ``fleet N``: ``simulate_fleet`` with N replicas behind the router (compiled when the
-  router reads nothing of the replicas: ``round-robin``, ``random``, ``session``; the
-  reference loop otherwise), and ``fleet N (reference)`` on the reference loop;
+* ``fleet N``: ``simulate_fleet`` with N replicas behind the router (compiled: routed
+  ahead for ``round-robin``, ``random`` and ``session``, on the fleet kernel for
+  ``least-loaded``, ``power-of-two`` and ``cache-aware``; ``kv-aware`` on the reference
+  loop), and ``fleet N (reference)`` on the reference loop;
 * ``fleet N + tiers``: the same with KV tiers below each replica's GPU memory (``--tiers``,
   by default a 100,000-block CPU pool per replica and a 400,000-block store they share,
   written back), which run on the reference loop.
@@ -23,8 +24,8 @@ blocks) repeated back to back to N requests, each copy's block ids renumbered (c
 nothing), retimed to ``--rate`` requests/s per replica; `lru` on 20 GB of KV per replica
 (298 blocks, Llama-3.1-8B), the same timing. Rows: the fleet of ``--replicas`` (32 by
 default) behind each of ``--router`` (comma-separated); one replica, the compiled engine,
-on the same requests (the baseline); the fleet on the reference loop on the first
-``--reference`` requests.
+on the same requests (the baseline); then, per router, the fleet compiled and on the
+reference loop on the first ``--reference`` requests.
 
 Each is timed from the call to its return, after one untimed compiled run that loads the
 kernels (and with the trace's block layout computed beforehand, as the engine's runs find
@@ -92,7 +93,8 @@ def scale(args: argparse.Namespace) -> None:
     trace.block_layout(512, None, False, cfg.min_recompute_tokens)  # untimed
     head = trace.take(np.arange(min(args.reference, len(trace))))
     head.block_layout(512, None, False, cfg.min_recompute_tokens)
-    simulate_fleet(head, "lru", cfg, FleetConfig(2, "round-robin"), timing)  # load the kernels
+    for router in args.router.split(","):  # load the kernels
+        simulate_fleet(head.take(np.arange(100)), "lru", cfg, FleetConfig(2, router), timing)
     rows = []
     start = time.perf_counter()
     one = simulate(trace, "lru", cfg, timing)
@@ -103,14 +105,13 @@ def scale(args: argparse.Namespace) -> None:
         res = simulate_fleet(trace, "lru", cfg, FleetConfig(replicas, router), timing)
         rate = len(trace) / (time.perf_counter() - start)
         rows.append((f"fleet {replicas} x {router}", len(trace), rate, res.engine.metrics))
-    for fast in (True, False):
-        start = time.perf_counter()
-        res = simulate_fleet(
-            head, "lru", cfg, FleetConfig(replicas, "round-robin"), timing, fast=fast
-        )
-        rate = len(head) / (time.perf_counter() - start)
-        name = f"fleet {replicas} x round-robin, {'compiled' if fast else 'reference loop'}"
-        rows.append((name, len(head), rate, res.engine.metrics))
+    for router in args.router.split(","):
+        for fast in (True, False):
+            start = time.perf_counter()
+            res = simulate_fleet(head, "lru", cfg, FleetConfig(replicas, router), timing, fast=fast)
+            rate = len(head) / (time.perf_counter() - start)
+            name = f"fleet {replicas} x {router}, {'compiled' if fast else 'reference'}"
+            rows.append((name, len(head), rate, res.engine.metrics))
     print(f"trace: {trace.name}, {len(trace):,} requests at {trace.request_rate():.1f}/s")
     head_row = f"{'run':<44} {'requests':>9} {'requests/s':>11} {'x 1 replica':>11}"
     print(f"{head_row} {'hit':>6} {'P95 TTFT':>9}")

@@ -21,6 +21,7 @@ from prefixlab.routers import Fleet, Loads, make_router, registered
 from prefixlab.runner.engine import EngineConfig, simulate
 from prefixlab.runner.engine.tiers import tier_of
 from prefixlab.runner.fleet import FleetConfig, FleetResult, simulate_fleet
+from prefixlab.runner.fleet_routed import routed_applies
 from prefixlab.runner.fleet_split import split_applies
 from prefixlab.workload.generators import GENERATORS, generate_sessions
 from prefixlab.workload.trace import Trace
@@ -346,21 +347,41 @@ def _same_fleets(a: FleetResult, b: FleetResult) -> None:
     assert np.array_equal(a.replica, b.replica)
 
 
-@pytest.mark.parametrize(("router", "structure", "policy", "loop"), SPLIT_CASES)
-def test_routed_ahead_on_the_compiled_engine_is_the_reference_fleet(
-    router: str, structure: str, policy: str, loop: dict[str, bool]
+ROUTED_CASES = [
+    ("least-loaded", "block", "lru", {}),
+    ("least-loaded:by=tokens", "radix", "lru", {}),
+    ("power-of-two:seed=1", "block", "s3fifo", {"closed_loop": True}),
+    ("power-of-two:seed=4", "radix", "sglang-lru", {"gated": True}),
+    ("cache-aware", "block", "arc", {}),
+    # a tree bound and a cycle short enough to evict, a threshold low enough to follow it
+    ("cache-aware:max_tree_size=40,eviction_interval=2,cache_threshold=0.2", "radix", "lru", {}),
+    ("cache-aware:balance_abs_threshold=2", "block", "opt-online", {"closed_loop": True}),
+    ("least-loaded", "block", "unicache", {}),
+    ("round-robin", "block", "lru", {"closed_loop": True}),  # the order waits on answers
+    ("random:seed=3", "radix", "lru", {"gated": True}),
+]
+
+
+@pytest.mark.parametrize(
+    ("router", "structure", "policy", "loop", "ahead"),
+    [(*c, True) for c in SPLIT_CASES] + [(*c, False) for c in ROUTED_CASES],
+)
+def test_fleets_compiled_are_the_reference_fleet(
+    router: str, structure: str, policy: str, loop: dict[str, bool], ahead: bool
 ) -> None:
     """A router that reads nothing of the replicas routes ahead and each replica runs apart
-    on the compiled engine: every request's times, hits and replica, every figure and
-    every replica's row are the reference loop's (a pool small enough to evict and
-    preempt)."""
+    on the compiled engine (``ahead``); least-loaded, power-of-two and cache-aware (and
+    round-robin and random in a closed loop) run on the fleet kernel, all replicas on one
+    clock. Either way every request's times, hits and replica, every figure and every
+    replica's row are the reference loop's (a pool small enough to evict and preempt)."""
     trace = generate_sessions(num_sessions=60, seed=3, session_rate_per_s=4.0)
     cfg = EngineConfig(capacity_blocks=600, block_tokens=16, structure=structure, **loop)
     fleet = FleetConfig(3, router)
     layout = trace.block_layout(16)
     pol, bound = make_policy(policy, structure), make_router(router)
     bound.bind(Fleet(3, trace, layout, Loads.empty(3)))
-    assert split_applies(trace, pol, cfg, layout, bound, TIMING)
+    assert split_applies(trace, pol, cfg, layout, bound, TIMING) is ahead
+    assert ahead or routed_applies(trace, pol, cfg, layout, bound, TIMING, 3)
     fast = simulate_fleet(trace, policy, cfg, fleet, TIMING)
     ref = simulate_fleet(trace, policy, cfg, fleet, TIMING, fast=False)
     _same_fleets(fast, ref)
@@ -368,7 +389,7 @@ def test_routed_ahead_on_the_compiled_engine_is_the_reference_fleet(
     assert len(set(fast.replica.tolist())) == 3
 
 
-def test_routed_ahead_hybrid_is_the_reference_fleet() -> None:
+def test_hybrid_fleets_compiled_are_the_reference_fleet() -> None:
     trace = GENERATORS["mix"].fn(trace=3, num_requests=120)
     cfg = EngineConfig(
         capacity_blocks=1,
@@ -376,11 +397,13 @@ def test_routed_ahead_hybrid_is_the_reference_fleet() -> None:
         capacity_bytes=3 * 10**9,
         model="marconi-hybrid-7b",
     )
-    for n, policy in ((2, "marconi:alpha=1"), (1, "marconi")):  # tuned: its alphas too
-        fleet = FleetConfig(n, "random")
-        fast = simulate_fleet(trace, policy, cfg, fleet, TIMING)
-        _same_fleets(fast, simulate_fleet(trace, policy, cfg, fleet, TIMING, fast=False))
-    assert "alpha_history" in fast.engine.metrics
+    for router in ("random", "least-loaded"):  # routed ahead; on the fleet kernel
+        for n, policy in ((2, "marconi:alpha=1"), (1, "marconi")):  # tuned: its alphas too
+            fleet = FleetConfig(n, router)
+            fast = simulate_fleet(trace, policy, cfg, fleet, TIMING)
+            _same_fleets(fast, simulate_fleet(trace, policy, cfg, fleet, TIMING, fast=False))
+            assert n == 1 or len(set(fast.replica.tolist())) == 2
+        assert "alpha_history" in fast.engine.metrics
 
 
 @pytest.mark.parametrize(
@@ -405,7 +428,11 @@ def test_routers_that_read_the_replicas_route_as_the_run_goes(
     layout = trace.block_layout(16)
     bound = make_router(router)
     bound.bind(Fleet(2, trace, layout, Loads.empty(2)))
-    assert not split_applies(trace, make_policy("lru", "block"), cfg, layout, bound, TIMING)
+    pol = make_policy("lru", "block")
+    assert not split_applies(trace, pol, cfg, layout, bound, TIMING)
+    # the loads and a closed loop's order on the fleet kernel; KV events and tiers not
+    compiled = router in ("least-loaded", "round-robin")
+    assert routed_applies(trace, pol, cfg, layout, bound, TIMING, 2) is compiled
 
 
 def test_routed_ahead_refuses_the_earliest_request_too_big_as_the_reference() -> None:
@@ -425,3 +452,53 @@ def test_routed_ahead_refuses_the_earliest_request_too_big_as_the_reference() ->
             messages.append(str(exc.value))
         assert messages[0] == messages[1]
     assert messages[0].startswith("request 2 ")
+
+
+def test_cache_aware_compiled_evicts_its_trees_as_the_router() -> None:
+    """The compiled cache-aware router's trees, after a run with evictions due, hold the
+    keys the Python router's hold (their eviction order: least recent, deepest first,
+    then insertion)."""
+    from prefixlab.routers._compiled import evict_due, route_one, routed_one
+    from prefixlab.runner.fleet_routed import _router_args
+
+    trace = generate_sessions(num_sessions=30, seed=5, session_rate_per_s=4.0)
+    layout = trace.block_layout(16)
+    spec = "cache-aware:max_tree_size=25,eviction_interval=1.5,cache_threshold=0.3"
+    py, cc = make_router(spec), make_router(spec)
+    for r in (py, cc):
+        r.bind(Fleet(3, trace, layout, Loads.empty(3)))
+    code, par, pairs, trees, nxt = _router_args(cc, len(trace))
+    loads = np.zeros(3, np.int64)
+    evicted = 0
+    for r in np.argsort(trace.arrival_s, kind="stable").tolist():
+        now = float(trace.arrival_s[r])
+        keys = py.fleet.prompt_keys(r)
+        a = py.route(r, now)
+        sizes = [len(t) for t in trees]
+        evict_due(code, par, trees, nxt, now)
+        evicted += sum(sizes) - sum(len(t) for t in trees)
+        b = route_one(code, par, 0, now, loads, loads, pairs, trees, keys, 0, keys.shape[0])
+        assert a == b
+        py.routed(r, a, now)
+        routed_one(code, trees, b, keys, 0, keys.shape[0], now)
+        assert [list(t) for t in py.trees] == [list(t) for t in trees]  # type: ignore[attr-defined]
+    assert evicted > 0
+
+
+@pytest.mark.parametrize("router", ["least-loaded", "power-of-two:seed=2", "cache-aware"])
+def test_fleet_kernel_orders_ties_as_the_reference(router: str) -> None:
+    """Whole-second arrivals and whole-second steps: step ends, arrivals and step starts
+    fall on the same instants, on several replicas at once; the fleet kernel still gives
+    the reference loop's every time and replica (step ends first, in the order the steps
+    started; then arrivals in order; then idle replicas by index)."""
+    timing = make_timing("power:a=0.01,b=1,c=1+tpot:s=1")  # 100 tokens -> 1 s; decode 1 s
+    trace = _fixed_prompts(400, 1.5, seed=1)
+    trace.arrival_s[:] = np.floor(trace.arrival_s)
+    trace.output_length[:] = 2
+    cfg = EngineConfig(capacity_blocks=64, max_num_seqs=2)
+    fleet = FleetConfig(3, router)
+    fast = simulate_fleet(trace, "lru", cfg, fleet, timing)
+    _same_fleets(fast, simulate_fleet(trace, "lru", cfg, fleet, timing, fast=False))
+    ends = fast.engine.finish_s
+    assert len(set(ends.tolist())) < 0.6 * len(trace)  # ties, many
+    assert np.isin(ends, trace.arrival_s).sum() > 50  # and at arrival instants

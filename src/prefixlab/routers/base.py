@@ -21,7 +21,7 @@ from typing import ClassVar, TypeVar
 import numpy as np
 
 from prefixlab.registry import Registry
-from prefixlab.types import I64, Scalar
+from prefixlab.types import F64, I64, Scalar
 from prefixlab.workload.trace import BlockLayout, Trace
 
 
@@ -87,6 +87,18 @@ class Router:
     def kv_event(self, replica: int, keys: I64, stored: bool, now: float) -> None:
         """Told (when :attr:`reads_kv_events`) that ``replica`` stored (or dropped) the
         blocks of these keys at ``now``."""
+
+    def compiled(self) -> tuple[int, F64] | None:
+        """The router as the fleet's compiled kernel runs it: its code and parameters
+        (:mod:`prefixlab.routers._compiled`), or None (the default) to route on the
+        reference loop. A subclass that changes what :meth:`route` does returns None."""
+        return None
+
+    def draws(self, count: int) -> I64:
+        """What :meth:`route` would draw for its next ``count`` calls, one row per call in
+        order (the compiled router's: power-of-two's pairs; round-robin's and random's
+        choices); none by default."""
+        return np.zeros((0, 2), np.int64)
 
     def params(self) -> dict[str, Scalar]:
         return {}

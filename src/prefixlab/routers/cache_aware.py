@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from prefixlab.routers._compiled import CACHE_AWARE
 from prefixlab.routers.base import Fleet, Router, leading_run, least, register
-from prefixlab.types import Scalar
+from prefixlab.types import F64, Scalar
 
 
 @register("cache-aware")
@@ -60,6 +61,18 @@ class CacheAware(Router):
             "eviction_interval": self.eviction_interval,
             "max_tree_size": self.max_tree_size,
         }
+
+    def compiled(self) -> tuple[int, F64] | None:
+        if type(self).route is not CacheAware.route or type(self).routed is not CacheAware.routed:
+            return None
+        par = (
+            self.cache_threshold,
+            self.balance_abs_threshold,
+            self.balance_rel_threshold,
+            self.eviction_interval,
+            self.max_tree_size,
+        )
+        return CACHE_AWARE, np.array(par, np.float64)
 
     def bind(self, fleet: Fleet) -> None:
         super().bind(fleet)

@@ -5,8 +5,11 @@ lowest index."""
 
 from __future__ import annotations
 
+import numpy as np
+
+from prefixlab.routers._compiled import LEAST_REQUESTS, LEAST_TOKENS
 from prefixlab.routers.base import Router, least, register
-from prefixlab.types import Scalar
+from prefixlab.types import F64, Scalar
 
 BY = ("requests", "tokens")
 
@@ -26,3 +29,8 @@ class LeastLoaded(Router):
     def route(self, r: int, now: float) -> int:
         loads = self.fleet.loads
         return least(loads.outstanding if self.by == "requests" else loads.prefill_tokens)
+
+    def compiled(self) -> tuple[int, F64] | None:
+        if type(self).route is not LeastLoaded.route:
+            return None
+        return (LEAST_REQUESTS if self.by == "requests" else LEAST_TOKENS), np.zeros(0)

@@ -45,6 +45,7 @@ from prefixlab.runner.engine.simulator import (
     tier_metrics,
 )
 from prefixlab.runner.engine.tiers import TierStack, make_tier
+from prefixlab.runner.fleet_routed import routed_applies, simulate_routed
 from prefixlab.runner.fleet_split import replica_row, simulate_split, split_applies
 from prefixlab.types import B1, I64, Row
 from prefixlab.workload.trace import BlockLayout, Trace
@@ -156,9 +157,14 @@ def simulate_fleet(
     router = make_router(fleet.router)
     loads = Loads.empty(n)
     router.bind(Fleet(n, trace, layout, loads))
-    if fast and not check_every and split_applies(trace, pols[0], config, layout, router, timing):
-        engine, replica, rows = simulate_split(trace, pols, config, layout, router, timing)
-        return FleetResult(engine, router.spec(), n, replica, rows)
+    if fast and not check_every:
+        pol = pols[0]
+        if split_applies(trace, pol, config, layout, router, timing):
+            engine, replica, rows = simulate_split(trace, pols, config, layout, router, timing)
+            return FleetResult(engine, router.spec(), n, replica, rows)
+        if routed_applies(trace, pol, config, layout, router, timing, n):
+            engine, replica, rows = simulate_routed(trace, pols, config, layout, router, timing)
+            return FleetResult(engine, router.spec(), n, replica, rows)
     return _reference(trace, pols, config, layout, router, loads, timing, check_every)
 
 

@@ -60,6 +60,15 @@ def split_applies(
         return False
     if router.depends_on == "order" and (config.closed_loop or config.gated):
         return False
+    return replicas_compile(trace, pol, config, layout, timing)
+
+
+def replicas_compile(
+    trace: Trace, pol: Policy, config: EngineConfig, layout: BlockLayout, timing: TimingModel
+) -> bool:
+    """Whether each replica can be the compiled engine: its structure, policy and timing
+    are ones it runs, with no tiers (the store is shared, and tiers run on the reference
+    loop) and no sliding-window rule."""
     if config.tiers or windowed_model(config) is not None or timing_codes(timing) is None:
         return False
     return compiled_path(pol, structure_config(trace, pol, config, layout), (), 0)
@@ -117,17 +126,41 @@ def simulate_split(
 
     _run_all(serve, outs, trace)
     steps = sum(int(x.out[2]) for x in outs)
-    hits = o.metrics(len(trace))
-    hits.num_evictions = sum(int(x.out[3]) for x in outs)
     tuned = history[0] if len(pols) == 1 else None  # tuned Marconi's alphas: one replica's
-    engine = assemble(trace, pols[0], config, timing, hits, o.times, o.preempt, steps, tuned)
+    evictions = [int(x.out[3]) for x in outs]
+    engine = fleet_engine(trace, pols[0], config, timing, o, steps, evictions, tuned, start)
+    return engine, replica, replica_rows(trace, engine, replica, evictions)
+
+
+def fleet_engine(
+    trace: Trace,
+    pol: Policy,
+    config: EngineConfig,
+    timing: TimingModel,
+    o: KernelOut,
+    steps: int,
+    evictions: list[int],
+    tuned: list[tuple[int, float]] | None,
+    start: float,
+) -> EngineResult:
+    """The engine's result over the whole fleet, from the compiled replicas' outputs
+    (``o``, which they share), their steps and evictions; ``start`` its clock."""
+    hits = o.metrics(len(trace))
+    hits.num_evictions = sum(evictions)
+    engine = assemble(trace, pol, config, timing, hits, o.times, o.preempt, steps, tuned)
     engine.metrics["elapsed_s"] = time.perf_counter() - start
+    return engine
+
+
+def replica_rows(
+    trace: Trace, engine: EngineResult, replica: I64, evictions: list[int]
+) -> list[Row]:
+    """A row per replica (:func:`replica_row`)."""
     wait = engine.first_token_s - engine.arrival_s
-    rows = [
-        replica_row(trace, replica == i, engine.hit_tokens, wait, int(x.out[3]), i)
-        for i, x in enumerate(outs)
+    return [
+        replica_row(trace, replica == i, engine.hit_tokens, wait, e, i)
+        for i, e in enumerate(evictions)
     ]
-    return engine, replica, rows
 
 
 def _run_all(serve: Callable[[int], None], outs: list[KernelOut], trace: Trace) -> None:

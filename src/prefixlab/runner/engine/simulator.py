@@ -772,7 +772,7 @@ def run_compiled(
     _fast.warm_up()
     prepare_policy(pol, trace, layout)
     history: list[tuple[int, float]] = []
-    s = _compiled_structure(trace, pol, config, rc, layout, history)
+    s = kernel_cache(trace, pol, config, rc, layout, history)
     inp = trace.input_length.astype(np.int64)
     outp = trace.output_length.astype(np.int64)
     args = _kernel_args(trace, pol, config, layout, s, inp, outp, arrivals, codes, o)
@@ -788,7 +788,7 @@ def run_compiled(
             TUNERS.pop(s.tid, None)
     if isinstance(pol, ArrayPolicy):  # the policy object ends with its state, as on the reference
         pol.state = (s.prep.ist, s.prep.fst)
-    _check_status(pol, s, o, inp, outp, layout.block_tokens)
+    check_status(pol, s, o, inp, outp, layout.block_tokens)
     return history if s.hybrid is not None and hasattr(pol, "current_alpha") else None
 
 
@@ -804,7 +804,7 @@ def first_arrivals(trace: Trace, config: EngineConfig) -> tuple[I64, F64, I64]:
 
 
 @dataclass(slots=True)
-class _Structure:
+class KernelCache:
     """The compiled engine's cache: its capacity in blocks, the block structure's state
     (a placeholder's on the radix and hybrid structures), the tree and its policy's
     arguments (radix), the hybrid cache and its tuner's id (hybrid)."""
@@ -819,16 +819,19 @@ class _Structure:
     max_free: int = -1
 
 
-def _compiled_structure(
+def kernel_cache(
     trace: Trace,
     pol: Policy,
     config: EngineConfig,
     rc: ReplayConfig | None,
     layout: BlockLayout,
     history: list[tuple[int, float]],
-) -> _Structure:
+    raw_keys: bool = False,
+) -> KernelCache:
     """The compiled engine's cache for ``rc``'s structure (None: the hybrid structure; its
-    tuner appends to ``history``)."""
+    tuner appends to ``history``). ``raw_keys``: the block structure maps the keys it
+    holds to slots through a table (``_fast.kernel_state``), instead of a row per distinct
+    key of the trace: a fleet's many replicas then take memory by their capacity."""
     from prefixlab.runner import _fast
 
     bt = layout.block_tokens
@@ -842,8 +845,8 @@ def _compiled_structure(
         cap = capacity_blocks(config.capacity_bytes, get_model(config.model), bt)
         hybrid, tid = _hybrid_arrays(trace, pol, config, history)
         prep = _fast.Prepared(LRU(), 1, bt, 1, 1, engine=True)
-        return _Structure(cap, prep, hybrid=hybrid, tid=tid)
-    s: _Structure
+        return KernelCache(cap, prep, hybrid=hybrid, tid=tid)
+    s: KernelCache
     if rc.structure == "radix":
         from prefixlab.policies.lru import LRU
         from prefixlab.runner import _fast_radix as R
@@ -855,11 +858,12 @@ def _compiled_structure(
         # the block structure's arguments: a placeholder's (the kernel reads the tree's)
         prep = _fast.Prepared(LRU(), 1, bt, 1, 1, engine=True)
         prep.ist, prep.fst = radix_args[24], radix_args[25]
-        s = _Structure(cap, prep, tree, radix_args, rcode)
+        s = KernelCache(cap, prep, tree, radix_args, rcode)
     else:
         assert isinstance(pol, EvictionPolicy)
         cap = rc.capacity_blocks
-        s = _Structure(cap, _fast.Prepared(pol, cap, bt, num_keys, 1, engine=True))
+        prep = _fast.Prepared(pol, cap, bt, num_keys, 1, raw_keys=raw_keys, engine=True)
+        s = KernelCache(cap, prep)
     if rc.max_free_blocks is not None:
         s.max_free = rc.max_free_blocks
     return s
@@ -918,7 +922,7 @@ def _kernel_args(
     pol: Policy,
     config: EngineConfig,
     layout: BlockLayout,
-    s: _Structure,
+    s: KernelCache,
     inp: I64,
     outp: I64,
     arrivals: tuple[I64, F64, I64],
@@ -927,7 +931,27 @@ def _kernel_args(
 ) -> EngineArgs:
     """``engine_kernel``'s arguments (``arrivals``: :func:`arrival_plan`'s)."""
     bt = layout.block_tokens
-    input_keys = np.minimum(inp // bt, np.diff(layout.key_offsets))
+    lookups, cfg, widens = engine_inputs(trace, pol, config, layout, s)
+    prep = s.prep
+    block = (prep.state, prep.policy_args(), prep.ist, prep.fst, prep.nu_pos)
+    think, arrival = trace.think_s.astype(np.float64), trace.arrival_s.astype(np.float64)
+    sizes = (inp, outp, lookups[6], bt, s.cap, s.max_free, cfg)
+    structure = (s.tree, s.radix_args, s.rcode, config.spare_blocks, s.hybrid, widens)
+    return (
+        *block, *lookups[:4], *sizes, *arrivals, think, arrival, *codes, *o.arrays(), *structure
+    )  # fmt: skip
+
+
+def engine_inputs(
+    trace: Trace, pol: Policy, config: EngineConfig, layout: BlockLayout, s: KernelCache
+) -> tuple[tuple[I64, I64, I64, I64, I64, I64, I64], I64, F64 | None]:
+    """What every replica of the compiled engine reads alike: the requests' lookups (keys,
+    their offsets, lookup blocks, lookup end, input and output lengths, full input blocks:
+    the kernel's ``L``), the scheduler's limits (``cfg``) and ``W`` (a placeholder when
+    the policy's state may widen, LPC's records, else None)."""
+    inp = trace.input_length.astype(np.int64)
+    outp = trace.output_length.astype(np.int64)
+    input_keys = np.minimum(inp // layout.block_tokens, np.diff(layout.key_offsets))
     big = 1 << 62  # limits beyond any count of requests or tokens: the same as no limit
     cfg = np.array(
         [
@@ -939,18 +963,12 @@ def _kernel_args(
         ],
         np.int64,
     )
-    # a placeholder when the policy's state may widen (LPC's records), else None
     widens = np.zeros(1) if isinstance(pol, ArrayPolicy) and pol.code == LPC_CODE else None
-    prep = s.prep
-    block = (prep.state, prep.policy_args(), prep.ist, prep.fst, prep.nu_pos)
     lookups = (layout.keys, layout.key_offsets, layout.num_lookup_blocks, layout.lookup_end_tokens)
-    think, arrival = trace.think_s.astype(np.float64), trace.arrival_s.astype(np.float64)
-    sizes = (inp, outp, input_keys, bt, s.cap, s.max_free, cfg)
-    structure = (s.tree, s.radix_args, s.rcode, config.spare_blocks, s.hybrid, widens)
-    return (*block, *lookups, *sizes, *arrivals, think, arrival, *codes, *o.arrays(), *structure)
+    return (*lookups, inp, outp, input_keys), cfg, widens
 
 
-def _check_status(pol: Policy, s: _Structure, o: KernelOut, inp: I64, outp: I64, bt: int) -> None:
+def check_status(pol: Policy, s: KernelCache, o: KernelOut, inp: I64, outp: I64, bt: int) -> None:
     """Raise what the reference would when the kernel stopped short (``out[0]``)."""
     from prefixlab.runner.engine import _kernel as K
 
