@@ -5,6 +5,7 @@ join-the-shortest-queue on the same arrivals; routers' rules by hand."""
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import json
 from pathlib import Path
@@ -359,6 +360,9 @@ ROUTED_CASES = [
     ("least-loaded", "block", "unicache", {}),
     ("round-robin", "block", "lru", {"closed_loop": True}),  # the order waits on answers
     ("random:seed=3", "radix", "lru", {"gated": True}),
+    ("kv-aware", "block", "lru", {}),
+    ("kv-aware:overlap_score_weight=2", "block", "s3fifo", {"closed_loop": True}),
+    ("kv-aware:overlap_score_weight=0.5", "block", "vllm", {"gated": True}),
 ]
 
 
@@ -410,7 +414,9 @@ def test_hybrid_fleets_compiled_are_the_reference_fleet() -> None:
     ("router", "loop", "tiers"),
     [
         ("least-loaded", {}, ()),  # reads the loads
-        ("kv-aware", {}, ()),  # reads KV events
+        ("kv-aware", {}, ()),  # reads KV events (at once: the replicas' key tables)
+        ("kv-aware:event_delay=0.5", {}, ()),  # late: events kept, the reference loop's
+        ("kv-aware:router_temperature=0.1", {}, ()),  # draws by the costs: the same
         ("round-robin", {"closed_loop": True}, ()),  # the order waits on the answers
         ("session", {}, ("cpu:blocks=500",)),  # tiers: the reference loop's
     ],
@@ -430,9 +436,13 @@ def test_routers_that_read_the_replicas_route_as_the_run_goes(
     bound.bind(Fleet(2, trace, layout, Loads.empty(2)))
     pol = make_policy("lru", "block")
     assert not split_applies(trace, pol, cfg, layout, bound, TIMING)
-    # the loads and a closed loop's order on the fleet kernel; KV events and tiers not
-    compiled = router in ("least-loaded", "round-robin")
+    # the loads, a closed loop's order and KV events seen at once on the fleet kernel
+    compiled = router in ("least-loaded", "round-robin", "kv-aware")
     assert routed_applies(trace, pol, cfg, layout, bound, TIMING, 2) is compiled
+    if router == "kv-aware":  # from the block structure's key table only
+        radix = dataclasses.replace(cfg, structure="radix")
+        lru = make_policy("lru", "radix")
+        assert not routed_applies(trace, lru, radix, layout, bound, TIMING, 2)
 
 
 def test_routed_ahead_refuses_the_earliest_request_too_big_as_the_reference() -> None:
@@ -467,7 +477,7 @@ def test_cache_aware_compiled_evicts_its_trees_as_the_router() -> None:
     py, cc = make_router(spec), make_router(spec)
     for r in (py, cc):
         r.bind(Fleet(3, trace, layout, Loads.empty(3)))
-    code, par, pairs, trees, nxt = _router_args(cc, len(trace))
+    code, par, pairs, trees, nxt, _ = _router_args(cc, len(trace), [])
     loads = np.zeros(3, np.int64)
     evicted = 0
     for r in np.argsort(trace.arrival_s, kind="stable").tolist():

@@ -24,8 +24,12 @@ from collections import Counter, deque
 
 import numpy as np
 
+from prefixlab.routers._compiled import KV_AWARE
 from prefixlab.routers.base import Fleet, Router, check_seed, leading_run, register
 from prefixlab.types import F64, I64, Scalar
+
+#: the methods whose rule the compiled router repeats (a subclass changing one is not)
+_RULES = ("route", "costs", "routed", "answered", "finished", "kv_event", "overlaps")
 
 
 @register("kv-aware")
@@ -57,6 +61,15 @@ class KvAware(Router):
             "event_delay": self.event_delay,
             "seed": self.seed,
         }
+
+    def compiled(self) -> tuple[int, F64] | None:
+        """Compiled with its events seen at once and no temperature (see
+        :mod:`prefixlab.routers._compiled`); else on the reference loop."""
+        if self.event_delay > 0 or self.router_temperature > 0:
+            return None
+        if any(getattr(type(self), m) is not getattr(KvAware, m) for m in _RULES):
+            return None
+        return KV_AWARE, np.array([self.overlap_score_weight])
 
     def bind(self, fleet: Fleet) -> None:
         super().bind(fleet)

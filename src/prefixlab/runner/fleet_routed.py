@@ -9,9 +9,13 @@ arrivals waits on the answers. Here every replica is the compiled engine's state
 with the router compiled (:mod:`prefixlab.routers._compiled`). Results equal the reference
 fleet's request by request (tested).
 
+``kv-aware`` runs here too when it sees the replicas' KV events at once and draws
+nothing (``event_delay=0``, ``router_temperature=0``, its defaults) on the block
+structure: it then reads what each replica holds from the replica's own key table.
+
 It applies when each replica can be the compiled engine (:func:`replicas_compile`), the
-router has a compiled form (:meth:`~prefixlab.routers.base.Router.compiled`; ``kv-aware``,
-which reads the replicas' KV events, has none yet) and the replicas' caches fit in memory
+router has a compiled form (:meth:`~prefixlab.routers.base.Router.compiled`) and the
+replicas' caches fit in memory
 together: a replica's block structure keeps a row per distinct key of the trace, so the
 fleet needs about ``replicas`` times one engine's memory, unless its policy keeps no
 state by key: its replicas then map the keys they hold through a table and take memory by
@@ -30,6 +34,7 @@ from prefixlab._jit import COMPILED
 from prefixlab.model.timing import TimingModel
 from prefixlab.policies.array_policy import ArrayPolicy
 from prefixlab.policies.base import Policy
+from prefixlab.routers._compiled import KV_AWARE
 from prefixlab.routers.base import Router
 from prefixlab.runner.engine.simulator import (
     EngineConfig,
@@ -63,10 +68,12 @@ def routed_applies(
     replicas: int,
 ) -> bool:
     """Whether the fleet of ``pol`` behind ``router`` runs on the compiled fleet kernel."""
-    if router.compiled() is None or router.reads_kv_events:
+    compiled = router.compiled()
+    if compiled is None or not replicas_compile(trace, pol, config, layout, timing):
         return False
-    if not replicas_compile(trace, pol, config, layout, timing):
-        return False
+    rc = structure_config(trace, pol, config, layout)
+    if compiled[0] == KV_AWARE and (rc is None or rc.structure != "block"):
+        return False  # (kv-aware reads the replicas' key tables: the block structure's)
     rows = replicas * 48 * max(layout.num_distinct_keys, 1)
     return _raw_keys(trace, pol, config, layout) or rows <= KEY_ROWS_BUDGET
 
@@ -114,7 +121,7 @@ def simulate_routed(
     try:
         _fleet.fleet_kernel(
             reps, L, R, o.times, sizes, cfg, W, _plan(trace, config), codes,
-            _router_args(router, n), replica, loads, rss, o.out, o.out_f,
+            _router_args(router, n, caches), replica, loads, rss, o.out, o.out_f,
         )  # fmt: skip
     finally:
         _forget_tuners(caches)
@@ -170,24 +177,32 @@ def _replicas(caches: list[KernelCache], L: tuple[I64, ...], cfg: I64, bt: int, 
     return reps
 
 
-def _router_args(router: Router, n: int) -> tuple[int, Any, I64, Any, Any]:
+def _router_args(
+    router: Router, n: int, caches: list[KernelCache]
+) -> tuple[int, F64, I64, Any, F64, Any]:
     """The router as the kernel takes it: code, parameters, its draws (made ahead, one
-    row per arrival), cache-aware's trees (one per replica) and next eviction."""
+    row per arrival), cache-aware's trees (one per replica) and next eviction, kv-aware's
+    state (active blocks, the replicas' key tables, prefill loads, uncached tokens per
+    request, overlaps)."""
     compiled = router.compiled()
     assert compiled is not None
     code, par = compiled
-    pairs = router.draws(n)
     replicas = router.fleet.replicas
+    holds: Any = _typed_list() if COMPILED else []
+    for s in caches:
+        holds.append((s.prep.state[5], s.prep.state[24]))
     if COMPILED:
         from numba import types
         from numba.typed import Dict, List
 
         value = types.Tuple((types.float64, types.int64))  # type: ignore[no-untyped-call]
         trees: Any = List([Dict.empty(types.int64, value) for _ in range(replicas)])
+        active: Any = List([Dict.empty(types.int64, types.int64) for _ in range(replicas)])
     else:
-        trees = [{} for _ in range(replicas)]
+        trees, active = [{} for _ in range(replicas)], [{} for _ in range(replicas)]
     first = par[3] if par.shape[0] > 3 else 0.0  # cache-aware's first cycle: one interval in
-    return code, par, pairs, trees, np.array([first], np.float64)
+    kv = (active, holds, np.zeros(replicas), np.zeros(n, np.int64), np.zeros(replicas, np.int64))
+    return code, par, router.draws(n), trees, np.array([first], np.float64), kv
 
 
 def _typed_list() -> Any:

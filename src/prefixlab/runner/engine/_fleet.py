@@ -24,7 +24,15 @@ from typing import Any
 import numpy as np
 
 from prefixlab._jit import jit
-from prefixlab.routers._compiled import evict_due, route_one, routed_one
+from prefixlab.routers._compiled import (
+    KV_AWARE,
+    evict_due,
+    kv_finished,
+    kv_route,
+    kv_routed,
+    route_one,
+    routed_one,
+)
 from prefixlab.runner.engine._kernel import (
     IN_PAST,
     OK,
@@ -51,22 +59,61 @@ LD_OUTSTANDING, LD_PREFILL, LD_STEPS = range(3)
 
 
 @jit()
-def _answer(i: int, now: float, Q: Any, inp: I64, answered: Any, loads: I64, finish_s: F64) -> None:
-    """The answers of replica ``i``'s step that ended ``now``: first tokens and ends, as
-    the router learns them (a request's prompt leaves the prefill load once)."""
+def _answer(
+    i: int,
+    now: float,
+    Q: Any,
+    L: tuple[I64, ...],
+    answered: Any,
+    loads: I64,
+    finish_s: F64,
+    code: int,
+    kv: Any,
+) -> None:
+    """The answers of replica ``i``'s step that ended ``now``: first tokens, then ends, as
+    the router learns them (a request's prompt leaves the prefill load once; ``kv-aware``
+    keeps loads of its own, ``kv``)."""
+    keys, key_offsets, inp, input_keys = L[0], L[1], L[4], L[6]
+    active, _, prefill, uncached, _ = kv
     first_list, done_list, rs = Q[14], Q[13], Q[15]
-    for j in range(rs[RS_NFIRST]):
-        r = first_list[j]
+    nf = rs[RS_NFIRST]
+    for j in range(nf + rs[RS_NDONE]):
+        r = first_list[j] if j < nf else done_list[j - nf]
         if not answered[r]:
             answered[r] = True
             loads[LD_PREFILL, i] -= inp[r]
-    for j in range(rs[RS_NDONE]):
-        r = done_list[j]
-        finish_s[r] = now
-        if not answered[r]:
-            answered[r] = True
-            loads[LD_PREFILL, i] -= inp[r]
-        loads[LD_OUTSTANDING, i] -= 1
+            if code == KV_AWARE:
+                prefill[i] -= uncached[r]
+        if j >= nf:
+            finish_s[r] = now
+            loads[LD_OUTSTANDING, i] -= 1
+            if code == KV_AWARE:
+                kv_finished(active, i, keys, key_offsets[r], input_keys[r])
+
+
+@jit()
+def _route(
+    r: int,
+    now: float,
+    k: int,
+    code: int,
+    par: F64,
+    pairs: I64,
+    trees: Any,
+    next_evict: F64,
+    kv: Any,
+    loads: I64,
+    L: tuple[I64, ...],
+    bt: int,
+) -> int:
+    """The replica for request ``r``, the ``k``-th arrival routed, at ``now``."""
+    k0, nk = L[1][r], L[6][r]
+    if code == KV_AWARE:
+        active, holds, prefill, _, overlap = kv
+        return kv_route(par[0], prefill, active, holds, L[0], k0, nk, L[4][r], bt, overlap)
+    evict_due(code, par, trees, next_evict, now)
+    out, pre = loads[LD_OUTSTANDING], loads[LD_PREFILL]
+    return route_one(code, par, k, now, out, pre, pairs, trees, L[0], k0, nk)
 
 
 @jit()
@@ -102,7 +149,7 @@ def _start(
     timing: tuple[I64, F64, F64, F64],
 ) -> tuple[int, float]:
     """Replica ``i`` starts its next step at ``now``: the status and the step's seconds
-    (:func:`~prefixlab.runner.engine._kernel.start_step`)."""
+    (-1: nothing to run) (:func:`~prefixlab.runner.engine._kernel.start_step`)."""
     state, pp, ist, fst, nu, T, P, hx, lk, lkid, looked, Q = reps[i]
     status, duration, ist, fst, hx, lk, lkid, looked = start_step(
         now, state, pp, ist, fst, nu, T, P, rcode, spare, hx, W, lk, lkid, looked,
@@ -124,7 +171,7 @@ def fleet_kernel(
     W: F64 | None,
     plan: tuple[I64, F64, I64, F64, F64],
     timing: tuple[I64, F64, F64, F64],
-    router: tuple[int, F64, I64, Any, F64],
+    router: tuple[int, F64, I64, Any, F64, Any],
     replica: I64,
     loads: I64,
     rss: I64,
@@ -134,8 +181,10 @@ def fleet_kernel(
     """Serve every request on the replicas of ``reps`` (a list of one tuple per replica:
     block state, policy arguments, array policy state (ist, fst), next uses, radix tree
     and its policy's arguments, hybrid cache, its locks and window, queues ``Q``), routing
-    each arrival as the router would (``router``: code, parameters, power-of-two's pairs,
-    cache-aware's trees, its next eviction); each request's replica into ``replica``.
+    each arrival as the router would (``router``: code, parameters, its draws made ahead,
+    cache-aware's trees and next eviction, kv-aware's state: active blocks, the replicas'
+    key tables, prefill loads, each request's uncached tokens, overlaps); each request's
+    replica into ``replica``.
     ``rss``: the replicas' scalars, row i replica i's (its queues' last array is that row).
 
     ``sizes``: block tokens, capacity, most free blocks, radix policy code, spare pages.
@@ -144,7 +193,7 @@ def fleet_kernel(
     (evictions are not counted here: each replica's state holds its own)."""
     arrival_s, scheduled_s, first_token_s, finish_s = times
     init_req, init_t, next_turn, think_s, trace_arrival = plan
-    code, par, pairs, trees, next_evict = router
+    code, par, pairs, trees, next_evict, kv = router
     bt, capacity, max_free, rcode, spare = sizes[0], sizes[1], sizes[2], sizes[3], sizes[4]
     keys, key_offsets, inp, input_keys = L[0], L[1], L[4], L[6]
     cwr, gated = cfg[3] != 0, cfg[4] != 0
@@ -182,7 +231,7 @@ def fleet_kernel(
                 now, state, pp, ist, fst, nu, T, P, rcode, hx, W, lk, lkid, looked, L, R, Q,
                 bt, max_free, cwr, first_token_s,
             )  # fmt: skip
-            _answer(i, now, Q, inp, answered, loads, finish_s)
+            _answer(i, now, Q, L, answered, loads, finish_s, code, kv)
             out[4] += Q[15][RS_NDONE]
             for d in range(Q[15][RS_NDONE]):
                 r = Q[13][d]
@@ -194,32 +243,29 @@ def fleet_kernel(
                         return
                     heap_push(ht, hs, hr, hn, at, seq, next_turn[r])
                     seq += 1
+            if W is not None or hx is not None:  # their state may have grown
+                reps[i] = (state, pp, ist, fst, nu, T, P, hx, lk, lkid, looked, Q)
             if merge:  # its step's order is drawn below, with the other replicas'
-                status, duration, ist, fst, hx, lk, lkid, looked = start_step(
-                    now, state, pp, ist, fst, nu, T, P, rcode, spare, hx, W, lk, lkid, looked,
-                    L, R, Q, bt, max_free, cfg, scheduled_s, timing,
-                )  # fmt: skip
+                status, duration = _start(
+                    reps, i, now, rcode, spare, W, L, R, bt, max_free, cfg, scheduled_s, timing
+                )
                 if status != OK:
                     out[0] = status
                     return
                 tried[i] = 1
                 if duration >= 0:
                     tried[i], busy[i], step_end[i] = 2, True, now + duration
-            if W is not None or hx is not None:  # their state may have grown
-                reps[i] = (state, pp, ist, fst, nu, T, P, hx, lk, lkid, looked, Q)
         while hn[0] > 0 and ht[0] == now:
             r = heap_pop(ht, hs, hr, hn)
             k0, nk = key_offsets[r], input_keys[r]
-            evict_due(code, par, trees, next_evict, now)
-            i = route_one(
-                code, par, routes, now, loads[LD_OUTSTANDING], loads[LD_PREFILL], pairs, trees,
-                keys, k0, nk,
-            )  # fmt: skip
+            i = _route(r, now, routes, code, par, pairs, trees, next_evict, kv, loads, L, bt)
             routes += 1
             replica[r] = i
             loads[LD_OUTSTANDING, i] += 1
             loads[LD_PREFILL, i] += inp[r]
             routed_one(code, trees, i, keys, k0, nk, now)
+            if code == KV_AWARE:
+                kv_routed(kv[2], kv[0], kv[3], r, i, keys, k0, nk, inp[r], bt, kv[4])
             arrival_s[r] = now
             if not arrive(r, inp, L[5], bt, capacity, R[0], reps[i][11]):
                 out[0] = TOO_BIG

@@ -26,6 +26,14 @@ the same instant and arrivals keep the reference's order::
     arrivals heap --> add --> waiting ring --> admit --> running list --> step end
                                    ^                          |
                                    +------- preempt ----------+
+
+The fleet's kernel (:mod:`prefixlab.runner.engine._fleet`) runs this loop's body for each
+of its replicas through :func:`end_step`, :func:`arrive` and :func:`start_step`, which
+repeat it over one replica's state (both copies are tested against the reference loop).
+``engine_kernel`` keeps its own: calling those functions made it nine times slower
+(130,000 against 14,000 requests/s on 20,000 Mooncake requests), each call increfing and
+decrefing every array of its ~80 arguments, and numba's calls without reference counts
+refuse functions that allocate, as the hybrid and LPC paths do.
 """
 
 from __future__ import annotations
@@ -949,27 +957,82 @@ def engine_kernel(
     functions), T and P None, ``capacity`` the blocks a lone request may hold.
 
     ``W``: None unless the array policy may widen its state (LPC: its records), so that
-    for every other policy the widening calls fold away (numba then carries no copy of
-    ``ist, fst`` around the loops).
-
-    A step's end (:func:`end_step`), an arrival (:func:`arrive`) and a step's start
-    (:func:`start_step`) are functions of one replica's state, which the fleet's kernel
-    (:mod:`prefixlab.runner.engine._fleet`) calls for each of its replicas."""
+    for every other policy the widening calls fold away and ``ist, fst`` are never
+    reassigned (numba then carries no copy of them around the loops)."""
     n = inp.shape[0]
     bt = block_tokens
-    L = (keys, key_offsets, num_lookup, lookup_end, inp, outp, input_keys)
-    timing = (tcode, tpar, tt, ts)
-    cwr, gated = cfg[3] != 0, cfg[4] != 0
-    max_need, slots = engine_sizes(inp, outp, bt, capacity, cfg[0])
+    max_seqs, budget0, chunked, cwr, gated = cfg[0], cfg[1], cfg[2] != 0, cfg[3] != 0, cfg[4]
+    array = pp[0] == ARRAY
+    acode = pp[5]
+    after = np.zeros(1, np.int64)  # radix: the request keyed policies look next uses after
+    if T is not None:
+        array = rcode == ARRAY
+        acode = P[26]
+        after = P[19]
+    # the hybrid cache: hx, which grows (H itself is never reassigned, or numba would not
+    # fold the `H is None` branches away for the other structures)
+    hx = H
+    if H is not None:
+        array = False
+    sc = state[23]
+    # radix: per request, its locked path's end and its reserved pages (its handle)
+    rlast = np.zeros(n if T is not None else 0, np.int64)
+    rres = np.zeros(n if T is not None else 0, np.int64)
+    # hybrid: per request, its reserved bytes and its locked nodes (lk[lkat:lkat + lkn],
+    # their ids in lkid); the requests in lookup order (tuned Marconi's window)
+    nh = n if H is not None else 0
+    hres = np.zeros(nh, np.int64)
+    lkat = np.zeros(nh, np.int64)
+    lkn = np.zeros(nh, np.int64)
+    lk = np.empty(64 if H is not None else 0, np.int64)
+    lkid = np.empty(64 if H is not None else 0, np.int64)
+    lktop = 0
+    looked = np.empty(0, np.int64)
+    if H is not None:  # noqa: SIM102 - numba folds `H is None` away only as a test of its own
+        if H[3][C_TUNES]:
+            looked = np.empty(64, np.int64)  # doubled as needed
+    no_nu = nu_pos[:0]  # a preemption releases at another request's index: look next uses up
+    # blocks a request may hold: its whole sequence
+    max_need = 1  # the most blocks a running request can hold (more: refused on arrival)
+    for r in range(n):
+        need = -(-(inp[r] + outp[r]) // bt)
+        max_need = max(max_need, min(need, capacity))
+    slots = max(min(max_seqs, n), 1)
+    # block ids per running request (the radix tree keeps its own: a path end, a count)
     block = T is None and H is None
-    R = request_columns(
-        n, T is not None, H is not None, first_hits, hit_blocks, miss_blocks, num_preemptions
-    )
-    Q = replica_queues(n, slots, max_need, capacity, block)
-    rs, done_list = Q[15], Q[13]
-    hx = H  # the hybrid cache, which grows (H itself is never reassigned)
-    lk, lkid, looked = hybrid_locks(H)
-    # events: at most one step in flight (its end), arrivals in a heap
+    held = np.empty((slots, max_need if block else 0), np.int64)
+    free_slots = np.arange(slots - 1, -1, -1).astype(np.int64)
+    nfree_slots = slots
+    slot = np.full(n, -1, np.int64)
+    victims = np.empty(max(capacity, max_need) if block else 0, np.int64)
+    released = np.empty(max(capacity, max_need) if block else 0, np.int64)
+    mblocks = np.empty(max_need, np.int64)
+    # per request
+    phase = np.zeros(n, np.int64)
+    computed = np.zeros(n, np.int64)
+    prompt_len = np.zeros(n, np.int64)
+    generated = np.zeros(n, np.int64)
+    nblocks = np.zeros(n, np.int64)
+    committed = np.zeros(n, np.int64)
+    admit_hits = np.zeros(n, np.int64)
+    # queues
+    wq = np.empty(n + 1, np.int64)  # waiting: a ring, head .. tail
+    whead, wlen = 0, 0
+    # a policy that reads the waiting queue; changes of the ring, the change last fed
+    waits = array and (acode == OPT_ONLINE or (acode == UNICACHE and ist[SC, UCOPT] == 1))
+    wmod, wfed = 0, -1
+    running = np.empty(n, np.int64)
+    nrun = 0
+    # the batch in flight
+    cr = np.empty(n, np.int64)
+    cn = np.empty(n, np.int64)
+    cc = np.empty(n, np.int64)
+    cd = np.empty(n, np.int64)
+    dr = np.empty(n, np.int64)
+    dctx = np.empty(n, np.int64)
+    nch, ndec = 0, 0
+    done_list = np.empty(n, np.int64)
+    # events
     ht = np.empty(n, np.float64)
     hs = np.empty(n, np.int64)
     hr = np.empty(n, np.int64)
@@ -982,6 +1045,7 @@ def engine_kernel(
     busy = False
     step_end = 0.0
     num_steps = 0
+    cur_req = 0  # the cache view's request index: the last request an operation named
     out[0] = OK
     while busy or hn[0] > 0:
         now = step_end if busy else ht[0]
@@ -992,17 +1056,138 @@ def engine_kernel(
             if busy and step_end == now:
                 clock = now
                 busy = False
-                ist, fst, hx = end_step(
-                    now, state, pp, ist, fst, nu_pos, T, P, rcode, hx, W, lk, lkid, looked,
-                    L, R, Q, bt, max_free, cwr, first_token_s,
-                )  # fmt: skip
-                out[4] += rs[RS_NDONE]  # finished so far (a progress bar reads it)
-                for i in range(rs[RS_NDONE]):
+                # complete the batch
+                ndone = 0
+                for i in range(nch):
+                    r = cr[i]
+                    if phase[r] != PREFILL:
+                        continue
+                    computed[r] += cn[i]
+                    if cwr:  # cache the prompt's full blocks now
+                        upto = min(min(computed[r], inp[r]) // bt, input_keys[r])
+                        if upto > committed[r]:
+                            cur_req = r
+                            if array:
+                                if W is not None:  # only LPC's records widen the state
+                                    ist, fst = reserve(acode, ist, fst, upto - committed[r] + 2)
+                                ist[SC, REQ] = r
+                                fst[FS, NOW] = now
+                            if T is None:
+                                commit_blocks(
+                                    state,
+                                    held[slot[r]],
+                                    keys,
+                                    key_offsets[r],
+                                    committed[r],
+                                    upto,
+                                    now,
+                                    pp,
+                                    ist,
+                                    fst,
+                                )
+                            else:
+                                after[0] = r
+                                rlast[r], rres[r] = rx_commit(
+                                    keys,
+                                    key_offsets[r],
+                                    upto,
+                                    rlast[r],
+                                    rres[r],
+                                    T,
+                                    rcode,
+                                    P,
+                                    ist,
+                                    fst,
+                                    0,
+                                    0,
+                                )
+                            committed[r] = upto
+                    if computed[r] < prompt_len[r]:
+                        continue
+                    if generated[r] == 0:
+                        first_token_s[r] = now
+                    if outp[r] > 0:
+                        generated[r] += 1
+                    phase[r] = DECODE
+                    if generated[r] >= outp[r]:
+                        done_list[ndone] = r
+                        ndone += 1
+                for i in range(ndec):
+                    r = dr[i]
+                    if phase[r] != DECODE:
+                        continue
+                    generated[r] += 1
+                    if generated[r] >= outp[r]:
+                        done_list[ndone] = r
+                        ndone += 1
+                for i in range(ndone):  # finish: cache every key, release, leave
+                    r = done_list[i]
+                    cur_req = r
+                    k0 = key_offsets[r]
+                    nk = key_offsets[r + 1] - k0
+                    s = slot[r]
+                    if array:
+                        if W is not None:  # only LPC's records widen the state
+                            ist, fst = reserve(acode, ist, fst, nk + nblocks[r] + 2)
+                        ist[SC, REQ] = r
+                        fst[FS, NOW] = now
+                    if H is not None:  # return its bytes, then admit its sequence
+                        hy_close(hx, lk, lkid, lkat[r], lkn[r], hres[r])
+                        hres[r] = 0
+                        lkn[r] = 0
+                        if looked.shape[0]:
+                            hy_tune(hx, looked)
+                        more = hy_slots_for(hx, r)
+                        if more:
+                            hx = hy_grown(hx, more)
+                        hy_admit(hx, r)
+                    elif T is None:
+                        commit_blocks(state, held[s], keys, k0, committed[r], nk, now, pp, ist, fst)
+                        release_blocks(
+                            state,
+                            held[s],
+                            nblocks[r],
+                            r,
+                            nu_pos,
+                            k0,
+                            max_free,
+                            pp,
+                            ist,
+                            fst,
+                            released,
+                            victims,
+                        )
+                    else:
+                        after[0] = r
+                        last, res = rx_commit(
+                            keys, k0, nk, rlast[r], rres[r], T, rcode, P, ist, fst, 0, 0
+                        )
+                        rx_release(last, res, T, rcode, P, ist, fst)
+                        rres[r] = 0
+                    free_slots[nfree_slots] = s
+                    nfree_slots += 1
+                    slot[r] = -1
+                    nblocks[r] = 0
+                    phase[r] = DONE
+                    j = 0
+                    while running[j] != r:
+                        j += 1
+                    for m in range(j, nrun - 1):
+                        running[m] = running[m + 1]
+                    nrun -= 1
+                out[4] += ndone  # finished so far (a progress bar reads it)
+                for i in range(ndone):
                     r = done_list[i]
                     finish_s[r] = now
                     nxt = next_turn[r]
                     if nxt >= 0:
-                        at = next_arrival(nxt, r, now, gated, think_s, trace_arrival)
+                        if gated:
+                            think = max(trace_arrival[nxt] - now, 0.0)
+                        else:
+                            think = think_s[nxt]
+                            if think != think:
+                                think = max(trace_arrival[nxt] - trace_arrival[r], 0.0)
+                        at = now + think
                         if at < clock:
                             out[0] = IN_PAST
                             out_f[0], out_f[1] = at, clock
@@ -1013,23 +1198,259 @@ def engine_kernel(
                 clock = now
                 r = heap_pop(ht, hs, hr, hn)
                 arrival_s[r] = now
-                if not arrive(r, inp, outp, bt, capacity, R[0], Q):
+                if -(-(inp[r] + outp[r]) // bt) > capacity:
                     out[0] = TOO_BIG
                     out[1] = r
                     return ist, fst
+                phase[r] = WAITING
+                wq[(whead + wlen) % (n + 1)] = r
+                wlen += 1
+                wmod += 1
             else:
                 break
         if busy:
             continue
-        status, duration, ist, fst, hx, lk, lkid, looked = start_step(
-            now, state, pp, ist, fst, nu_pos, T, P, rcode, spare, hx, W, lk, lkid, looked,
-            L, R, Q, bt, max_free, cfg, scheduled_s, timing,
-        )  # fmt: skip
-        if status != OK:
-            out[0] = status
-            return ist, fst
-        if duration < 0:
+        # ---- start a step: running requests first, then admissions
+        nch, ndec = 0, 0
+        budget = budget0
+        preempted = False
+        if T is not None and spare:  # SGLang: a free page per decoding request
+            ndecoding = 0
+            for i in range(nrun):
+                if phase[running[i]] == DECODE:
+                    ndecoding += 1
+            if ndecoding:
+                if array:
+                    if W is not None:  # only LPC's records widen the state
+                        ist, fst = reserve(acode, ist, fst, 2)
+                    ist[SC, REQ] = cur_req
+                    fst[FS, NOW] = now
+                after[0] = cur_req
+                rx_keep_free(spare * ndecoding, T, rcode, P, ist, fst)
+        i = 0
+        while i < nrun and budget > 0:
+            r = running[i]
+            if phase[r] == PREFILL:
+                m = min(prompt_len[r] - computed[r], budget)
+                if not chunked and m < prompt_len[r] - computed[r]:
+                    i += 1
+                    continue
+                cr[nch], cn[nch], cc[nch] = r, m, computed[r]
+                nch += 1
+                budget -= m
+            else:
+                # Only a decode that crosses into a new block needs memory.
+                g = min(generated[r] + 1, outp[r])
+                if inp[r] + g > nblocks[r] * bt:
+                    more = -(-(inp[r] + min(generated[r] + 1, outp[r])) // bt) - nblocks[r]
+                    gone = False
+                    while more > 0:
+                        if H is not None:
+                            grown = hy_make_room(hx, more * bt * hx[3][C_KV])
+                        else:
+                            grown = more <= (sc[1] + sc[2] if T is None else rx_grow_room(T))
+                        if grown:
+                            if array:
+                                if W is not None:  # only LPC's records widen the state
+                                    ist, fst = reserve(acode, ist, fst, more)
+                                ist[SC, REQ] = cur_req
+                                fst[FS, NOW] = now
+                            if H is not None:
+                                hx[7][E_RESERVED] += more * bt * hx[3][C_KV]
+                                hres[r] += more * bt * hx[3][C_KV]
+                            elif T is None:
+                                take_blocks(
+                                    state,
+                                    more,
+                                    held[slot[r]],
+                                    nblocks[r],
+                                    cur_req,
+                                    pp,
+                                    ist,
+                                    fst,
+                                    victims,
+                                )
+                            else:
+                                after[0] = cur_req
+                                if not rx_reserve(more, spare, T, rcode, P, ist, fst):
+                                    out[0] = NO_VICTIM
+                                    return ist, fst
+                                rres[r] += more
+                            nblocks[r] += more
+                            break
+                        # preempt the most recently admitted request
+                        v = running[nrun - 1]
+                        if array:
+                            if W is not None:  # only LPC's records widen the state
+                                ist, fst = reserve(acode, ist, fst, nblocks[v])
+                            ist[SC, REQ] = cur_req
+                            fst[FS, NOW] = now
+                        if H is not None:
+                            hy_close(hx, lk, lkid, lkat[v], lkn[v], hres[v])
+                            hres[v] = 0
+                            lkn[v] = 0
+                        elif T is None:
+                            release_blocks(
+                                state,
+                                held[slot[v]],
+                                nblocks[v],
+                                cur_req,
+                                no_nu,
+                                key_offsets[v],
+                                max_free,
+                                pp,
+                                ist,
+                                fst,
+                                released,
+                                victims,
+                            )
+                        else:
+                            after[0] = cur_req
+                            rx_release(rlast[v], rres[v], T, rcode, P, ist, fst)
+                            rres[v] = 0
+                        free_slots[nfree_slots] = slot[v]
+                        nfree_slots += 1
+                        slot[v] = -1
+                        nblocks[v] = 0
+                        computed[v] = 0
+                        phase[v] = WAITING
+                        nrun -= 1
+                        whead = (whead - 1) % (n + 1)
+                        wq[whead] = v
+                        wlen += 1
+                        wmod += 1
+                        num_preemptions[v] += 1
+                        preempted = True
+                        if v == r:
+                            gone = True
+                            break
+                    if gone:
+                        continue  # r itself was preempted: the list shifted
+                dr[ndec], dctx[ndec] = r, inp[r] + generated[r]
+                ndec += 1
+                budget -= 1
+            i += 1
+        if not preempted:
+            if waits and wmod != wfed:
+                # the waiting queue, as on_waiting gives it (only when it changed: the
+                # same queue again changes nothing)
+                wfed = wmod
+                if T is None:
+                    ekey, edepth = state[4], state[13]  # the entries' keys and depths
+                else:
+                    ekey, edepth = P[16], P[13]
+                waiting_begin(acode, ist)
+                for w in range(wlen):
+                    rw = wq[(whead + w) % (n + 1)]
+                    for j in range(key_offsets[rw], key_offsets[rw] + num_lookup[rw]):
+                        waiting_add(acode, ist, fst, keys[j], w, ekey, edepth)
+                waiting_end(acode, ist, fst, ekey, edepth)
+            while wlen > 0 and budget > 0 and nrun < max_seqs:
+                r = wq[whead]
+                cur_req = r
+                k0 = key_offsets[r]
+                nk = key_offsets[r + 1] - k0
+                nl = num_lookup[r]
+                npath = 0
+                if H is not None:  # the tokens the input can reuse (nothing stamped yet)
+                    hit_tokens = hy_reuse(hx, r)
+                    h = hit_tokens // bt
+                else:
+                    if T is None:
+                        h = match_blocks(state, keys, k0, nl, mblocks)
+                    else:  # the walk stamps and may split: the policy hears of it
+                        if array:
+                            if W is not None:  # only LPC's records widen the state
+                                ist, fst = reserve(acode, ist, fst, 2 * nk + 2)
+                            ist[SC, REQ] = r
+                            fst[FS, NOW] = now
+                        after[0] = r
+                        h, npath = rx_walk(keys, k0, nl, T, rcode, P, ist, fst, 0, 0)
+                    hit_tokens = lookup_end[r] if h == nl else h * bt
+                prompt = inp[r] + generated[r]
+                rem = prompt - hit_tokens
+                if not chunked and rem > budget and (nch or ndec):
+                    break
+                want = -(-(inp[r] + min(generated[r] + 1, outp[r])) // bt)
+                need = want - h
+                if H is not None:  # lock the hit's path, make room for the rest
+                    if lktop + hx[6][6][0] + 1 > lk.shape[0]:
+                        lk, lkid, lktop = _compact_locks(
+                            lk, lkid, lkat, lkn, running, nrun, hx[6][6][0] + 1
+                        )
+                    k = hy_acquire(hx, hit_tokens, want, bt, lk, lkid, lktop)
+                    if k < 0 and hit_tokens and hx[7][E_RESERVED] == 0:
+                        # nothing else runs, yet the hit's locked path leaves too little
+                        # room: take the request as a miss, so it can always run
+                        hy_drop_hit(hx)
+                        hit_tokens, h = 0, 0
+                        k = hy_acquire(hx, 0, want, bt, lk, lkid, lktop)
+                    if k < 0:
+                        break
+                    lkat[r], lkn[r] = lktop, k
+                    lktop += k
+                    hres[r] = hx[7][E_NEED]
+                    if looked.shape[0]:
+                        if hx[7][E_LOOKED] > looked.shape[0]:
+                            looked = widened(looked, 2 * looked.shape[0])
+                        looked[hx[7][E_LOOKED] - 1] = r
+                    rem = prompt - hit_tokens
+                elif T is None:
+                    if need > sc[1] + sc[2] - num_hit_free(state, mblocks, h):
+                        break
+                elif need > rx_room(T, npath):
+                    break
+                if array:
+                    if W is not None:  # only LPC's records widen the state
+                        ist, fst = reserve(acode, ist, fst, nk + want)
+                    ist[SC, REQ] = r
+                    fst[FS, NOW] = now
+                nfree_slots -= 1
+                s = free_slots[nfree_slots]
+                slot[r] = s
+                if H is not None:
+                    pass
+                elif T is None:
+                    row = held[s]
+                    for j in range(h):
+                        row[j] = mblocks[j]
+                    pin_hits(state, row, h, now, pp, ist, fst)
+                    announce_misses(state, keys, k0, h, nk, pp, ist, fst)
+                    take_blocks(state, need, row, h, r, pp, ist, fst, victims)
+                else:
+                    after[0] = r
+                    last = rx_acquire(keys, k0, h, nk, npath, need, spare, T, rcode, P, ist, fst)
+                    if last < 0:
+                        out[0] = NO_VICTIM
+                        return ist, fst
+                    rlast[r], rres[r] = last, need
+                whead = (whead + 1) % (n + 1)
+                wlen -= 1
+                wmod += 1
+                if first_hits[r] < 0:
+                    first_hits[r] = hit_tokens
+                    hit_blocks[r] = h
+                    miss_blocks[r] = max(0, nl - h)
+                nblocks[r] = want
+                committed[r] = h
+                admit_hits[r] = hit_tokens
+                computed[r] = hit_tokens
+                prompt_len[r] = prompt
+                phase[r] = PREFILL
+                running[nrun] = r
+                nrun += 1
+                m = rem if not chunked else min(rem, budget)
+                cr[nch], cn[nch], cc[nch] = r, m, hit_tokens
+                nch += 1
+                budget -= m
+        if nch == 0 and ndec == 0:
             continue
+        for j in range(nch):
+            r = cr[j]
+            if scheduled_s[r] != scheduled_s[r]:
+                scheduled_s[r] = now
+            cd[j] = cc[j] - admit_hits[r]
+        duration = step_seconds(tcode, tpar, tt, ts, cn, cc, cd, nch, ndec, dctx)
         busy = True
         num_steps += 1
         step_end = now + duration
@@ -1037,13 +1458,13 @@ def engine_kernel(
             out[0] = IN_PAST
             out_f[0], out_f[1] = step_end, clock
             return ist, fst
-    if rs[RS_WLEN] or rs[RS_NRUN]:
+    if wlen or nrun:
         out[0] = UNFINISHED
     out[2] = num_steps
     if H is not None:
         out[3] = 0  # the hybrid cache reports no evictions as events
     elif T is None:
-        out[3] = state[23][3]
+        out[3] = sc[3]
     else:
         out[3] = T[13][EVICTED]
     return ist, fst
