@@ -93,8 +93,10 @@ def scale(args: argparse.Namespace) -> None:
     trace.block_layout(512, None, False, cfg.min_recompute_tokens)  # untimed
     head = trace.take(np.arange(min(args.reference, len(trace))))
     head.block_layout(512, None, False, cfg.min_recompute_tokens)
-    for router in args.router.split(","):  # load the kernels
-        simulate_fleet(head.take(np.arange(100)), "lru", cfg, FleetConfig(2, router), timing)
+    small = head.take(np.arange(100))
+    simulate(small, "lru", cfg, timing)  # load the kernels: the engine's, each router's fleet's
+    for router in args.router.split(","):
+        simulate_fleet(small, "lru", cfg, FleetConfig(2, router), timing)
     rows = []
     start = time.perf_counter()
     one = simulate(trace, "lru", cfg, timing)
