@@ -512,3 +512,34 @@ def test_fleet_kernel_orders_ties_as_the_reference(router: str) -> None:
     ends = fast.engine.finish_s
     assert len(set(ends.tolist())) < 0.6 * len(trace)  # ties, many
     assert np.isin(ends, trace.arrival_s).sum() > 50  # and at arrival instants
+
+
+def test_fleet_kernel_refuses_only_replicas_whose_rows_per_key_do_not_fit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With no room for rows per key of the trace, the fleet kernel still runs the
+    policies that keep none (their block structures map keys through a table sized by
+    capacity; the radix tree and the hybrid cache are sized by capacity), and leaves an
+    array-state policy (a row per key in each replica) to the reference loop."""
+    import prefixlab.runner.fleet_routed as routed
+
+    trace = _sessions(10)
+    layout = trace.block_layout(16)
+    bound = make_router("least-loaded")
+    bound.bind(Fleet(2, trace, layout, Loads.empty(2)))
+    hybrid = EngineConfig(
+        capacity_blocks=1, structure="hybrid", capacity_bytes=3 * 10**9, model="marconi-hybrid-7b"
+    )
+    cases = [
+        ("lru", EngineConfig(capacity_blocks=600, block_tokens=16), True),
+        ("arc", EngineConfig(capacity_blocks=600, block_tokens=16), False),
+        ("lru", EngineConfig(capacity_blocks=600, block_tokens=16, structure="radix"), True),
+        ("s3fifo", EngineConfig(capacity_blocks=600, block_tokens=16, structure="radix"), False),
+        ("marconi:alpha=1", hybrid, True),
+    ]
+    for spec, cfg, fits in cases:
+        pol = make_policy(spec, cfg.structure)
+        assert routed_applies(trace, pol, cfg, layout, bound, TIMING, 2)
+        monkeypatch.setattr(routed, "KEY_ROWS_BUDGET", 0)
+        assert routed_applies(trace, pol, cfg, layout, bound, TIMING, 2) is fits, spec
+        monkeypatch.undo()

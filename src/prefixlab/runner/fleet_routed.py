@@ -16,10 +16,11 @@ structure: it then reads what each replica holds from the replica's own key tabl
 It applies when each replica can be the compiled engine (:func:`replicas_compile`), the
 router has a compiled form (:meth:`~prefixlab.routers.base.Router.compiled`) and the
 replicas' caches fit in memory
-together: a replica's block structure keeps a row per distinct key of the trace, so the
-fleet needs about ``replicas`` times one engine's memory, unless its policy keeps no
-state by key: its replicas then map the keys they hold through a table and take memory by
-their capacity (:func:`routed_applies` says).
+together: an array-state policy keeps a row per distinct key of the trace in each
+replica (on the block and radix structures), so such a fleet needs about ``replicas``
+times one engine's memory; the other policies' replicas take memory by their capacity
+(the block structure then maps the keys it holds through a table) (:func:`routed_applies`
+says).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import numpy as np
 from prefixlab._jit import COMPILED
 from prefixlab.model.timing import TimingModel
 from prefixlab.policies.array_policy import ArrayPolicy
-from prefixlab.policies.base import Policy
+from prefixlab.policies.base import EvictionPolicy, Policy
 from prefixlab.routers._compiled import KV_AWARE
 from prefixlab.routers.base import Router
 from prefixlab.runner.engine.simulator import (
@@ -50,6 +51,7 @@ from prefixlab.runner.engine.simulator import (
     timing_codes,
 )
 from prefixlab.runner.fleet_split import fleet_engine, replica_rows, replicas_compile
+from prefixlab.runner.replay import ReplayConfig
 from prefixlab.types import F64, I64, Row
 from prefixlab.workload.trace import BlockLayout, Trace
 
@@ -74,18 +76,29 @@ def routed_applies(
     rc = structure_config(trace, pol, config, layout)
     if compiled[0] == KV_AWARE and (rc is None or rc.structure != "block"):
         return False  # (kv-aware reads the replicas' key tables: the block structure's)
-    rows = replicas * 48 * max(layout.num_distinct_keys, 1)
-    return _raw_keys(trace, pol, config, layout) or rows <= KEY_ROWS_BUDGET
+    if rc is None or not _array_state(pol, rc):  # (memory by capacity)
+        return True
+    return replicas * 48 * max(layout.num_distinct_keys, 1) <= KEY_ROWS_BUDGET
+
+
+def _array_state(pol: Policy, rc: ReplayConfig) -> bool:
+    """Whether the policy keeps state by key on ``rc``'s structure (an array-state
+    policy: a row per key of the trace in each replica, on the block and radix
+    structures alike)."""
+    from prefixlab.runner._fast import ARRAY, engine_code
+    from prefixlab.runner._fast_radix import radix_code
+
+    assert isinstance(pol, EvictionPolicy)  # (the hybrid structure has no rc)
+    if rc.structure == "radix":
+        return radix_code(pol, engine=True) == ARRAY
+    return engine_code(pol) == ARRAY
 
 
 def _raw_keys(trace: Trace, pol: Policy, config: EngineConfig, layout: BlockLayout) -> bool:
     """Whether the replicas' block structures map their keys through a table (memory by
-    capacity): for a policy that keeps no state by key (the array-state policies keep a
-    row per key of the trace either way)."""
-    from prefixlab.runner._fast import ARRAY, engine_code
-
+    capacity): for a policy that keeps no state by key."""
     rc = structure_config(trace, pol, config, layout)
-    return rc is not None and rc.structure == "block" and engine_code(pol) != ARRAY  # type: ignore[arg-type]
+    return rc is not None and rc.structure == "block" and not _array_state(pol, rc)
 
 
 def simulate_routed(
