@@ -30,8 +30,9 @@ the same instant and arrivals keep the reference's order::
 The fleet's kernel (:mod:`prefixlab.runner.engine._fleet`) runs this loop's body for each
 of its replicas through :func:`end_step`, :func:`arrive` and :func:`start_step`, which
 repeat it over one replica's state (both copies are tested against the reference loop).
-``engine_kernel`` keeps its own: calling those functions made it nine times slower
-(130,000 against 14,000 requests/s on 20,000 Mooncake requests), each call increfing and
+``engine_kernel`` keeps its own: calling those functions made it about nine times slower
+(130,000 against 14,000 requests/s on 20,000 Mooncake requests in a one-off A/B of the
+two builds, not a ``benchmarks/`` run), each call increfing and
 decrefing every array of its ~80 arguments, and numba's calls without reference counts
 refuse functions that allocate, as the hybrid and LPC paths do.
 """
