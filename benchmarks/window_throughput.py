@@ -1,6 +1,8 @@
 """Engine throughput for sliding-window models: vLLM's hybrid KV-cache manager (the
 ``window`` rule, on the reference loop) against keeping every layer (the ``full`` rule,
-compiled and on the reference loop).
+compiled and on the reference loop); for the models SGLang serves with its SWA pools
+(gpt-oss), also SGLang's rule on the radix structure (``sglang-lru``, on the reference
+loop) against the radix structure keeping every layer (compiled).
 
 Run: ``python benchmarks/window_throughput.py`` (``--quick`` for a small trace,
 ``--models gemma-3-27b`` for some).
@@ -17,9 +19,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from prefixlab.model.spec import capacity_blocks_for_bytes
+from prefixlab.model.spec import capacity_blocks_for_bytes, get_model
 from prefixlab.model.timing import make_timing
 from prefixlab.runner.engine import EngineConfig, EngineResult, simulate
+from prefixlab.runner.engine.swa_radix import sglang_hybrid_swa
 from prefixlab.workload.generators import generate_sessions
 
 MODELS = ["gpt-oss-20b", "gemma-3-27b"]
@@ -45,6 +48,13 @@ def bench(model: str, sessions: int) -> None:
         "full, reference": lambda: simulate(trace, "lru", full, timing, fast=False),
         "window, reference": lambda: simulate(trace, "lru", window, timing),
     }
+    if sglang_hybrid_swa(get_model(model)):
+        radix = {**base, "structure": "radix"}
+        radix_full = EngineConfig(**radix, sliding_window_rule="full")  # type: ignore[arg-type]
+        radix_window = EngineConfig(**radix)  # type: ignore[arg-type]
+        simulate(trace, "sglang-lru", radix_full, timing)  # load the radix kernels
+        runs["radix full, compiled"] = lambda: simulate(trace, "sglang-lru", radix_full, timing)
+        runs["radix window, ref."] = lambda: simulate(trace, "sglang-lru", radix_window, timing)
     timed = {name: _timed(run) for name, run in runs.items()}
     first = timed["full, compiled"][0]
     print(f"{model}: {len(trace):,} requests, {blocks:,} blocks of 16 tokens")

@@ -6,6 +6,10 @@ The comparison with SGLang's own cache is tests/test_reference_sglang_swa.py.
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -13,7 +17,17 @@ from hypothesis import strategies as st
 
 from prefixlab.cache.swa_radix import SwaNode, SwaRadixCache
 from prefixlab.errors import ConfigError
-from tests.reference.swa_protocol import page_keys, serve
+from prefixlab.model.spec import get_model
+from prefixlab.model.timing import make_timing
+from prefixlab.runner.engine import EngineConfig, simulate
+from prefixlab.runner.engine.swa_radix import sglang_pools, sglang_window
+from prefixlab.runner.engine.tiers import TierConfig
+from prefixlab.runner.fleet import FleetConfig, simulate_fleet
+from prefixlab.workload.generators import GENERATORS
+from prefixlab.workload.loaders.native import write_native
+from tests.reference.swa_protocol import page_keys, read_requests, serve
+
+TIMING = make_timing("power:preset=llama-3.2-1b-a100+tpot:s=0.01")
 
 A = list(range(1, 13))
 # The worked example: window 4 tokens, 1-token pages.
@@ -184,3 +198,146 @@ def test_small_pools_keep_the_invariants_and_never_beat_the_naive_model(
     naive = _naive_hits(reqs, page)[:done]
     assert all(h <= n for h, n in zip(out["hit_tokens"], naive, strict=True))
     assert all(h % page == 0 for h in out["hit_tokens"])
+
+
+# ---------------------------------------------------------------- the engine's SWA rule
+
+
+def gpt_oss_like(tmp_path: Path, window: int) -> Path:
+    """A small model whose attention layers alternate sliding and full (gpt-oss's form)."""
+    spec = {
+        "hidden_size": 64,
+        "num_attention_layers": 6,
+        "num_sliding_layers": 3,
+        "sliding_window": window,
+        "num_heads": 2,
+        "num_kv_heads": 1,
+        "head_dim": 32,
+    }
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def one_at_a_time(capacity: int, page: int, model: Path, **kw: object) -> EngineConfig:
+    return EngineConfig(
+        capacity_blocks=capacity,
+        block_tokens=page,
+        structure="radix",
+        model=str(model),
+        max_num_seqs=1,
+        chunked_prefill=False,
+        max_num_batched_tokens=1 << 24,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_sglang_pools_split_the_memory_as_sglang_does() -> None:
+    # gpt-oss-20b: 12 full and 12 sliding layers. 1,000 blocks of 16 tokens of every layer
+    # are 16,000 x 24 layer-tokens; SGLang's cell is 12 + 0.8 x 12 = 21.6 of them:
+    # 17,777 tokens, 17,776 in whole pages (1,111); the SWA pool 0.8 of that, 14,220 ->
+    # 14,208 tokens (888 pages). gpt-oss's window of 128 is 127 in SGLang's model code.
+    model = get_model("gpt-oss-20b")
+    assert sglang_pools(1000, model, 16) == (1111, 888)
+    assert sglang_window(model) == 127
+
+
+@pytest.mark.parametrize(
+    ("page", "window", "capacity"), [(16, 128, 1500), (1, 128, 20000), (4, 41, 8000)]
+)
+def test_engine_one_at_a_time_equals_the_cache_protocol(
+    tmp_path: Path, page: int, window: int, capacity: int
+) -> None:
+    # The engine's scheduler driving SwaEngineCache makes the calls the protocol replay
+    # makes (tests/reference/swa_protocol.py, which equals SGLang): the same hit for every
+    # request, on 120 requests of the demo workload.
+    model = gpt_oss_like(tmp_path, window)
+    trace = GENERATORS["mix"].fn(trace=2, num_requests=120)
+    path = tmp_path / "trace.jsonl"
+    write_native(trace, path)
+    spec = get_model(str(model))
+    full, swa = sglang_pools(capacity, spec, page)
+    want = serve(read_requests(path), page, sglang_window(spec), full * page, swa * page)
+    assert "failed_request" not in want and sum(want["swa_evicted"]) > 0  # it evicts
+    cfg = one_at_a_time(capacity, page, model)
+    every = 1 if page > 1 else 40  # (1-token pages: a check per 40 steps keeps it quick)
+    got = simulate(trace, "sglang-lru", cfg, TIMING, check_every=every).hit_tokens
+    assert got.tolist() == want["hit_tokens"]
+
+
+def test_engine_batches_keep_the_invariants(tmp_path: Path) -> None:
+    # Several requests at once, chunked prefill: every scheduler step checks the pools
+    # and every running request's holdings; the same run twice gives the same result.
+    model = gpt_oss_like(tmp_path, 64)
+    trace = GENERATORS["mix"].fn(trace=2, num_requests=150)
+    cfg = EngineConfig(
+        capacity_blocks=1200,
+        block_tokens=16,
+        structure="radix",
+        model=str(model),
+        max_num_seqs=8,
+        max_num_batched_tokens=2048,
+    )
+    a = simulate(trace, "sglang-lru", cfg, TIMING, check_every=1)
+    b = simulate(trace, "sglang-lru", cfg, TIMING)
+    assert np.array_equal(a.hit_tokens, b.hit_tokens)
+    assert np.array_equal(a.first_token_s, b.first_token_s)
+    full = simulate(trace, "sglang-lru", _with_rule(cfg, "full"), TIMING)
+    assert a.hit_tokens.sum() > 0 and full.hit_tokens.sum() > 0
+    assert not np.array_equal(a.hit_tokens, full.hit_tokens)  # the rule changed the run
+
+
+def _with_rule(cfg: EngineConfig, rule: str) -> EngineConfig:
+    return replace(cfg, sliding_window_rule=rule)
+
+
+def test_gemma_3_on_the_radix_structure_keeps_every_layer(tmp_path: Path) -> None:
+    # SGLang 0.5.23 serves Gemma 2 and 3 on one full-size pool: the window rule on the
+    # radix structure is then the full rule.
+    trace = GENERATORS["mix"].fn(trace=2, num_requests=60)
+    base = EngineConfig(
+        capacity_blocks=1000, block_tokens=16, structure="radix", model="gemma-3-12b"
+    )
+    a = simulate(trace, "sglang-lru", base, TIMING)
+    b = simulate(trace, "sglang-lru", _with_rule(base, "full"), TIMING)
+    assert np.array_equal(a.hit_tokens, b.hit_tokens) and a.hit_tokens.sum() > 0
+    # while gpt-oss gets SGLang's SWA pools
+    c = simulate(trace, "sglang-lru", replace(base, model="gpt-oss-20b"), TIMING)
+    d = simulate(
+        trace, "sglang-lru", replace(base, model="gpt-oss-20b", sliding_window_rule="full"), TIMING
+    )
+    assert not np.array_equal(c.hit_tokens, d.hit_tokens)
+
+
+@pytest.mark.parametrize(
+    ("policy", "extra", "message"),
+    [
+        ("lru", {}, "SGLang's own LRU"),
+        ("sglang-lru", {"tiers": (TierConfig(name="cpu", capacity_blocks=100),)}, "tiers"),
+    ],
+)
+def test_what_the_rule_does_not_combine_with_is_refused(
+    tmp_path: Path, policy: str, extra: dict[str, object], message: str
+) -> None:
+    model = gpt_oss_like(tmp_path, 64)
+    trace = GENERATORS["mix"].fn(trace=2, num_requests=10)
+    cfg = one_at_a_time(400, 16, model, **extra)
+    with pytest.raises(ConfigError, match=message):
+        simulate(trace, policy, cfg, TIMING)
+
+
+def test_one_replica_fleet_is_the_engine_and_kv_aware_hears_the_full_kv(tmp_path: Path) -> None:
+    # The fleet runs SGLang's rule on its reference loop: one replica is the engine runner;
+    # behind kv-aware (which hears the replicas' stored and removed full-KV pages) the
+    # invariants hold at every step of every replica.
+    model = gpt_oss_like(tmp_path, 64)
+    trace = GENERATORS["mix"].fn(trace=2, num_requests=80)
+    cfg = EngineConfig(capacity_blocks=1500, block_tokens=16, structure="radix", model=str(model))
+    engine = simulate(trace, "sglang-lru", cfg, TIMING)
+    fleet = simulate_fleet(trace, "sglang-lru", cfg, FleetConfig(1, "random"), TIMING)
+    assert np.array_equal(engine.hit_tokens, fleet.engine.hit_tokens)
+    assert np.array_equal(engine.first_token_s, fleet.engine.first_token_s)
+    busy = trace.time_scaled(0.002)  # (500 times the rate: the replicas overlap)
+    two = simulate_fleet(busy, "sglang-lru", cfg, FleetConfig(2, "kv-aware"), TIMING, check_every=1)
+    assert sorted(set(two.replica.tolist())) == [0, 1]
+    assert two.engine.hit_tokens.sum() > 0

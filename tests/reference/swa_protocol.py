@@ -17,6 +17,8 @@ runs with ``--no-waiting-refresh``.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,12 +26,22 @@ import numpy as np
 from prefixlab.cache.swa_radix import DECODE_INTERVAL, SwaRadixCache
 
 
+def read_requests(path: Path) -> list[tuple[list[int], list[int]]]:
+    """A native token-form trace's requests as (input, output) token lists."""
+    out = []
+    for line in path.read_text().splitlines():
+        d = json.loads(line)
+        if "input_tokens" in d:
+            out.append((list(d["input_tokens"]), list(d.get("output_tokens") or [])))
+    return out
+
+
 def page_keys(tokens: list[int], page: int, table: dict[tuple[int, ...], int]) -> np.ndarray:
-    """Chained page keys: page j is named by every token up to its end."""
-    out = [
-        table.setdefault(tuple(tokens[: (j + 1) * page]), len(table))
-        for j in range(len(tokens) // page)
-    ]
+    """Chained page keys: page j is named by page j - 1's key and its own tokens."""
+    out, prev = [], -1
+    for j in range(len(tokens) // page):
+        prev = table.setdefault((prev, *tokens[j * page : (j + 1) * page]), len(table))
+        out.append(prev)
     return np.array(out, dtype=np.int64)
 
 

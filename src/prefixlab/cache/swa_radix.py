@@ -31,7 +31,7 @@ The engine-facing adapter is :class:`prefixlab.runner.engine.swa_radix.SwaEngine
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,6 +58,7 @@ class SwaNode:
         "lru_prev",
         "nid",
         "parent",
+        "uuid",
     )
 
     def __init__(self, nid: int, keys: I64, parent: SwaNode | None, stamp: float) -> None:
@@ -72,6 +73,8 @@ class SwaNode:
         self.created = stamp + 1.0
         self.lru_prev: SwaNode | None = None
         self.lru_next: SwaNode | None = None
+        #: the stamp of a window lock's top node (its release walks up to it)
+        self.uuid = -1
 
     @property
     def pages(self) -> int:
@@ -94,7 +97,7 @@ class SwaRequest:
     ``protected`` of them the tree's; SWA slots freed below ``freed``."""
 
     node: SwaNode
-    swa_locked: list[SwaNode]
+    swa_locked: int  # the uuid its SWA lock's release walks up to (-1: to the root)
     protected: int
     branch: int
     allocated: int = 0
@@ -144,6 +147,9 @@ class SwaRadixCache:
         self.held_swa = 0
         self.full_evicted = 0  # counters, for the figures and the comparison with SGLang
         self.swa_evicted = 0
+        #: told the pages of each new leaf and of each deleted one (the full KV's events)
+        self.on_store: Callable[[I64], None] | None = None
+        self.on_remove: Callable[[I64], None] | None = None
 
     # ------------------------------------------------------------------ clock, nodes
     def _tick(self) -> float:
@@ -210,6 +216,7 @@ class SwaRadixCache:
         upper = self._node(child.keys[:m], parent)
         upper.created = child.created
         upper.lock_full, upper.lock_swa = child.lock_full, child.lock_swa
+        upper.uuid, child.uuid = child.uuid, -1  # a lock's top edge is the upper part
         parent.children[int(child.keys[0])] = upper
         child.keys = child.keys[m:]
         child.parent = upper
@@ -230,6 +237,8 @@ class SwaRadixCache:
         parent = node.parent
         assert parent is not None and self._evictable_leaf(node)
         del parent.children[int(node.keys[0])]
+        if self.on_remove is not None:
+            self.on_remove(node.keys)
         self.tree_pages -= node.pages
         self.full_evicted += node.pages
         if node.live:
@@ -282,31 +291,41 @@ class SwaRadixCache:
         return SwaMatch(best_i, best_i * self.page, best, branch)
 
     # ------------------------------------------------------------------ locks
-    def lock(self, node: SwaNode) -> list[SwaNode]:
+    def lock(self, node: SwaNode) -> int:
         """``inc_lock_ref``: full on the whole path, SWA on the nodes of the last
-        ``window`` tokens (tombstones included); returns the SWA-locked nodes."""
+        ``window`` tokens (tombstones included); returns the stamp of the SWA segment's
+        top node (-1: it reached the root), where its release stops."""
         up: SwaNode | None = node
         while up is not None and up is not self.root:
             up.lock_full += 1
             up = up.parent
-        locked: list[SwaNode] = []
         covered, up = 0, node
         while up is not None and up is not self.root and covered < self.window:
             up.lock_swa += 1
-            locked.append(up)
             covered += up.pages * self.page
+            if covered >= self.window:
+                if up.uuid < 0:
+                    self._ids += 1
+                    up.uuid = self._ids
+                return up.uuid
             up = up.parent
-        return locked
+        return -1
 
-    def unlock(self, node: SwaNode, swa_locked: list[SwaNode]) -> None:
+    def unlock(self, node: SwaNode, uuid: int) -> None:
+        """``dec_lock_ref``: the full lock off the whole path, the SWA lock up to the
+        node stamped ``uuid`` (a split moves the stamp to the upper part)."""
         up: SwaNode | None = node
         while up is not None and up is not self.root:
             assert up.lock_full > 0
             up.lock_full -= 1
             up = up.parent
-        for x in swa_locked:
-            assert x.lock_swa > 0
-            x.lock_swa -= 1
+        up = node
+        while up is not None and up is not self.root:
+            assert up.lock_swa > 0, f"SWA lock release below zero at node {up.nid}"
+            up.lock_swa -= 1
+            if uuid >= 0 and up.uuid == uuid:
+                break
+            up = up.parent
 
     # ------------------------------------------------------------------ eviction
     def evict_for(self, tokens: int) -> None:
@@ -368,6 +387,27 @@ class SwaRadixCache:
         """Lock a match's node for a request (the scheduler's admission)."""
         locked = self.lock(m.node)
         return SwaRequest(m.node, locked, m.num_hit_blocks, m.branch, m.num_hit_blocks)
+
+    def release(self, req: SwaRequest) -> None:
+        """Undo an admission that took nothing: unlock."""
+        assert req.allocated == req.protected
+        self.unlock(req.node, req.swa_locked)
+
+    def reclaimable(self, full: int, swa: int) -> bool:
+        """Whether evicting all that no running request holds would free ``full`` full
+        and ``swa`` SWA pages."""
+        free_full, free_swa = self.full_free(), self.swa_free()
+        if free_full >= full and free_swa >= swa:
+            return True
+        stack = list(self.root.children.values())
+        while stack and (free_full < full or free_swa < swa):
+            node = stack.pop()
+            stack.extend(node.children.values())
+            if node.lock_full == 0:
+                free_full += node.pages
+            if node.live and node.lock_swa == 0:
+                free_swa += node.pages
+        return free_full >= full and free_swa >= swa
 
     def allocate(self, req: SwaRequest, pages: int) -> bool:
         """Take ``pages`` more pages in both pools for ``req`` (after evicting for them);
@@ -460,6 +500,8 @@ class SwaRadixCache:
         point, live from it, the live part's last window its own node."""
         leaf = self._node(keys.copy(), parent)
         parent.children[int(keys[0])] = leaf
+        if self.on_store is not None:
+            self.on_store(keys)
         k = int(keys.shape[0])
         self.tree_pages += k
         live_start = max(start, req.freed)
@@ -499,6 +541,8 @@ class SwaRadixCache:
                 stack.append(child)
             if node is self.root:
                 continue
+            if not running:
+                assert node.lock_full == node.lock_swa == 0, f"node {node.nid} still locked"
             pages += node.pages
             if node.live:
                 live += node.pages

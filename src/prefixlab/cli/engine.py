@@ -138,9 +138,10 @@ _GpuUtilOpt = Annotated[
 _SlidingRuleOpt = Annotated[
     str,
     typer.Option(
-        help="How the block cache keeps a model's sliding-window layers: window (vLLM's "
-        "hybrid KV-cache manager: their pages freed past the window, a hit needs the "
-        "window's) or full (every layer of every block, --disable-hybrid-kv-cache-manager).",
+        help="How the cache keeps a model's sliding-window layers: window (the engine's "
+        "rule: on the block structure vLLM's hybrid KV-cache manager, on the radix one "
+        "SGLang's SWA radix cache) or full (every layer of every block, vLLM's "
+        "--disable-hybrid-kv-cache-manager).",
     ),
 ]
 _RouterOpt = Annotated[

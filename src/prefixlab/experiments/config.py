@@ -194,9 +194,9 @@ class RunnerConfig(ConfigModel):
     load_overlap: bool = False
     """loads from KV tiers (fleet.tiers) run under the prefill of the rest of the prompt"""
     sliding_window_rule: Literal["window", "full"] = "window"
-    """how the block cache keeps a model's sliding-window layers: 'window', vLLM's hybrid
-    KV-cache manager (their pages freed past the window), or 'full', every layer of every
-    block (docs/models.md)"""
+    """how the cache keeps a model's sliding-window layers: 'window', the engine's rule
+    (on the block structure vLLM's hybrid KV-cache manager, on the radix one SGLang's SWA
+    radix cache), or 'full', every layer of every block (docs/models.md)"""
 
 
 #: the keys a fleet table adds to each cell's variant (``tiers`` only when it lists some)

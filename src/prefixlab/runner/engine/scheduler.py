@@ -41,6 +41,7 @@ from prefixlab.workload.trace import BlockLayout, Trace
 if TYPE_CHECKING:
     from prefixlab.cache.events import MatchResult
     from prefixlab.runner.engine.hybrid import HybridEngineCache
+    from prefixlab.runner.engine.swa_radix import SwaEngineCache
     from prefixlab.runner.engine.tiers import TierStack
     from prefixlab.runner.engine.windowed import WindowedBlockCache
 
@@ -68,7 +69,7 @@ class Scheduler:
         self,
         trace: Trace,
         layout: BlockLayout,
-        cache: BlockCache | RadixCache | HybridEngineCache | WindowedBlockCache,
+        cache: BlockCache | RadixCache | HybridEngineCache | WindowedBlockCache | SwaEngineCache,
         policy: Policy,
         *,
         max_num_seqs: int,
@@ -82,14 +83,12 @@ class Scheduler:
         self.cache: Any = cache  # Any: three caches, one duck-typed protocol of verbs
         self.policy = policy
         self.layout = layout
-        self.max_num_seqs = max_num_seqs
-        self.budget = max_num_batched_tokens
+        self.max_num_seqs, self.budget = max_num_seqs, max_num_batched_tokens
         self.chunked = chunked_prefill
         self.cache_while_running = cache_while_running
         self.observers = observers
         self.bt = layout.block_tokens
-        self.input = trace.input_length.tolist()
-        self.output = trace.output_length.tolist()
+        self.input, self.output = trace.input_length.tolist(), trace.output_length.tolist()
         self.num_lookup = layout.num_lookup_blocks.tolist()
         self.lookup_end = layout.lookup_end_tokens.tolist()
         self.offs = layout.key_offsets.tolist()
@@ -106,14 +105,16 @@ class Scheduler:
         self.handle: list[Any] = [None] * n
         self.first_hit_tokens = [-1] * n  # at the first admission (the metric)
         self.num_preemptions = [0] * n
-        self.waiting: deque[int] = deque()
-        self.running: list[int] = []
+        self.waiting, self.running = deque[int](), list[int]()  # running: in admission order
         self.preempted_this_step, self._lookahead = False, policy.uses_lookahead
         self.tiers: TierStack | None = None  # the tiers below GPU memory
         # when a LOADING request's loads end; its leading blocks offered to the tiers
         self.ready_s, self.offered = [0.0] * n, [0] * n
         self.tier_src: list[tuple[int, I64]] = [(0, _NO_SRC)] * n  # GPU hit, tier per load
         self.slides = hasattr(cache, "slide")  # it frees pages past a window (windowed.py)
+        # SGLang's SWA cache (swa_radix.py): no lookahead token, token counts at inserts
+        self.exact = bool(getattr(cache, "exact_slots", False))
+        self.ahead = 0 if self.exact else 1
 
     # ------------------------------------------------------------------ helpers
     def blocks_needed(self, r: int, generated: int) -> int:
@@ -149,9 +150,12 @@ class Scheduler:
             self.tiers.now = now
         spare = getattr(self.cache, "spare_blocks", 0)
         if spare:  # SGLang: a free page per running request before each decode step
-            num_decoding = sum(1 for r in self.running if self.phase[r] == DECODE)
-            if num_decoding:
-                self.cache.keep_free(spare * num_decoding)
+            decoding = [r for r in self.running if self.phase[r] == DECODE]
+            if self.exact:  # maybe_evict_swa, then the decode allocation's eviction
+                for r in decoding:
+                    self._slide(r)
+            if decoding:
+                self.cache.keep_free(spare * len(decoding))
         i = 0
         while i < len(self.running) and budget > 0:
             r = self.running[i]
@@ -160,7 +164,7 @@ class Scheduler:
                     i += 1
                     continue
                 self.phase[r] = PREFILL
-            if self.slides:
+            if self.slides and not self.exact:
                 self._slide(r)
             if self.phase[r] == PREFILL:
                 n = min(self.prompt_len[r] - self.computed[r], budget)
@@ -171,9 +175,9 @@ class Scheduler:
                 budget -= n
             else:
                 # Only a decode that crosses into a new block needs memory.
-                g = min(self.generated[r] + 1, self.output[r])
+                g = min(self.generated[r] + self.ahead, self.output[r])
                 full = self.input[r] + g > self.blocks[r] * self.bt
-                if full and not self._ensure_blocks(r, self.generated[r] + 1):
+                if full and not self._ensure_blocks(r, self.generated[r] + self.ahead):
                     continue  # r itself was preempted: the list shifted
                 batch.decodes.append((r, self.input[r] + self.generated[r]))
                 budget -= 1
@@ -197,7 +201,7 @@ class Scheduler:
             if not self.chunked and rem > budget and (batch.chunks or batch.decodes):
                 break
             handle = self.cache.acquire(
-                m, self.blocks_needed(r, self.generated[r] + 1), keys[m.num_hit_blocks :]
+                m, self.blocks_needed(r, self.generated[r] + self.ahead), keys[m.num_hit_blocks :]
             )
             if handle is None:
                 break
@@ -213,7 +217,7 @@ class Scheduler:
                     Miss(r, max(0, nl - hit_blocks), max(0, self.lookup_end[r] - hit_tokens))
                 )
             self.handle[r] = handle
-            self.blocks[r] = self.blocks_needed(r, self.generated[r] + 1)
+            self.blocks[r] = self.blocks_needed(r, self.generated[r] + self.ahead)
             self.committed[r] = m.num_hit_blocks
             self.admit_hits[r] = hit_tokens
             self.computed[r] = hit_tokens
@@ -344,7 +348,11 @@ class Scheduler:
         if upto > self.committed[r]:
             self.cache.view.request_index = r
             keys = self.keys(r)[:upto]
-            self.cache.commit(self.handle[r], keys, self.committed[r])
+            if self.exact:
+                tokens = min(self.computed[r], self.input[r])
+                self.cache.commit(self.handle[r], keys, self.committed[r], tokens=tokens)
+            else:
+                self.cache.commit(self.handle[r], keys, self.committed[r])
             self.committed[r] = upto
             self._offer(r, upto)
 
@@ -359,7 +367,11 @@ class Scheduler:
     def _finish(self, r: int) -> None:
         self.cache.view.request_index = r
         handle = self.handle[r]
-        self.cache.commit(handle, self.keys(r), self.committed[r])
+        if self.exact:  # the last sampled token has no KV
+            tokens = self.input[r] + max(self.generated[r], 1) - 1
+            self.cache.commit(handle, self.keys(r), self.committed[r], tokens=tokens, finished=True)
+        else:
+            self.cache.commit(handle, self.keys(r), self.committed[r])
         self._offer(r, int(self.keys(r).shape[0]))
         if self.tiers is not None:
             self.tiers.finish(r)
@@ -377,7 +389,7 @@ class Scheduler:
         for r in self.running:
             # Between steps: a prefilling request holds room for its first token; a decoding
             # one for the tokens generated so far.
-            g = self.generated[r] + (1 if self.phase[r] in (PREFILL, LOADING) else 0)
+            g = self.generated[r] + self.ahead - (0 if self.phase[r] in (PREFILL, LOADING) else 1)
             if self.blocks[r] != self.blocks_needed(r, g):
                 want = self.blocks_needed(r, g)
                 raise AssertionError(f"request {r} holds {self.blocks[r]} blocks, not {want}")

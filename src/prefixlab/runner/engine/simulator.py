@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from prefixlab.runner._fast_hybrid import HybridArrays
     from prefixlab.runner._fast_radix import RadixArgs, Tree
     from prefixlab.runner.engine.hybrid import HybridEngineCache
+    from prefixlab.runner.engine.swa_radix import SwaEngineCache
     from prefixlab.runner.engine.windowed import WindowedBlockCache
 
     #: the arguments of ``_kernel.engine_kernel``, in order
@@ -108,10 +109,11 @@ class EngineConfig:
     tiers: tuple[TierConfig, ...] = ()
     #: a request's tier loads run under the prefill of the rest of its prompt
     load_overlap: bool = False
-    #: how the block structure caches a model with sliding-window layers: "window", vLLM's
-    #: hybrid KV-cache manager (those layers' pages freed past the window, a hit needs the
-    #: window's pages; runner/engine/windowed.py), or "full", every layer of every block
-    #: (vLLM's --disable-hybrid-kv-cache-manager)
+    #: how the cache keeps a model with sliding-window layers: "window", the engine's rule
+    #: (the block structure: vLLM's hybrid KV-cache manager, those layers' pages freed past
+    #: the window, a hit needs the window's pages, runner/engine/windowed.py; the radix
+    #: structure: SGLang's SWA radix cache, runner/engine/swa_radix.py), or "full", every
+    #: layer of every block (vLLM's --disable-hybrid-kv-cache-manager)
     sliding_window_rule: str = "window"
 
     def replay_config(self) -> ReplayConfig:
@@ -298,7 +300,7 @@ def reference_cache(
     rc: ReplayConfig | None,
     layout: BlockLayout,
     obs: list[Observer],
-) -> BlockCache | RadixCache | HybridEngineCache | WindowedBlockCache:
+) -> BlockCache | RadixCache | HybridEngineCache | WindowedBlockCache | SwaEngineCache:
     """The reference loop's cache (``rc`` None: the hybrid structure's)."""
     if rc is None:
         from prefixlab.model.spec import get_model
@@ -312,6 +314,11 @@ def reference_cache(
         )
     assert isinstance(pol, EvictionPolicy)  # structure_config checked it
     model = windowed_model(config)
+    if model is not None and config.structure == "radix":
+        from prefixlab.runner.engine.swa_radix import SwaEngineCache, check_swa_radix
+
+        check_swa_radix(pol.spec(), bool(config.tiers), is_default(config.admission))
+        return SwaEngineCache(rc.capacity_blocks, model, layout.block_tokens, obs)
     if model is not None:
         from prefixlab.runner.engine.windowed import WindowedBlockCache
 
@@ -326,10 +333,11 @@ def reference_cache(
 
 
 def windowed_model(config: EngineConfig) -> ModelSpec | None:
-    """The model whose sliding-window layers the block cache keeps by vLLM's hybrid
-    manager (``sliding_window_rule = "window"``), or None."""
+    """The model whose sliding-window layers the cache keeps by the engine's rule for them
+    (``sliding_window_rule = "window"``): the block structure by vLLM's hybrid manager,
+    the radix structure by SGLang's SWA radix cache; or None."""
     if (
-        config.structure != "block"
+        config.structure not in ("block", "radix")
         or config.model is None
         or config.sliding_window_rule != "window"
         or not config.prefix_caching
@@ -338,7 +346,13 @@ def windowed_model(config: EngineConfig) -> ModelSpec | None:
     from prefixlab.model.spec import get_model
 
     model = get_model(config.model)
-    return model if model.num_sliding_layers else None
+    if not model.num_sliding_layers:
+        return None
+    if config.structure == "radix":
+        from prefixlab.runner.engine.swa_radix import sglang_hybrid_swa
+
+        return model if sglang_hybrid_swa(model) else None  # SGLang: one pool for Gemma 3
+    return model
 
 
 def check_windowed(pol: EvictionPolicy, config: EngineConfig) -> None:
@@ -365,7 +379,7 @@ def _run_reference(
     config: EngineConfig,
     timing: TimingModel,
     layout: BlockLayout,
-    cache: BlockCache | RadixCache | HybridEngineCache | WindowedBlockCache,
+    cache: BlockCache | RadixCache | HybridEngineCache | WindowedBlockCache | SwaEngineCache,
     obs: list[Observer],
     hits: ReplayMetrics,
     check_every: int,
@@ -389,7 +403,7 @@ def _run_reference(
 def make_scheduler(
     trace: Trace,
     layout: BlockLayout,
-    cache: BlockCache | RadixCache | HybridEngineCache | WindowedBlockCache,
+    cache: BlockCache | RadixCache | HybridEngineCache | WindowedBlockCache | SwaEngineCache,
     pol: Policy,
     config: EngineConfig,
     obs: list[Observer],
