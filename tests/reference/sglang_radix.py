@@ -3,7 +3,10 @@
 Run it with a Python that has SGLang installed (0.5.23 was used; ``../shared/REFERENCES.md``
 says how it installs on a CPU-only machine), never prefixlab's own environment:
 
-    python sglang_radix.py TRACE.jsonl PAGE_SIZE CAPACITY_PAGES[,CAPACITY_PAGES...]
+    python sglang_radix.py TRACE.jsonl PAGE_SIZE CAPACITY_PAGES[,CAPACITY_PAGES...] [--unified]
+
+``--unified`` runs ``UnifiedRadixCache`` with its FULL component alone (what 0.5.23 builds
+by default, for models without sliding windows too) in place of ``RadixCache``.
 
 TRACE.jsonl: one request per line with ``input_tokens`` and ``output_tokens`` (a prefixlab
 native header line is skipped). Prints one JSON line per capacity: ``{"capacity_pages": C,
@@ -34,7 +37,9 @@ warnings.filterwarnings("ignore")
 os.environ.setdefault("SGLANG_LOG_LEVEL", "error")
 
 
-def replay(reqs: list[tuple[list[int], list[int]]], page: int, capacity_pages: int) -> list[int]:
+def replay(
+    reqs: list[tuple[list[int], list[int]]], page: int, capacity_pages: int, unified: bool = False
+) -> list[int]:
     import torch
     from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
     from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
@@ -48,15 +53,21 @@ def replay(reqs: list[tuple[list[int], list[int]]], page: int, capacity_pages: i
         alloc = TokenToKVPoolAllocator(slots, torch.int64, "cpu", None, need_sort=False)
     else:
         alloc = PagedTokenToKVPoolAllocator(slots, page, torch.int64, "cpu", None, need_sort=False)
-    tree = RadixCache(
-        CacheInitParams(
-            disable=False,
-            req_to_token_pool=None,
-            token_to_kv_pool_allocator=alloc,
-            page_size=page,
-            eviction_policy="lru",
-        )
+    params = CacheInitParams(
+        disable=False,
+        req_to_token_pool=None,
+        token_to_kv_pool_allocator=alloc,
+        page_size=page,
+        eviction_policy="lru",
     )
+    if unified:  # what 0.5.23 builds by default: the unified tree, its FULL component only
+        from sglang.srt.mem_cache.unified_cache.components import ComponentType
+        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+        params.tree_components = (ComponentType.FULL,)
+        tree = UnifiedRadixCache(params)
+    else:
+        tree = RadixCache(params)
     hits = []
     for inp, out in reqs:
         key = RadixKey(array("q", inp), limit=max(len(inp) - 1, 0))
@@ -92,6 +103,8 @@ def replay(reqs: list[tuple[list[int], list[int]]], page: int, capacity_pages: i
 
 
 def main(argv: list[str]) -> int:
+    unified = "--unified" in argv
+    argv = [a for a in argv if a != "--unified"]
     path, page, capacities = argv[1], int(argv[2]), [int(c) for c in argv[3].split(",")]
     reqs = []
     with open(path) as fh:
@@ -100,7 +113,8 @@ def main(argv: list[str]) -> int:
             if "input_tokens" in d:
                 reqs.append((list(d["input_tokens"]), list(d.get("output_tokens") or [])))
     for cap in capacities:
-        print(json.dumps({"capacity_pages": cap, "hit_tokens": replay(reqs, page, cap)}))
+        hits = replay(reqs, page, cap, unified)
+        print(json.dumps({"capacity_pages": cap, "hit_tokens": hits}))
     return 0
 
 
