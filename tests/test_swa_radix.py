@@ -24,6 +24,7 @@ from prefixlab.runner.engine.swa_radix import sglang_pools, sglang_window
 from prefixlab.runner.engine.tiers import TierConfig
 from prefixlab.runner.fleet import FleetConfig, simulate_fleet
 from prefixlab.workload.generators import GENERATORS
+from prefixlab.workload.loaders.base import load_trace
 from prefixlab.workload.loaders.native import write_native
 from tests.reference.swa_protocol import page_keys, read_requests, serve
 
@@ -341,3 +342,82 @@ def test_one_replica_fleet_is_the_engine_and_kv_aware_hears_the_full_kv(tmp_path
     two = simulate_fleet(busy, "sglang-lru", cfg, FleetConfig(2, "kv-aware"), TIMING, check_every=1)
     assert sorted(set(two.replica.tolist())) == [0, 1]
     assert two.engine.hit_tokens.sum() > 0
+
+
+@pytest.mark.parametrize(
+    ("capacity", "hits"), [(300, [0, 0, 14, 0, 17, 18]), (25, [0, 0, 14, 0, 0, 8])]
+)
+def test_engine_on_the_worked_example(tmp_path: Path, capacity: int, hits: list[int]) -> None:
+    # Through the engine, one request at a time. R4 has one output token: it finishes at
+    # its prefill and (as in SGLang) frees no out-of-window slot. At 25 blocks (pools of
+    # 27 full and 21 SWA tokens) it misses, recomputes its prompt and leaves it live, so
+    # R5 (R4's prompt resent) hits what the pools kept of it.
+    model = gpt_oss_like(tmp_path, 5)  # SGLang's window: 4
+    full, swa = sglang_pools(capacity, get_model(str(model)), 1)
+    reqs = [*EXAMPLE, (EXAMPLE[4][0] + [306, 307], [308])]  # R5 resends R4's whole prompt
+    want = serve(reqs, 1, 4, full, swa)
+    trace = load_trace(_native(tmp_path, reqs))
+    got = simulate(trace, "sglang-lru", one_at_a_time(capacity, 1, model), TIMING, check_every=1)
+    assert got.hit_tokens.tolist() == want["hit_tokens"]
+    assert want["hit_tokens"] == hits
+
+
+@pytest.mark.parametrize("budget", [3, 5, 20])
+def test_chunked_prefill_equals_the_replay(tmp_path: Path, budget: int) -> None:
+    # Chunked prefill (8-token pages, chunks of 3, 5 and 20 tokens): SGLang checkpoints
+    # after every chunk; one request at a time the hits equal a replay that does, and
+    # every step keeps the invariants. (A chunk that completes no page frees what the
+    # next checkpoint would: with one request running that is not observable.)
+    model = gpt_oss_like(tmp_path, 9)  # SGLang's window: 8
+    reqs = _chats(7, 2, 6)
+    path = _native(tmp_path, reqs)
+    cfg = replace(one_at_a_time(100, 8, model), chunked_prefill=True, max_num_batched_tokens=budget)
+    got = simulate(load_trace(path), "sglang-lru", cfg, TIMING, check_every=1).hit_tokens
+    full, swa = sglang_pools(100, get_model(str(model)), 8)
+    want = _serve_chunked(reqs, 8, 8, full * 8, swa * 8, budget)
+    assert got.tolist() == want
+
+
+def _serve_chunked(
+    reqs: list[tuple[list[int], list[int]]], page: int, window: int, full: int, swa: int, chunk: int
+) -> list[int]:
+    """The protocol replay with the prompt prefilled in chunks of ``chunk`` tokens, a
+    checkpoint after each but the last of a request that finishes at its prefill."""
+    cache = SwaRadixCache(full // page, swa // page, page, window)
+    table: dict[tuple[int, ...], int] = {}
+    hits = []
+    for inp, out in reqs:
+        n, length = max(len(out), 1), len(inp)
+        keys = page_keys(inp + out, page, table)
+        m = cache.match(keys[: (length - 1) // page])
+        hits.append(m.num_hit_tokens)
+        req = cache.admit(m)
+        cache.evict_for(length - m.num_hit_tokens + page)
+        assert cache.allocate(req, -(-length // page) - m.num_hit_blocks)
+        done = m.num_hit_tokens
+        while done < length:
+            done = min(done + chunk, length)
+            if done < length or n > 1:
+                cache.checkpoint(req, keys, done, finished=False)
+        for k in range(1, n):
+            pos = length + k - 1
+            if k >= 2 and pos - window >= req.freed * page + 128:
+                cache.free_out_of_window(req, pos)
+            cache.evict_for(page)
+            if pos % page == 0:
+                assert cache.allocate(req, 1)
+        cache.checkpoint(req, keys, length + n - 1, finished=True)
+        cache.finish(req)
+        cache.check()
+    return hits
+
+
+def _native(tmp_path: Path, reqs: list[tuple[list[int], list[int]]]) -> Path:
+    """The requests as a native token-form trace, one a second."""
+    lines = ['{"prefixlab_trace": 1}']
+    for i, (inp, out) in enumerate(reqs):
+        row = {"arrival_s": float(i), "input_length": len(inp), "output_length": len(out)}
+        lines.append(json.dumps({**row, "input_tokens": inp, "output_tokens": out}))
+    path = tmp_path / "trace.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path

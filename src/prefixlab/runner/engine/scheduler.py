@@ -343,18 +343,27 @@ class Scheduler:
     def _cache_computed(self, r: int) -> None:
         """Cache the prompt's blocks as soon as they are full (vLLM v1 does so after each
         step), so requests running at the same time share them."""
+        if self.exact:
+            self._checkpoint(r)
+            return
         upto = min(self.computed[r], self.input[r]) // self.bt
         upto = min(upto, self.input_keys[r])
         if upto > self.committed[r]:
             self.cache.view.request_index = r
-            keys = self.keys(r)[:upto]
-            if self.exact:
-                tokens = min(self.computed[r], self.input[r])
-                self.cache.commit(self.handle[r], keys, self.committed[r], tokens=tokens)
-            else:
-                self.cache.commit(self.handle[r], keys, self.committed[r])
+            self.cache.commit(self.handle[r], self.keys(r)[:upto], self.committed[r])
             self.committed[r] = upto
             self._offer(r, upto)
+
+    def _checkpoint(self, r: int) -> None:
+        """SGLang's checkpoint after every prefill chunk, with or without a new full
+        page; none for a request that finishes at this step (its release inserts it)."""
+        if self.computed[r] >= self.prompt_len[r] and self.generated[r] + 1 >= self.output[r]:
+            return
+        tokens = min(self.computed[r], self.input[r])
+        upto = min(tokens // self.bt, self.input_keys[r])
+        self.cache.view.request_index = r
+        self.cache.commit(self.handle[r], self.keys(r)[:upto], self.committed[r], tokens=tokens)
+        self.committed[r] = max(self.committed[r], upto)
 
     def _offer(self, r: int, upto: int) -> None:
         """Offer the request's blocks cached on the GPU up to ``upto`` to the tiers."""
