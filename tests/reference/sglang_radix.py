@@ -102,16 +102,22 @@ def replay(
     return hits
 
 
-def main(argv: list[str]) -> int:
-    unified = "--unified" in argv
-    argv = [a for a in argv if a != "--unified"]
-    path, page, capacities = argv[1], int(argv[2]), [int(c) for c in argv[3].split(",")]
+def read_requests(path: str) -> list[tuple[list[int], list[int]]]:
+    """A native token-form trace's (input, output) token lists (the header line skipped)."""
     reqs = []
     with open(path) as fh:
         for line in fh:
             d = json.loads(line)
             if "input_tokens" in d:
                 reqs.append((list(d["input_tokens"]), list(d.get("output_tokens") or [])))
+    return reqs
+
+
+def main(argv: list[str]) -> int:
+    unified = "--unified" in argv
+    argv = [a for a in argv if a != "--unified"]
+    path, page, capacities = argv[1], int(argv[2]), [int(c) for c in argv[3].split(",")]
+    reqs = read_requests(path)
     for cap in capacities:
         hits = replay(reqs, page, cap, unified)
         print(json.dumps({"capacity_pages": cap, "hit_tokens": hits}))

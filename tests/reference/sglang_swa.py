@@ -282,12 +282,9 @@ def main(argv: list[str]) -> int:
     if not refresh:
         args.remove("--no-waiting-refresh")
     path, page, window, pairs = args[0], int(args[1]), int(args[2]), args[3]
-    reqs = []
-    with open(path) as fh:
-        for line in fh:
-            d = json.loads(line)
-            if "input_tokens" in d:
-                reqs.append((list(d["input_tokens"]), list(d.get("output_tokens") or [])))
+    from sglang_radix import read_requests  # (its neighbour: run as a script)
+
+    reqs = read_requests(path)
     for pair in pairs.split(","):
         full, swa = (int(x) for x in pair.split(":"))
         out = replay(reqs, page, window, full, swa, tree_core, waiting_refresh=refresh)

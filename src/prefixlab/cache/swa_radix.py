@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -102,7 +102,6 @@ class SwaRequest:
     branch: int
     allocated: int = 0
     freed: int = 0
-    keys: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def held_full(self) -> int:

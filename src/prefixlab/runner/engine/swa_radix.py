@@ -106,7 +106,6 @@ class SwaEngineCache:
         observers: Sequence[Observer] = (),
     ) -> None:
         full, swa = sglang_pools(capacity_blocks, model, block_tokens)
-        self.model = model
         self.bt = block_tokens
         self.window = sglang_window(model)
         self.cache = SwaRadixCache(full, swa, block_tokens, self.window)
